@@ -1,0 +1,50 @@
+// Package receivers defines how inbound MQTT messages reach gobridge's
+// routes. The backends are receivers/mqtt (a paho client of an existing
+// broker) and receivers/listener (an embedded mochi-mqtt broker).
+//
+// Each message is handed to a Sink together with a done callback. The
+// receiver acknowledges the message to its publisher or broker only after
+// done was called, and in the order the messages arrived (MQTT 3.1.1 §4.6),
+// even when a later message is settled first.
+package receivers
+
+import (
+	"context"
+	"time"
+)
+
+// Message is one inbound MQTT message.
+type Message struct {
+	// Receiver is the id of the receiver it came through.
+	Receiver   string
+	Topic      string
+	Payload    []byte
+	QoS        byte
+	Retained   bool
+	Duplicate  bool
+	ReceivedAt time.Time
+}
+
+// Sink takes inbound messages. Accept may block to push back on the source
+// (a full outbox); it must return promptly when ctx is done. It calls done
+// exactly once, from any goroutine, when the message is settled (persisted,
+// delivered, filtered or dead-lettered) and may be acknowledged. A message
+// whose done is never called is never acknowledged: the broker redelivers it.
+type Sink interface {
+	Accept(ctx context.Context, m Message, done func())
+}
+
+// SinkFunc adapts a function to a Sink.
+type SinkFunc func(ctx context.Context, m Message, done func())
+
+// Accept calls f.
+func (f SinkFunc) Accept(ctx context.Context, m Message, done func()) { f(ctx, m, done) }
+
+// Status is a receiver's health, for /readyz and metrics.
+type Status struct {
+	Connected bool
+	// Subscribed is true once every subscription was granted.
+	Subscribed bool
+	// Reason says why the receiver is not ready; empty when it is.
+	Reason string
+}

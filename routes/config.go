@@ -1,0 +1,334 @@
+// Package routes holds gobridge's configuration (the "blueprint"): its YAML
+// schema, the strict loader, the validator behind `gobridge check`, and topic
+// matching for routes.
+//
+// The types here are used as they are by the runtime: there is no second
+// model of the configuration.
+package routes
+
+import "time"
+
+// Delivery modes.
+const (
+	DirectHold   = "direct_hold"
+	SharedOutbox = "shared_outbox"
+)
+
+// Acknowledgement boundaries.
+const (
+	AckTargetAccept  = "target_accept"
+	AckOutboxPersist = "outbox_persist"
+)
+
+// Settlement policies for expired records and permanent failures.
+const (
+	PolicyDLQ  = "dlq"
+	PolicyDrop = "drop"
+)
+
+// Drain strategies.
+const (
+	DrainFixedPoll       = "fixed_poll"
+	DrainAdaptiveBackoff = "adaptive_backoff"
+)
+
+// Config is a whole blueprint.
+type Config struct {
+	// Version must be 1.
+	Version   int              `yaml:"version"`
+	Bridge    Bridge           `yaml:"bridge"`
+	Stores    Stores           `yaml:"stores"`
+	Receivers []ReceiverConfig `yaml:"receivers"`
+	Senders   []SenderConfig   `yaml:"senders"`
+	Routes    []RouteConfig    `yaml:"routes"`
+}
+
+// Bridge holds instance-wide settings.
+type Bridge struct {
+	// ID names this instance in logs, metrics and leases. Required.
+	ID    string `yaml:"id"`
+	Admin Admin  `yaml:"admin"`
+	// ShutdownTimeout bounds a graceful shutdown. Defaults to 30s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	Log             Log      `yaml:"log"`
+}
+
+// Admin configures the admin HTTP server.
+type Admin struct {
+	// Listen is the address of /healthz, /readyz, /metrics, /console and
+	// /api. Defaults to 127.0.0.1:9090; "" disables the server.
+	Listen *string `yaml:"listen"`
+	// Token, when set, is the bearer token required for mutating calls.
+	Token Secret `yaml:"token"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is debug, info, warn or error. Defaults to info.
+	Level string `yaml:"level"`
+	// Format is json or text. Defaults to json.
+	Format string `yaml:"format"`
+}
+
+// Stores configures the outbox and lease stores.
+type Stores struct {
+	// Outbox is required when any route uses shared_outbox; nil otherwise.
+	Outbox *StoreConfig `yaml:"outbox"`
+	// Lease defaults to {type: memory}.
+	Lease *StoreConfig `yaml:"lease"`
+}
+
+// StoreConfig selects a store backend.
+type StoreConfig struct {
+	// Type is memory, sqlite or dynamodb.
+	Type    string       `yaml:"type"`
+	Options StoreOptions `yaml:"options"`
+}
+
+// StoreOptions holds the options of every store backend; each backend reads
+// its own.
+type StoreOptions struct {
+	// Path is the SQLite database file. Defaults to ./data/outbox.db.
+	Path string `yaml:"path"`
+	// Sync is full (survives power loss) or normal (survives a process
+	// crash). SQLite only. Defaults to full.
+	Sync string `yaml:"sync"`
+	// Table is the DynamoDB table name. Defaults to gobridge_outbox for the
+	// outbox and gobridge_leases for the lease store.
+	Table string `yaml:"table"`
+	// Region is the AWS region (DynamoDB); empty uses the default chain.
+	Region string `yaml:"region"`
+	// Endpoint overrides the DynamoDB endpoint, for emulators only.
+	Endpoint string `yaml:"endpoint"`
+}
+
+// Receiver types.
+const (
+	ReceiverMQTT         = "mqtt"
+	ReceiverMQTTListener = "mqtt_listener"
+)
+
+// ReceiverConfig is one message source.
+type ReceiverConfig struct {
+	ID string `yaml:"id"`
+	// Type is mqtt (a client of an existing broker) or mqtt_listener (an
+	// embedded broker).
+	Type    string          `yaml:"type"`
+	Options ReceiverOptions `yaml:"options"`
+	// Topics are the subscriptions; a route's topic must be covered by one.
+	Topics []Subscription `yaml:"topics"`
+}
+
+// ReceiverOptions holds the options of both receiver types.
+type ReceiverOptions struct {
+	// BrokerURLs (mqtt) are tcp://, ssl://, ws:// or wss:// URLs. Required.
+	BrokerURLs []string `yaml:"broker_urls"`
+	// ClientID (mqtt) defaults to "gobridge-" + bridge.id.
+	ClientID string `yaml:"client_id"`
+	// CleanSession (mqtt) defaults to false: a persistent session, so the
+	// broker keeps QoS 1/2 messages while gobridge is away.
+	CleanSession bool     `yaml:"clean_session"`
+	Username     string   `yaml:"username"`
+	Password     Secret   `yaml:"password"`
+	// KeepAlive (mqtt) defaults to 30s.
+	KeepAlive Duration `yaml:"keep_alive"`
+	// ConnectTimeout (mqtt) defaults to 10s.
+	ConnectTimeout Duration `yaml:"connect_timeout"`
+	// Listen (mqtt_listener) is the TCP address to accept publishers on.
+	// Defaults to 127.0.0.1:1883.
+	Listen string `yaml:"listen"`
+	// Users (mqtt_listener) may connect; none means anonymous access.
+	Users []User `yaml:"users"`
+	TLS   TLS    `yaml:"tls"`
+}
+
+// User is one account of the embedded listener.
+type User struct {
+	Username string `yaml:"username"`
+	Password Secret `yaml:"password"`
+}
+
+// TLS holds TLS settings; empty fields mean "not used".
+type TLS struct {
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+// Subscription is one topic filter a receiver subscribes to.
+type Subscription struct {
+	// Topic is an MQTT topic filter, optionally $share/GROUP/filter.
+	Topic string `yaml:"topic"`
+	// QoS is 0, 1 or 2. Defaults to 1.
+	QoS *int `yaml:"qos"`
+}
+
+// Sender types.
+const (
+	SenderSQS    = "sqs"
+	SenderHTTP   = "http"
+	SenderStdout = "stdout"
+)
+
+// SenderConfig is one delivery target.
+type SenderConfig struct {
+	ID string `yaml:"id"`
+	// Type is sqs, http or stdout.
+	Type    string        `yaml:"type"`
+	Options SenderOptions `yaml:"options"`
+}
+
+// SenderOptions holds the options of every sender type. String options may
+// hold per-message placeholders: {topic}, {topic.N}, {header.NAME}, {id},
+// {payload.PATH}.
+type SenderOptions struct {
+	// QueueURL (sqs) is required; a URL ending in .fifo is a FIFO queue.
+	QueueURL string `yaml:"queue_url"`
+	// Region (sqs) empty uses the default chain.
+	Region string `yaml:"region"`
+	// Endpoint (sqs) overrides the endpoint, for SQS-compatible servers.
+	Endpoint string `yaml:"endpoint"`
+	// MessageGroupID (sqs) is required for FIFO queues, rejected otherwise.
+	MessageGroupID string `yaml:"message_group_id"`
+	// Attributes (sqs) become message attributes (templates allowed).
+	Attributes map[string]string `yaml:"attributes"`
+	// BatchSize (sqs) is 1..10, records per SendMessageBatch. Defaults to 10.
+	BatchSize int `yaml:"batch_size"`
+
+	// URL (http) is required (templates allowed).
+	URL string `yaml:"url"`
+	// Method (http) defaults to POST.
+	Method string `yaml:"method"`
+	// Headers (http) are request headers (templates allowed).
+	Headers map[string]string `yaml:"headers"`
+	// Timeout (http) bounds one request. Defaults to 5s.
+	Timeout Duration `yaml:"timeout"`
+	TLS     TLS      `yaml:"tls"`
+}
+
+// RouteConfig connects a receiver's messages to a sender.
+type RouteConfig struct {
+	ID string `yaml:"id"`
+	// Receiver names the receiver whose messages this route takes.
+	Receiver string `yaml:"receiver"`
+	// Topic is an MQTT topic filter, covered by one of the receiver's
+	// subscriptions.
+	Topic      string            `yaml:"topic"`
+	Processors []ProcessorConfig `yaml:"processors"`
+	// Sender names the target.
+	Sender string `yaml:"sender"`
+	// DeliveryMode is direct_hold (default) or shared_outbox.
+	DeliveryMode string `yaml:"delivery_mode"`
+	// AckAfter defaults to target_accept for direct_hold and to
+	// outbox_persist for shared_outbox; no other combination is valid.
+	AckAfter string `yaml:"ack_after"`
+	// OrderingKey (a template) gives per-key FIFO delivery; empty: none.
+	OrderingKey string  `yaml:"ordering_key"`
+	Session     Session `yaml:"session"`
+	Policy      Policy  `yaml:"policy"`
+}
+
+// ProcessorConfig is one step of a route's processor chain.
+type ProcessorConfig struct {
+	// Type is filter, transform, set_headers, idempotency_key or coalesce.
+	Type string `yaml:"type"`
+	// Expr (filter, transform) is an expr-lang expression.
+	Expr string `yaml:"expr"`
+	// Headers (set_headers) maps header names to templates.
+	Headers map[string]string `yaml:"headers"`
+	// From (idempotency_key) is a template for the envelope ID.
+	From string `yaml:"from"`
+	// Hash (idempotency_key) uses SHA-256 of topic and payload as the ID.
+	Hash bool `yaml:"hash"`
+	// Key (coalesce) is a template; newer messages replace older pending
+	// ones with the same key.
+	Key string `yaml:"key"`
+}
+
+// Session is the outbox partition group a shared_outbox route persists into.
+type Session struct {
+	// ID is required for shared_outbox; routes may share a session.
+	ID string `yaml:"id"`
+	// Partitions defaults to 1; records spread by FNV-1a of the ordering
+	// key (or envelope ID).
+	Partitions int `yaml:"partitions"`
+	// DrainInterval is shorthand for fixed_poll at that interval; never
+	// together with DrainStrategy.
+	DrainInterval Duration `yaml:"drain_interval"`
+	// DrainStrategy defaults to fixed_poll every 1s.
+	DrainStrategy *DrainStrategy `yaml:"drain_strategy"`
+	// BatchSize is the records per claim. Defaults to 100.
+	BatchSize int `yaml:"batch_size"`
+	// StallAfter makes /readyz fail when the oldest pending record is older
+	// and nothing was sent in that window. Defaults to 10m.
+	StallAfter Duration `yaml:"stall_after"`
+}
+
+// DrainStrategy says how often an idle drainer polls.
+type DrainStrategy struct {
+	// Type is fixed_poll or adaptive_backoff.
+	Type string `yaml:"type"`
+	// Interval (fixed_poll) defaults to 1s.
+	Interval Duration `yaml:"interval"`
+	// MinInterval (adaptive_backoff) defaults to 100ms.
+	MinInterval Duration `yaml:"min_interval"`
+	// MaxInterval (adaptive_backoff) defaults to 30s.
+	MaxInterval Duration `yaml:"max_interval"`
+	// Multiplier (adaptive_backoff) must be > 1. Defaults to 2.0.
+	Multiplier float64 `yaml:"multiplier"`
+}
+
+// Policy holds a route's delivery policy.
+type Policy struct {
+	// MaxInFlight bounds concurrent sends (direct_hold) and is the AIMD
+	// ceiling (shared_outbox). Defaults to 100.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxOutboxDepth is the pending records per session before ingest
+	// pushes back. Defaults to 10000.
+	MaxOutboxDepth int `yaml:"max_outbox_depth"`
+	// MaxReplayAttempts: a transiently failing record is poisoned only after
+	// more claims than this. Defaults to 5.
+	MaxReplayAttempts int `yaml:"max_replay_attempts"`
+	// ReplayBudget: ... and only after this long since its first attempt.
+	// Defaults to 15m.
+	ReplayBudget Duration `yaml:"replay_budget"`
+	// SendTimeout bounds one send. Defaults to 30s.
+	SendTimeout Duration `yaml:"send_timeout"`
+	// TTL: records older than this expire; 0 (the default): never.
+	TTL Duration `yaml:"ttl"`
+	// OnExpired is dlq (default) or drop.
+	OnExpired string `yaml:"on_expired"`
+	// OnPermanentFailure is dlq or drop. Defaults to dlq with an outbox
+	// store, drop without one.
+	OnPermanentFailure string  `yaml:"on_permanent_failure"`
+	Backoff            Backoff `yaml:"backoff"`
+}
+
+// Backoff is exponential backoff with full jitter.
+type Backoff struct {
+	// InitialInterval defaults to 1s.
+	InitialInterval Duration `yaml:"initial_interval"`
+	// MaxInterval defaults to 30s.
+	MaxInterval Duration `yaml:"max_interval"`
+	// Multiplier defaults to 2.0.
+	Multiplier float64 `yaml:"multiplier"`
+}
+
+// Duration is a time.Duration written in YAML as a string with a unit
+// ("1s", "15m"); a bare number is an error.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Secret is a string that never prints: logs and errors show REDACTED.
+type Secret string
+
+// String returns REDACTED for a non-empty secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "REDACTED"
+}
