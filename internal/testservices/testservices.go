@@ -1,0 +1,78 @@
+// Package testservices gives tests the addresses of the real services that
+// scripts/test-services.sh starts: Mosquitto, an SQS-compatible server
+// (fauxqs) and DynamoDB Local.
+//
+// A missing service fails the test when CI is set (CI must never skip what it
+// was meant to prove) and skips it locally, saying how to start the services.
+package testservices
+
+import (
+	"net"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+)
+
+const howTo = "start the test services with `bash scripts/test-services.sh` " +
+	"and `. /tmp/gobridge-services/state/services.env` (or run `bash scripts/test.sh`)"
+
+// MQTTURL returns the Mosquitto URL (tcp://127.0.0.1:11883 by default, or
+// GOBRIDGE_TEST_MQTT_URL) after checking that something listens there.
+func MQTTURL(t testing.TB) string {
+	t.Helper()
+	return require(t, "Mosquitto", "GOBRIDGE_TEST_MQTT_URL", "tcp://127.0.0.1:11883")
+}
+
+// SQSEndpoint returns the SQS-compatible endpoint (GOBRIDGE_TEST_SQS_ENDPOINT,
+// default http://127.0.0.1:14566) and sets test credentials for the AWS SDK.
+func SQSEndpoint(t testing.TB) string {
+	t.Helper()
+	u := require(t, "the SQS emulator (fauxqs)", "GOBRIDGE_TEST_SQS_ENDPOINT", "http://127.0.0.1:14566")
+	awsTestEnv(t)
+	return u
+}
+
+// DynamoDBEndpoint returns the DynamoDB Local endpoint
+// (GOBRIDGE_TEST_DYNAMODB_ENDPOINT, default http://127.0.0.1:14568) and sets
+// test credentials for the AWS SDK.
+func DynamoDBEndpoint(t testing.TB) string {
+	t.Helper()
+	u := require(t, "DynamoDB Local", "GOBRIDGE_TEST_DYNAMODB_ENDPOINT", "http://127.0.0.1:14568")
+	awsTestEnv(t)
+	return u
+}
+
+func awsTestEnv(t testing.TB) {
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID":         "test",
+		"AWS_SECRET_ACCESS_KEY":     "test",
+		"AWS_REGION":                "us-east-1",
+		"AWS_EC2_METADATA_DISABLED": "true",
+	} {
+		if os.Getenv(k) == "" {
+			os.Setenv(k, v)
+		}
+	}
+}
+
+func require(t testing.TB, name, env, def string) string {
+	t.Helper()
+	raw := os.Getenv(env)
+	if raw == "" {
+		raw = def
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		t.Fatalf("%s=%q is not a URL: %v", env, raw, err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 2*time.Second)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is not reachable at %s (%v); CI must start it: %s", name, u.Host, err, howTo)
+		}
+		t.Skipf("%s is not reachable at %s (%v); %s", name, u.Host, err, howTo)
+	}
+	conn.Close()
+	return raw
+}
