@@ -28,6 +28,13 @@ var (
 	// ErrLeaseLost: a renew or release by an owner that no longer holds the
 	// lease (it lapsed and was taken, or it was released).
 	ErrLeaseLost = errors.New("stores: lease lost")
+	// ErrInvalid: a record or request is malformed (an empty Session,
+	// Route or Envelope.ID, a negative Partition, a Limit < 1). Nothing was
+	// changed.
+	ErrInvalid = errors.New("stores: invalid record or request")
+	// ErrFull: the backend is out of space (disk full, size cap reached).
+	// Nothing of the failed call was persisted; ingest should push back.
+	ErrFull = errors.New("stores: store full")
 )
 
 // State is where a record is in its life.
@@ -132,6 +139,8 @@ type Outbox interface {
 	// error that made it fail.
 	Release(ctx context.Context, rec Record, next time.Time, lastError string) error
 	// DeadLetter moves a claimed record to the dead letters with a reason.
+	// It stamps DeadAt from rec.DeadAt when that is set (pass the drainer's
+	// clock there), else from the store's wall clock.
 	DeadLetter(ctx context.Context, rec Record, reason string) error
 	// Stats reports pending depth and the oldest pending record of a session.
 	Stats(ctx context.Context, session string) (SessionStats, error)
@@ -209,4 +218,23 @@ type Leases interface {
 	List(ctx context.Context, prefix string, now time.Time) ([]Lease, error)
 	// Close releases the store's resources.
 	Close() error
+}
+
+// PartitionOf maps a key (the ordering key, or the envelope ID when there is
+// none) to one of partitions partitions by FNV-1a (32-bit) of the key, modulo
+// partitions. It returns 0 when partitions <= 1.
+func PartitionOf(key string, partitions int) int {
+	if partitions <= 1 {
+		return 0
+	}
+	const (
+		offset32 = 2166136261
+		prime32  = 16777619
+	)
+	h := uint32(offset32)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= prime32
+	}
+	return int(h % uint32(partitions))
 }
