@@ -1,0 +1,88 @@
+// Package stdout is a sender that writes each message as one JSON line to a
+// writer (standard output in production): a console for trying routes out
+// and for debugging.
+package stdout
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gobridge/gobridge/delivery"
+)
+
+// Sender writes one JSON line per envelope:
+//
+//	{"id":"…","topic":"a/b","headers":{"k":"v"},"payload":"…","received_at":"2026-…Z"}
+//
+// The payload is a JSON string when it is valid UTF-8; otherwise it is
+// base64 (standard encoding, padded) and the line carries
+// "payload_encoding":"base64". Headers are omitted when there are none.
+// Writes are serialized, so lines from concurrent Send calls never interleave.
+type Sender struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// New returns a Sender writing to w.
+func New(w io.Writer) *Sender { return &Sender{w: w} }
+
+// line is the JSON shape of one message.
+type line struct {
+	ID              string            `json:"id"`
+	Topic           string            `json:"topic"`
+	Headers         map[string]string `json:"headers,omitempty"`
+	Payload         string            `json:"payload"`
+	PayloadEncoding string            `json:"payload_encoding,omitempty"`
+	ReceivedAt      time.Time         `json:"received_at"`
+}
+
+// BatchSize returns 1: there is nothing to gain from batching a console.
+func (s *Sender) BatchSize() int { return 1 }
+
+// Send writes one line per envelope and returns one error per envelope: nil
+// when the line was written, a transient error when the write failed (the
+// writer may recover: a full disk, a closed pipe being reopened). It stops
+// early with ctx's error (transient) for the envelopes not yet written when
+// ctx is done.
+func (s *Sender) Send(ctx context.Context, envs []*delivery.Envelope) []error {
+	errs := make([]error, len(envs))
+	for i, e := range envs {
+		if err := ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		b, err := encode(e)
+		if err != nil {
+			errs[i] = delivery.Permanent(fmt.Errorf("stdout: encode message %s: %w", e.ID, err))
+			continue
+		}
+		s.mu.Lock()
+		_, err = s.w.Write(b)
+		s.mu.Unlock()
+		if err != nil {
+			errs[i] = fmt.Errorf("stdout: write message %s: %w", e.ID, err)
+		}
+	}
+	return errs
+}
+
+func encode(e *delivery.Envelope) ([]byte, error) {
+	l := line{ID: e.ID, Topic: e.Topic, Headers: e.Headers, ReceivedAt: e.ReceivedAt.UTC()}
+	if utf8.Valid(e.Payload) {
+		l.Payload = string(e.Payload)
+	} else {
+		l.Payload = base64.StdEncoding.EncodeToString(e.Payload)
+		l.PayloadEncoding = "base64"
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
