@@ -1,0 +1,450 @@
+package delivery
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// TemplateError reports a template that does not parse: an unknown
+// placeholder, an unbalanced brace or an empty path. Offset is the byte
+// offset in Template where the problem starts.
+type TemplateError struct {
+	Template string
+	Offset   int
+	Msg      string
+}
+
+func (e *TemplateError) Error() string {
+	return fmt.Sprintf("template %q at offset %d: %s", e.Template, e.Offset, e.Msg)
+}
+
+// FieldError reports a placeholder that a message cannot fill: a missing
+// topic segment, header or payload field, a null payload field, or a payload
+// that is not JSON. Callers treat it as a permanent failure of that message
+// (wrap it with Permanent); the reason names the placeholder.
+type FieldError struct {
+	// Placeholder is the placeholder without braces, e.g. "payload.msg_id".
+	Placeholder string
+	// Reason says why it could not be filled.
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("placeholder {%s}: %s", e.Placeholder, e.Reason)
+}
+
+type partKind uint8
+
+const (
+	partLiteral partKind = iota
+	partTopic
+	partTopicSegment
+	partHeader
+	partID
+	partPayload
+)
+
+// pathSegment is one step of a payload path: an object key, which is also an
+// array index when it is a decimal number (index >= 0).
+type pathSegment struct {
+	key   string
+	index int
+}
+
+type part struct {
+	kind partKind
+	text string // literal text, header name, or the placeholder (for errors)
+	n    int    // topic segment
+	path []pathSegment
+}
+
+// Template is a parsed per-message template: literal text with placeholders
+// filled from an envelope. A Template is immutable and safe for concurrent
+// use.
+//
+// Placeholders:
+//
+//	{topic}          the whole topic
+//	{topic.N}        the N-th topic segment, 0-based ("a/b/c": {topic.1} is "b")
+//	{header.NAME}    the header NAME (exact name first, then case-insensitive)
+//	{id}             the envelope ID
+//	{payload.PATH}   a field of the JSON payload; PATH is dot-separated keys,
+//	                 a numeric key indexes an array ({payload.sensors.0.id})
+//
+// A literal brace is written twice: "{{" renders "{" and "}}" renders "}".
+type Template struct {
+	src          string
+	parts        []part
+	usesPayload  bool
+	literalLen   int
+	placeholders []string
+}
+
+// ParseTemplate parses s. It returns a *TemplateError for an unknown
+// placeholder, an unbalanced brace, or an empty name, index or path.
+func ParseTemplate(s string) (*Template, error) {
+	t := &Template{src: s}
+	var lit strings.Builder
+	flush := func() {
+		if lit.Len() > 0 {
+			t.parts = append(t.parts, part{kind: partLiteral, text: lit.String()})
+			t.literalLen += lit.Len()
+			lit.Reset()
+		}
+	}
+	fail := func(off int, format string, args ...any) (*Template, error) {
+		return nil, &TemplateError{Template: s, Offset: off, Msg: fmt.Sprintf(format, args...)}
+	}
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '{' && i+1 < len(s) && s[i+1] == '{':
+			lit.WriteByte('{')
+			i += 2
+		case c == '}' && i+1 < len(s) && s[i+1] == '}':
+			lit.WriteByte('}')
+			i += 2
+		case c == '}':
+			return fail(i, "unbalanced '}' (write '}}' for a literal brace)")
+		case c == '{':
+			end := strings.IndexAny(s[i+1:], "{}")
+			if end < 0 || s[i+1+end] == '{' {
+				return fail(i, "unclosed '{' (write '{{' for a literal brace)")
+			}
+			name := s[i+1 : i+1+end]
+			p, msg := parsePlaceholder(name)
+			if msg != "" {
+				return fail(i, "%s", msg)
+			}
+			flush()
+			t.parts = append(t.parts, p)
+			t.placeholders = append(t.placeholders, name)
+			if p.kind == partPayload {
+				t.usesPayload = true
+			}
+			i += end + 2
+		default:
+			lit.WriteByte(c)
+			i++
+		}
+	}
+	flush()
+	return t, nil
+}
+
+// MustParseTemplate is ParseTemplate for templates known to be valid (tests,
+// constants). It panics on a parse error.
+func MustParseTemplate(s string) *Template {
+	t, err := ParseTemplate(s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+func parsePlaceholder(name string) (part, string) {
+	head, rest, dotted := strings.Cut(name, ".")
+	switch {
+	case name == "":
+		return part{}, "empty placeholder {}"
+	case name == "topic":
+		return part{kind: partTopic, text: name}, ""
+	case name == "id":
+		return part{kind: partID, text: name}, ""
+	case head == "topic" && dotted:
+		n, err := strconv.ParseUint(rest, 10, 16)
+		if err != nil || rest == "" || rest[0] == '+' {
+			return part{}, fmt.Sprintf("{%s}: topic segment must be a number 0..65535", name)
+		}
+		return part{kind: partTopicSegment, text: name, n: int(n)}, ""
+	case head == "header" && dotted:
+		if rest == "" {
+			return part{}, fmt.Sprintf("{%s}: empty header name", name)
+		}
+		return part{kind: partHeader, text: rest}, ""
+	case head == "payload" && dotted:
+		segs := strings.Split(rest, ".")
+		path := make([]pathSegment, len(segs))
+		for i, sg := range segs {
+			if sg == "" {
+				return part{}, fmt.Sprintf("{%s}: empty path segment", name)
+			}
+			path[i] = pathSegment{key: sg, index: -1}
+			if n, err := strconv.ParseUint(sg, 10, 31); err == nil && sg[0] != '+' {
+				path[i].index = int(n)
+			}
+		}
+		return part{kind: partPayload, text: name, path: path}, ""
+	case head == "payload" || head == "header":
+		return part{}, fmt.Sprintf("{%s}: empty path (write {%s.NAME})", name, head)
+	}
+	return part{}, fmt.Sprintf("unknown placeholder {%s} (known: {topic}, {topic.N}, {header.NAME}, {id}, {payload.PATH})", name)
+}
+
+// String returns the template as written.
+func (t *Template) String() string { return t.src }
+
+// IsLiteral reports whether the template has no placeholders.
+func (t *Template) IsLiteral() bool { return len(t.placeholders) == 0 }
+
+// UsesPayload reports whether rendering needs the decoded JSON payload.
+func (t *Template) UsesPayload() bool { return t.usesPayload }
+
+// Fields returns the placeholders used, without braces, in order of
+// appearance (e.g. "topic.1", "payload.msg_id"). The caller must not modify
+// the slice.
+func (t *Template) Fields() []string { return t.placeholders }
+
+// Render fills the template from e. It decodes the payload only when the
+// template has a {payload.PATH} placeholder; use RenderWith to share one
+// decoding among several templates. A placeholder that e cannot fill returns
+// a *FieldError.
+func (t *Template) Render(e *Envelope) (string, error) {
+	if !t.usesPayload {
+		return t.RenderWith(e, nil)
+	}
+	var p ParsedPayload
+	return t.RenderWith(e, &p)
+}
+
+// RenderWith is Render with a payload cache: p decodes e's payload at most
+// once, however many templates use it. p may be nil when the template does
+// not use the payload (a nil p with a payload placeholder decodes afresh).
+func (t *Template) RenderWith(e *Envelope, p *ParsedPayload) (string, error) {
+	if len(t.parts) == 1 {
+		return t.renderPart(&t.parts[0], e, p)
+	}
+	var b strings.Builder
+	b.Grow(t.literalLen + 16*len(t.placeholders))
+	for i := range t.parts {
+		s, err := t.renderPart(&t.parts[i], e, p)
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(s)
+	}
+	return b.String(), nil
+}
+
+func (t *Template) renderPart(pt *part, e *Envelope, p *ParsedPayload) (string, error) {
+	switch pt.kind {
+	case partLiteral:
+		return pt.text, nil
+	case partTopic:
+		return e.Topic, nil
+	case partID:
+		return e.ID, nil
+	case partTopicSegment:
+		if s, ok := topicSegment(e.Topic, pt.n); ok {
+			return s, nil
+		}
+		return "", &FieldError{Placeholder: pt.text, Reason: fmt.Sprintf("topic %q has %d segments", e.Topic, strings.Count(e.Topic, "/")+1)}
+	case partHeader:
+		if v, ok := lookupHeader(e.Headers, pt.text); ok {
+			return v, nil
+		}
+		return "", &FieldError{Placeholder: "header." + pt.text, Reason: "no such header"}
+	case partPayload:
+		if p == nil {
+			p = new(ParsedPayload)
+		}
+		root, err := p.Value(e.Payload)
+		if err != nil {
+			return "", &FieldError{Placeholder: pt.text, Reason: "payload is not JSON"}
+		}
+		v, reason := walkPath(root, pt.path)
+		if reason != "" {
+			return "", &FieldError{Placeholder: pt.text, Reason: reason}
+		}
+		return formatValue(v)
+	}
+	return "", &FieldError{Placeholder: pt.text, Reason: "unknown placeholder"}
+}
+
+// topicSegment returns the n-th '/'-separated segment of topic without
+// allocating.
+func topicSegment(topic string, n int) (string, bool) {
+	for i := 0; i < n; i++ {
+		j := strings.IndexByte(topic, '/')
+		if j < 0 {
+			return "", false
+		}
+		topic = topic[j+1:]
+	}
+	if j := strings.IndexByte(topic, '/'); j >= 0 {
+		return topic[:j], true
+	}
+	return topic, true
+}
+
+func lookupHeader(h map[string]string, name string) (string, bool) {
+	if v, ok := h[name]; ok {
+		return v, true
+	}
+	for k, v := range h {
+		if strings.EqualFold(k, name) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func walkPath(v any, path []pathSegment) (any, string) {
+	for i, sg := range path {
+		switch x := v.(type) {
+		case map[string]any:
+			next, ok := x[sg.key]
+			if !ok {
+				return nil, fmt.Sprintf("field %q missing", joinPath(path[:i+1]))
+			}
+			v = next
+		case []any:
+			if sg.index < 0 || sg.index >= len(x) {
+				return nil, fmt.Sprintf("index %q out of range (array of %d)", joinPath(path[:i+1]), len(x))
+			}
+			v = x[sg.index]
+		default:
+			return nil, fmt.Sprintf("field %q missing (not an object or array)", joinPath(path[:i+1]))
+		}
+	}
+	if v == nil {
+		return nil, fmt.Sprintf("field %q is null", joinPath(path))
+	}
+	return v, ""
+}
+
+func joinPath(path []pathSegment) string {
+	keys := make([]string, len(path))
+	for i, sg := range path {
+		keys[i] = sg.key
+	}
+	return strings.Join(keys, ".")
+}
+
+// formatValue renders a decoded JSON value: strings raw, numbers in their
+// shortest exact decimal form, booleans as true/false, objects and arrays as
+// compact JSON.
+func formatValue(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case int:
+		return strconv.Itoa(x), nil
+	case uint64:
+		return strconv.FormatUint(x, 10), nil
+	case json.Number:
+		return string(x), nil
+	case float64:
+		return FormatFloat(x), nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "", &FieldError{Placeholder: "payload", Reason: "value does not encode as JSON"}
+	}
+	return strings.TrimSuffix(buf.String(), "\n"), nil
+}
+
+// FormatFloat renders a JSON number without exponent notation in the common
+// range (1e6 is "1000000", 0.5 is "0.5"); very large or very small
+// magnitudes use the shortest exponent form.
+func FormatFloat(f float64) string {
+	if a := math.Abs(f); a == 0 || (a >= 1e-6 && a < 1e21) {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// ParsedPayload decodes one envelope's JSON payload at most once and shares
+// the result among templates and expressions. Numbers decode exactly: an
+// integer that fits becomes an int (or uint64), larger integers stay a
+// json.Number, and other numbers become float64.
+//
+// A ParsedPayload notices when it is asked about a different payload slice
+// (a processor assigned a new payload) and decodes again. The zero value is
+// ready to use; it is not safe for concurrent use. Call Reset before reusing
+// it for another message.
+type ParsedPayload struct {
+	src  []byte
+	done bool
+	val  any
+	err  error
+}
+
+// ErrNotJSON is returned by ParsedPayload.Value for a payload that is not a
+// single JSON value.
+var ErrNotJSON = errors.New("payload is not JSON")
+
+// Value returns payload decoded as JSON, or ErrNotJSON (with a nil value).
+func (p *ParsedPayload) Value(payload []byte) (any, error) {
+	if p.done && sameSlice(p.src, payload) {
+		return p.val, p.err
+	}
+	p.src, p.done = payload, true
+	p.val, p.err = decodeJSON(payload)
+	return p.val, p.err
+}
+
+// Reset forgets the decoded payload.
+func (p *ParsedPayload) Reset() { *p = ParsedPayload{} }
+
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+func decodeJSON(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotJSON, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: trailing data", ErrNotJSON)
+	}
+	return convertNumbers(v), nil
+}
+
+// convertNumbers replaces json.Number values in place with int, uint64 or
+// float64, keeping integers too large for 64 bits as json.Number.
+func convertNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		s := string(x)
+		if !strings.ContainsAny(s, ".eE") {
+			if n, err := strconv.ParseInt(s, 10, 0); err == nil {
+				return int(n)
+			}
+			if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+				return n
+			}
+			return x
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return x
+		}
+		return f
+	case map[string]any:
+		for k, e := range x {
+			switch e.(type) {
+			case json.Number, map[string]any, []any:
+				x[k] = convertNumbers(e)
+			}
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = convertNumbers(e)
+		}
+	}
+	return v
+}
