@@ -1,0 +1,172 @@
+package drainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// PartitionLease is the name of the lease that makes one owner drain a
+// session partition.
+func PartitionLease(session string, partition int) string {
+	return fmt.Sprintf("outbox/%s/%d", session, partition)
+}
+
+// MemberLease is the name of the lease that announces owner as a live
+// drainer of session; live members share the partitions fairly.
+func MemberLease(session, owner string) string {
+	return "member/" + session + "/" + owner
+}
+
+func memberPrefix(session string) string { return "member/" + session + "/" }
+
+// fairShare is how many partitions one of members live instances drains.
+func fairShare(partitions, members int) int {
+	members = max(members, 1)
+	return (partitions + members - 1) / members
+}
+
+// membership keeps this instance's member lease and its fair share of the
+// partition leases. Every LeaseTTL/3 it renews what it holds, counts the
+// live members, starts loops on free partitions up to its share and
+// gracefully stops loops above it (they release their lease when done).
+type membership struct {
+	g      *Group
+	member stores.Lease
+	held   map[int]*partition
+	exited chan *partition
+}
+
+func newMembership(g *Group) *membership {
+	return &membership{g: g, held: map[int]*partition{}, exited: make(chan *partition, g.cfg.Partitions)}
+}
+
+func (m *membership) run(ctx context.Context) error {
+	g := m.g
+	tick := g.cfg.LeaseTTL / 3
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case p := <-m.exited:
+			m.forget(p)
+		case <-t.C:
+			m.tick(ctx)
+			t.Reset(tick)
+		}
+	}
+	// Shutdown: stop every loop, keep renewing their leases until they are
+	// done (a shutdown may outlast the lease TTL), then leave.
+	bg := context.WithoutCancel(ctx)
+	for _, p := range m.held {
+		p.stop()
+	}
+	for len(m.held) > 0 {
+		select {
+		case p := <-m.exited:
+			m.forget(p)
+		case <-t.C:
+			m.renewHeld(bg)
+			t.Reset(tick)
+		}
+	}
+	if m.member.Token != 0 {
+		rctx, cancel := context.WithTimeout(bg, settleTimeout)
+		defer cancel()
+		if err := g.leases.Release(rctx, m.member); err != nil && !errors.Is(err, stores.ErrLeaseLost) {
+			g.log.Warn("release member lease", "error", err)
+		}
+	}
+	return nil
+}
+
+func (m *membership) forget(p *partition) {
+	if m.held[p.n] == p {
+		delete(m.held, p.n)
+	}
+}
+
+// tick renews, counts members and rebalances.
+func (m *membership) tick(ctx context.Context) {
+	g := m.g
+	now := g.now()
+	name := MemberLease(g.cfg.Session, g.cfg.Owner)
+	var err error
+	if m.member.Token != 0 {
+		m.member, err = g.leases.Renew(ctx, m.member, g.cfg.LeaseTTL, now)
+	}
+	if m.member.Token == 0 || err != nil {
+		m.member, err = g.leases.Acquire(ctx, name, g.cfg.Owner, g.cfg.LeaseTTL, now)
+		if err != nil {
+			m.member = stores.Lease{}
+			g.log.Warn("acquire member lease", "error", err)
+		}
+	}
+	m.renewHeld(ctx)
+
+	members, err := g.leases.List(ctx, memberPrefix(g.cfg.Session), now)
+	if err != nil {
+		g.log.Warn("list members", "error", err)
+		return
+	}
+	share := fairShare(g.cfg.Partitions, len(members))
+	active := 0
+	for _, p := range m.held {
+		if !p.stopping() {
+			active++
+		}
+	}
+	// Give up partitions above the share, highest first.
+	for n := g.cfg.Partitions - 1; n >= 0 && active > share; n-- {
+		if p := m.held[n]; p != nil && !p.stopping() {
+			g.log.Info("handing partition over", "partition", n, "members", len(members))
+			p.stop()
+			active--
+		}
+	}
+	// Take free partitions up to the share.
+	for n := 0; n < g.cfg.Partitions && active < share; n++ {
+		if m.held[n] != nil {
+			continue
+		}
+		l, err := g.leases.Acquire(ctx, PartitionLease(g.cfg.Session, n), g.cfg.Owner, g.cfg.LeaseTTL, now)
+		if errors.Is(err, stores.ErrLeaseHeld) {
+			continue
+		}
+		if err != nil {
+			g.log.Warn("acquire partition lease", "partition", n, "error", err)
+			continue
+		}
+		p := newPartition(g, n, l)
+		m.held[n] = p
+		active++
+		g.log.Info("draining partition", "partition", n, "token", l.Token)
+		go p.run(m.exited)
+	}
+}
+
+// renewHeld renews the lease of every running loop; a loop whose lease is
+// lost stops claiming at once.
+func (m *membership) renewHeld(ctx context.Context) {
+	g := m.g
+	for n, p := range m.held {
+		l := p.lease()
+		now := g.now()
+		nl, err := g.leases.Renew(ctx, l, g.cfg.LeaseTTL, now)
+		if err != nil {
+			// A store hiccup is survivable while the lease still runs.
+			if errors.Is(err, stores.ErrLeaseLost) || !now.Before(l.Until) {
+				g.log.Warn("partition lease lost", "partition", n, "error", err)
+				p.lose()
+			} else {
+				g.log.Warn("renew partition lease", "partition", n, "error", err)
+			}
+			continue
+		}
+		p.setLease(nl)
+	}
+}

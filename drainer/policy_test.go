@@ -1,0 +1,158 @@
+package drainer
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/stores"
+)
+
+func TestPoisoned(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pol := routes.Policy{MaxReplayAttempts: 5, ReplayBudget: routes.Duration(15 * time.Minute)}
+	tests := []struct {
+		name     string
+		attempts int
+		first    time.Time
+		created  time.Time
+		now      time.Time
+		want     bool
+	}{
+		{"attempts and budget both exceeded", 6, t0, t0, t0.Add(15 * time.Minute), true},
+		{"budget passed long ago", 9, t0, t0, t0.Add(time.Hour), true},
+		{"attempts at the floor are not enough", 5, t0, t0, t0.Add(time.Hour), false},
+		{"many attempts inside the budget", 1000, t0, t0, t0.Add(15*time.Minute - time.Nanosecond), false},
+		{"budget counts from the first attempt, not creation", 6, t0.Add(10 * time.Minute), t0, t0.Add(20 * time.Minute), false},
+		{"no first attempt falls back to creation", 6, time.Time{}, t0, t0.Add(15 * time.Minute), true},
+		{"no first attempt and young", 6, time.Time{}, t0, t0.Add(time.Minute), false},
+		{"no time at all never poisons", 6, time.Time{}, time.Time{}, t0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := stores.Record{Attempts: tt.attempts, FirstAttemptAt: tt.first, CreatedAt: tt.created}
+			if got := Poisoned(rec, pol, tt.now); got != tt.want {
+				t.Errorf("Poisoned = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestBackoffCeiling(t *testing.T) {
+	t.Parallel()
+	b := routes.Backoff{InitialInterval: routes.Duration(time.Second), MaxInterval: routes.Duration(30 * time.Second), Multiplier: 2}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
+	for i, w := range want {
+		if got := BackoffCeiling(i+1, b); got != w {
+			t.Errorf("attempt %d: ceiling %v, want %v", i+1, got, w)
+		}
+	}
+	if got := BackoffCeiling(10_000, b); got != 30*time.Second {
+		t.Errorf("huge attempt: ceiling %v, want the cap", got)
+	}
+	if got := BackoffCeiling(0, b); got != time.Second {
+		t.Errorf("attempt 0: ceiling %v, want initial", got)
+	}
+}
+
+func TestNextRetry_FullJitterWithinCeiling(t *testing.T) {
+	t.Parallel()
+	b := routes.Backoff{InitialInterval: routes.Duration(time.Second), MaxInterval: routes.Duration(30 * time.Second), Multiplier: 2}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := rand.New(rand.NewPCG(1, 2))
+	var low, high bool
+	for range 2000 {
+		d := NextRetry(now, 3, b, 0, r).Sub(now)
+		if d < 0 || d > 4*time.Second {
+			t.Fatalf("delay %v outside [0, 4s]", d)
+		}
+		low = low || d < time.Second
+		high = high || d > 3*time.Second
+	}
+	if !low || !high {
+		t.Errorf("jitter does not spread over [0, ceiling]: low %v high %v", low, high)
+	}
+}
+
+func TestNextRetry_LongerRetryAfterWins(t *testing.T) {
+	t.Parallel()
+	b := routes.Backoff{InitialInterval: routes.Duration(time.Second), MaxInterval: routes.Duration(2 * time.Second), Multiplier: 2}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 100 {
+		if d := NextRetry(now, 1, b, time.Minute, r).Sub(now); d != time.Minute {
+			t.Fatalf("delay %v, want the 1m retry-after", d)
+		}
+		if d := NextRetry(now, 5, b, time.Millisecond, r).Sub(now); d < time.Millisecond || d > 2*time.Second {
+			t.Fatalf("delay %v, want backoff no shorter than the hint", d)
+		}
+	}
+}
+
+func TestNextLimit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                 string
+		limit, ceiling, want int
+		ok, capacity         bool
+	}{
+		{"success adds one", 10, 100, 11, true, false},
+		{"success stops at the ceiling", 100, 100, 100, true, false},
+		{"capacity halves", 10, 100, 5, false, true},
+		{"capacity floors at one", 1, 100, 1, false, true},
+		{"capacity wins over success", 8, 100, 4, true, true},
+		{"transient leaves it", 7, 100, 7, false, false},
+		{"ceiling below the limit clamps", 10, 3, 3, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := nextLimit(tt.limit, tt.ceiling, tt.ok, tt.capacity); got != tt.want {
+				t.Errorf("nextLimit = %d, want %d", got, tt.want)
+			}
+		})
+	}
+	if got := initialLimit(100); got != 10 {
+		t.Errorf("initialLimit(100) = %d, want 10", got)
+	}
+	if got := initialLimit(3); got != 3 {
+		t.Errorf("initialLimit(3) = %d, want 3", got)
+	}
+}
+
+func TestWaker_AdaptiveBackoff(t *testing.T) {
+	t.Parallel()
+	s := strategyDefaults(routes.DrainStrategy{Type: routes.DrainAdaptiveBackoff,
+		MinInterval: routes.Duration(100 * time.Millisecond), MaxInterval: routes.Duration(time.Second), Multiplier: 2})
+	w := newWaker(s)
+	r := rand.New(rand.NewPCG(5, 6))
+	within := func(got, want time.Duration) bool { return got >= want-want/10 && got <= want+want/10 }
+	for _, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, time.Second} {
+		if got := w.next(false, r); !within(got, want) {
+			t.Fatalf("idle wait %v, want %v ±10%%", got, want)
+		}
+	}
+	if got := w.next(true, r); !within(got, 100*time.Millisecond) {
+		t.Fatalf("wait after records found %v, want min interval", got)
+	}
+}
+
+func TestWaker_FixedPoll(t *testing.T) {
+	t.Parallel()
+	w := newWaker(strategyDefaults(routes.DrainStrategy{Interval: routes.Duration(2 * time.Second)}))
+	for _, found := range []bool{false, true, false} {
+		if got := w.next(found, nil); got < 1800*time.Millisecond || got > 2200*time.Millisecond {
+			t.Fatalf("fixed wait %v, want 2s ±10%%", got)
+		}
+	}
+}
+
+func TestFairShare(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ parts, members, want int }{{4, 1, 4}, {4, 2, 2}, {5, 2, 3}, {1, 3, 1}, {4, 0, 4}} {
+		if got := fairShare(c.parts, c.members); got != c.want {
+			t.Errorf("fairShare(%d, %d) = %d, want %d", c.parts, c.members, got, c.want)
+		}
+	}
+}
