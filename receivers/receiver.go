@@ -48,3 +48,27 @@ type Status struct {
 	// Reason says why the receiver is not ready; empty when it is.
 	Reason string
 }
+
+// Stats are a receiver's counters since it was created, for metrics. The
+// runtime reads them on scrape; receivers stay free of Prometheus.
+type Stats struct {
+	// Received counts messages handed to the sink.
+	Received uint64
+	// Acked counts messages acknowledged after their done (QoS 0 messages
+	// count when settled).
+	Acked uint64
+	// Dropped counts QoS 0 messages dropped because the ingest queue was
+	// full (mqtt only: QoS 0 has no flow control).
+	Dropped uint64
+	// Unrouted counts messages accepted by the embedded listener on topics
+	// that match none of its subscriptions (mqtt_listener only).
+	Unrouted uint64
+	// Abandoned counts messages left unacknowledged because the receiver
+	// stopped (or lost its connection) before they were settled; the
+	// publisher or broker sends them again.
+	Abandoned uint64
+	// Reconnects counts successful connections after the first (mqtt only).
+	Reconnects uint64
+	// InFlight is the number of messages received and not yet acknowledged.
+	InFlight int
+}
