@@ -1,0 +1,124 @@
+package http
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	nethttp "net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gobridge/gobridge/delivery"
+)
+
+// Limits on reading a response body.
+const (
+	// BodyInReason is how many bytes of an error response body go into a
+	// permanent error's reason.
+	BodyInReason = 512
+	// drainLimit bounds how much of a body is read to reuse the connection;
+	// a longer body closes the connection instead.
+	drainLimit = 256 << 10
+)
+
+// StatusError is a non-2xx response. It is wrapped in delivery.Capacity or
+// delivery.Permanent when the status says so, and returned bare (transient)
+// otherwise.
+type StatusError struct {
+	Method string
+	URL    string // redacted
+	Status int
+	// Body is the start of the response body (at most BodyInReason bytes).
+	Body string
+	// Location is the redirect target of a 3xx response.
+	Location string
+}
+
+func (e *StatusError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "http: %s %s: status %d %s", e.Method, e.URL, e.Status, nethttp.StatusText(e.Status))
+	if e.Location != "" {
+		fmt.Fprintf(&b, " (redirect to %s not followed)", e.Location)
+	}
+	if e.Body != "" {
+		fmt.Fprintf(&b, ": %s", e.Body)
+	}
+	return b.String()
+}
+
+// ErrStatus is matched by every *StatusError with errors.Is.
+var ErrStatus = errors.New("http: unexpected status")
+
+// Is reports target == ErrStatus.
+func (e *StatusError) Is(target error) bool { return target == ErrStatus }
+
+// classify turns a response into a delivery outcome and drains and closes its
+// body so that the connection can be reused.
+//
+//	2xx                    nil
+//	429, 503               delivery.Capacity, with Retry-After (seconds or HTTP date)
+//	408, other 5xx         transient (*StatusError)
+//	other (3xx, 4xx, 1xx)  delivery.Permanent(*StatusError), first 512 body bytes in the reason
+func classify(resp *nethttp.Response, now time.Time, method, url string) error {
+	defer resp.Body.Close()
+	code := resp.StatusCode
+	if code >= 200 && code <= 299 {
+		drain(resp.Body)
+		return nil
+	}
+	se := &StatusError{Method: method, URL: url, Status: code}
+	head := make([]byte, BodyInReason)
+	n, _ := io.ReadFull(resp.Body, head)
+	se.Body = printable(head[:n])
+	drain(resp.Body)
+	switch {
+	case code == nethttp.StatusTooManyRequests || code == nethttp.StatusServiceUnavailable:
+		return delivery.Capacity(se, RetryAfter(resp.Header.Get("Retry-After"), now))
+	case code == nethttp.StatusRequestTimeout || code >= 500:
+		return se
+	case code >= 300 && code <= 399:
+		se.Location = resp.Header.Get("Location")
+	}
+	return delivery.Permanent(se)
+}
+
+func drain(r io.Reader) { _, _ = io.Copy(io.Discard, io.LimitReader(r, drainLimit)) }
+
+// printable returns b as text for an error message: invalid UTF-8 is
+// replaced and control characters other than tab become spaces.
+func printable(b []byte) string {
+	b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
+	return strings.TrimSpace(strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\t' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, string(b)))
+}
+
+// RetryAfter parses a Retry-After header value: delay-seconds or an
+// HTTP-date (RFC 9110 §10.2.3) relative to now. It returns 0 for an empty,
+// malformed or past value.
+func RetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		if secs > int64(24*time.Hour/time.Second) {
+			secs = int64(24 * time.Hour / time.Second)
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := nethttp.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}

@@ -1,0 +1,208 @@
+// Package http is a sender that delivers each message as one HTTP request (a
+// webhook): the payload as the body, the envelope ID as Idempotency-Key, and
+// the response status sorted into the delivery error classes.
+package http
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	nethttp "net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/routes"
+)
+
+// Defaults for options left zero.
+const (
+	DefaultMethod      = nethttp.MethodPost
+	DefaultTimeout     = 5 * time.Second
+	DefaultContentType = "application/octet-stream"
+	// DefaultMaxInFlight sizes the connection pool when New gets maxInFlight <= 0.
+	DefaultMaxInFlight = 100
+)
+
+// header is one configured request header with its parsed value template.
+type header struct {
+	name  string // canonical form
+	value *delivery.Template
+}
+
+// Sender posts each envelope to the configured URL. It is safe for concurrent
+// use; concurrent Send calls share one keep-alive connection pool.
+type Sender struct {
+	id      string
+	method  string
+	url     *delivery.Template
+	headers []header
+	hasCT   bool
+	client  *nethttp.Client
+	tr      *nethttp.Transport
+	log     *slog.Logger
+}
+
+// New builds a Sender from cfg.Options: url (required, templates allowed),
+// method (default POST), headers (templates allowed), timeout (per request,
+// default 5s) and tls (ca_file: trust only that CA; cert_file and key_file: a
+// client certificate; insecure_skip_verify). maxInFlight sizes the keep-alive
+// pool (idle connections kept per host); <= 0 means DefaultMaxInFlight. A nil
+// logger discards. It returns an error for a bad template, an unreadable TLS
+// file, or a half-configured client certificate.
+func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender, error) {
+	o := cfg.Options
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if o.URL == "" {
+		return nil, fmt.Errorf("http sender %q: url is required", cfg.ID)
+	}
+	u, err := delivery.ParseTemplate(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("http sender %q: url: %w", cfg.ID, err)
+	}
+	if u.IsLiteral() {
+		if _, err := parseURL(o.URL); err != nil {
+			return nil, fmt.Errorf("http sender %q: %w", cfg.ID, err)
+		}
+	}
+	s := &Sender{
+		id:     cfg.ID,
+		method: strings.ToUpper(cmp.Or(o.Method, DefaultMethod)),
+		url:    u,
+		log:    logger.With("component", "sender", "sender", cfg.ID),
+	}
+	for name, v := range o.Headers {
+		t, err := delivery.ParseTemplate(v)
+		if err != nil {
+			return nil, fmt.Errorf("http sender %q: header %s: %w", cfg.ID, name, err)
+		}
+		name = nethttp.CanonicalHeaderKey(name)
+		if name == "Content-Type" {
+			s.hasCT = true
+		}
+		s.headers = append(s.headers, header{name: name, value: t})
+	}
+	tlsConf, err := tlsConfig(o.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("http sender %q: %w", cfg.ID, err)
+	}
+	if maxInFlight <= 0 {
+		maxInFlight = DefaultMaxInFlight
+	}
+	tr := nethttp.DefaultTransport.(*nethttp.Transport).Clone()
+	tr.MaxIdleConns = maxInFlight
+	tr.MaxIdleConnsPerHost = maxInFlight
+	tr.TLSClientConfig = tlsConf
+	s.tr = tr
+	s.client = &nethttp.Client{
+		Transport: tr,
+		Timeout:   cmp.Or(o.Timeout.D(), DefaultTimeout),
+		// A webhook that redirects is misconfigured: following a 301/302
+		// would turn a POST into a GET without a body. The 3xx is reported.
+		CheckRedirect: func(*nethttp.Request, []*nethttp.Request) error { return nethttp.ErrUseLastResponse },
+	}
+	return s, nil
+}
+
+// BatchSize returns 1: one request carries one message.
+func (s *Sender) BatchSize() int { return 1 }
+
+// Close closes the idle connections of the pool. Send must not be called
+// after Close.
+func (s *Sender) Close() error {
+	s.tr.CloseIdleConnections()
+	return nil
+}
+
+// Send delivers envs one request each, in order, and returns one error per
+// envelope (nil: the target answered 2xx). See the package README section
+// for the classification: 429/503 are delivery.Capacity with the Retry-After
+// hint; 408, other 5xx, connection errors and timeouts are transient; other
+// statuses and messages the templates cannot render are delivery.Permanent.
+func (s *Sender) Send(ctx context.Context, envs []*delivery.Envelope) []error {
+	errs := make([]error, len(envs))
+	for i, e := range envs {
+		errs[i] = s.send(ctx, e)
+	}
+	return errs
+}
+
+func (s *Sender) send(ctx context.Context, e *delivery.Envelope) error {
+	req, err := s.request(ctx, e)
+	if err != nil {
+		return delivery.Permanent(fmt.Errorf("http: message %s: %w", e.ID, err))
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		// Connection refused or reset, DNS, TLS handshake, timeouts and a
+		// cancelled ctx: all may pass. (A bad certificate is permanent in
+		// practice, but an operator fixes it by rotating certificates, not
+		// the message, so the record waits for its replay budget.)
+		return fmt.Errorf("http: %s %s: %w", s.method, req.URL.Redacted(), err)
+	}
+	err = classify(resp, time.Now(), s.method, req.URL.Redacted())
+	if err != nil {
+		s.log.Debug("send failed", "record_id", e.ID, "error", err)
+	}
+	return err
+}
+
+// request builds the request for e; an error means e cannot be sent as
+// configured (a placeholder it cannot fill, a URL that does not parse).
+func (s *Sender) request(ctx context.Context, e *delivery.Envelope) (*nethttp.Request, error) {
+	var p delivery.ParsedPayload
+	raw, err := s.url.RenderWith(e, &p)
+	if err != nil {
+		return nil, fmt.Errorf("url: %w", err)
+	}
+	u, err := parseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	req, err := nethttp.NewRequestWithContext(ctx, s.method, u.String(), bytes.NewReader(e.Payload))
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	for _, h := range s.headers {
+		v, err := h.value.RenderWith(e, &p)
+		if err != nil {
+			return nil, fmt.Errorf("header %s: %w", h.name, err)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return nil, fmt.Errorf("header %s: value contains a line break or NUL", h.name)
+		}
+		if h.name == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(h.name, v)
+	}
+	if !s.hasCT {
+		req.Header.Set("Content-Type", DefaultContentType)
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "gobridge")
+	}
+	req.Header.Set("Idempotency-Key", e.ID)
+	return req, nil
+}
+
+// errBadURL marks a URL that does not parse or is not http(s).
+var errBadURL = errors.New("bad url")
+
+func parseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: %w", errBadURL, raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("%w %q: want http:// or https:// with a host", errBadURL, raw)
+	}
+	return u, nil
+}

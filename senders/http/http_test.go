@@ -1,0 +1,296 @@
+package http
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	nethttp "net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/routes"
+)
+
+type seen struct {
+	method, path, body string
+	header             nethttp.Header
+}
+
+// recorder is an httptest server that records requests and answers with
+// the given handler.
+func recorder(t *testing.T, h nethttp.HandlerFunc) (*httptest.Server, chan seen) {
+	t.Helper()
+	got := make(chan seen, 100)
+	srv := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{method: r.Method, path: r.URL.Path, body: string(b), header: r.Header.Clone()}
+		h(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, got
+}
+
+func newSender(t *testing.T, o routes.SenderOptions) *Sender {
+	t.Helper()
+	s, err := New(routes.SenderConfig{ID: "test", Type: routes.SenderHTTP, Options: o}, 4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func envelope(payload string) *delivery.Envelope {
+	return &delivery.Envelope{
+		ID:         delivery.NewID(),
+		Topic:      "factory/line-7/telemetry",
+		Payload:    []byte(payload),
+		Headers:    map[string]string{"site": "north"},
+		ReceivedAt: time.Now(),
+	}
+}
+
+func sendOne(t *testing.T, s *Sender, e *delivery.Envelope) error {
+	t.Helper()
+	errs := s.Send(t.Context(), []*delivery.Envelope{e})
+	if len(errs) != 1 {
+		t.Fatalf("Send returned %d errors for 1 envelope", len(errs))
+	}
+	return errs[0]
+}
+
+func TestSender_RequestCarriesPayloadTemplatesAndIdempotencyKey(t *testing.T) {
+	srv, got := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) { w.WriteHeader(nethttp.StatusAccepted) })
+	s := newSender(t, routes.SenderOptions{
+		URL:     srv.URL + "/ingest/{topic.1}/{payload.kind}",
+		Headers: map[string]string{"x-site": "{header.site}", "Authorization": "Bearer abc"},
+	})
+	e := envelope(`{"kind":"temp","v":1}`)
+	if err := sendOne(t, s, e); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	checks := map[string][2]string{
+		"method":          {r.method, "POST"},
+		"path":            {r.path, "/ingest/line-7/temp"},
+		"body":            {r.body, `{"kind":"temp","v":1}`},
+		"Idempotency-Key": {r.header.Get("Idempotency-Key"), e.ID},
+		"Content-Type":    {r.header.Get("Content-Type"), "application/octet-stream"},
+		"X-Site":          {r.header.Get("X-Site"), "north"},
+		"Authorization":   {r.header.Get("Authorization"), "Bearer abc"},
+	}
+	for name, c := range checks {
+		if c[0] != c[1] {
+			t.Errorf("%s = %q, want %q", name, c[0], c[1])
+		}
+	}
+}
+
+func TestSender_ContentTypeAndMethodFromConfig(t *testing.T) {
+	srv, got := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {})
+	s := newSender(t, routes.SenderOptions{URL: srv.URL, Method: "put", Headers: map[string]string{"content-type": "application/json"}})
+	if err := sendOne(t, s, envelope(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.method != "PUT" || r.header.Get("Content-Type") != "application/json" || len(r.header.Values("Content-Type")) != 1 {
+		t.Errorf("method %s, Content-Type %q", r.method, r.header.Values("Content-Type"))
+	}
+}
+
+func TestSender_StatusClasses(t *testing.T) {
+	longBody := strings.Repeat("b", 2000)
+	cases := []struct {
+		status     int
+		header     map[string]string
+		body       string
+		want       delivery.Class
+		retryAfter time.Duration
+	}{
+		{status: 200, want: delivery.OK},
+		{status: 201, want: delivery.OK},
+		{status: 204, want: delivery.OK},
+		{status: 429, header: map[string]string{"Retry-After": "7"}, want: delivery.Saturated, retryAfter: 7 * time.Second},
+		{status: 429, want: delivery.Saturated},
+		{status: 503, header: map[string]string{"Retry-After": "120"}, want: delivery.Saturated, retryAfter: 2 * time.Minute},
+		{status: 408, want: delivery.Transient},
+		{status: 500, body: "boom", want: delivery.Transient},
+		{status: 502, want: delivery.Transient},
+		{status: 504, want: delivery.Transient},
+		{status: 400, body: `{"error":"bad field"}`, want: delivery.Fatal},
+		{status: 401, want: delivery.Fatal},
+		{status: 404, want: delivery.Fatal},
+		{status: 413, body: longBody, want: delivery.Fatal},
+		{status: 301, header: map[string]string{"Location": "/elsewhere"}, want: delivery.Fatal},
+	}
+	for _, c := range cases {
+		t.Run(nethttp.StatusText(c.status), func(t *testing.T) {
+			srv, _ := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {
+				for k, v := range c.header {
+					w.Header().Set(k, v)
+				}
+				w.WriteHeader(c.status)
+				io.WriteString(w, c.body)
+			})
+			err := sendOne(t, newSender(t, routes.SenderOptions{URL: srv.URL}), envelope("x"))
+			class, ra := delivery.Classify(err)
+			if class != c.want || ra != c.retryAfter {
+				t.Fatalf("status %d: class %v retry-after %v (%v), want %v %v", c.status, class, ra, err, c.want, c.retryAfter)
+			}
+			if c.want == delivery.OK {
+				return
+			}
+			var se *StatusError
+			if !errors.As(err, &se) || se.Status != c.status || !errors.Is(err, ErrStatus) {
+				t.Fatalf("error %v is not a *StatusError with status %d", err, c.status)
+			}
+			wantBody := c.body
+			if len(wantBody) > BodyInReason {
+				wantBody = wantBody[:BodyInReason]
+			}
+			if se.Body != wantBody || !strings.Contains(err.Error(), wantBody) {
+				t.Errorf("body in reason = %q (len %d), want %d bytes", se.Body, len(se.Body), len(wantBody))
+			}
+			if c.status == 301 && se.Location != "/elsewhere" {
+				t.Errorf("Location = %q", se.Location)
+			}
+		})
+	}
+}
+
+func TestSender_RetryAfterHTTPDate(t *testing.T) {
+	srv, _ := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		w.Header().Set("Retry-After", time.Now().Add(90*time.Second).UTC().Format(nethttp.TimeFormat))
+		w.WriteHeader(nethttp.StatusServiceUnavailable)
+	})
+	err := sendOne(t, newSender(t, routes.SenderOptions{URL: srv.URL}), envelope("x"))
+	class, ra := delivery.Classify(err)
+	if class != delivery.Saturated || ra < 85*time.Second || ra > 90*time.Second {
+		t.Fatalf("class %v retry-after %v, want capacity ~90s (%v)", class, ra, err)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2015, 10, 21, 7, 27, 30, 0, time.UTC)
+	cases := map[string]time.Duration{
+		"":                                  0,
+		"0":                                 0,
+		"-5":                                0,
+		"30":                                30 * time.Second,
+		" 2 ":                               2 * time.Second,
+		"999999999":                         24 * time.Hour,
+		"Wed, 21 Oct 2015 07:28:00 GMT":     30 * time.Second,
+		"Wed, 21 Oct 2015 07:27:00 GMT":     0,
+		"Wednesday, 21-Oct-15 07:28:00 GMT": 30 * time.Second,
+		"soon":                              0,
+	}
+	for in, want := range cases {
+		if got := RetryAfter(in, now); got != want {
+			t.Errorf("RetryAfter(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestSender_TimeoutIsTransient(t *testing.T) {
+	release := make(chan struct{})
+	srv, _ := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	defer close(release)
+	s := newSender(t, routes.SenderOptions{URL: srv.URL, Timeout: routes.Duration(50 * time.Millisecond)})
+	err := sendOne(t, s, envelope("x"))
+	var ne net.Error
+	if class, _ := delivery.Classify(err); class != delivery.Transient || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("class %v, err %v: want a transient timeout", class, err)
+	}
+}
+
+func TestSender_ConnectionRefusedIsTransient(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	err = sendOne(t, newSender(t, routes.SenderOptions{URL: "http://" + addr + "/x"}), envelope("x"))
+	var oe *net.OpError
+	if class, _ := delivery.Classify(err); class != delivery.Transient || !errors.As(err, &oe) {
+		t.Fatalf("class %v, err %v: want a transient dial error", class, err)
+	}
+}
+
+func TestSender_CancelledContextIsTransient(t *testing.T) {
+	srv, _ := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {})
+	s := newSender(t, routes.SenderOptions{URL: srv.URL})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err := s.Send(ctx, []*delivery.Envelope{envelope("x")})[0]
+	if class, _ := delivery.Classify(err); class != delivery.Transient || !errors.Is(err, context.Canceled) {
+		t.Fatalf("class %v, err %v", class, err)
+	}
+}
+
+func TestSender_UnrenderableMessageIsPermanent(t *testing.T) {
+	srv, got := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {})
+	s := newSender(t, routes.SenderOptions{URL: srv.URL + "/{payload.device}", Headers: map[string]string{"X-Line": "{topic.9}"}})
+	errs := s.Send(t.Context(), []*delivery.Envelope{envelope(`{"device":"d1"}`), envelope(`not json`)})
+	var fe *delivery.FieldError
+	if class, _ := delivery.Classify(errs[0]); class != delivery.Fatal || !errors.As(errs[0], &fe) || fe.Placeholder != "topic.9" {
+		t.Errorf("missing topic segment: %v", errs[0])
+	}
+	if class, _ := delivery.Classify(errs[1]); class != delivery.Fatal || !errors.As(errs[1], &fe) || fe.Placeholder != "payload.device" {
+		t.Errorf("non-JSON payload: %v", errs[1])
+	}
+	if len(got) != 0 {
+		t.Errorf("%d requests were sent for unrenderable messages", len(got))
+	}
+}
+
+func TestNew_RejectsBadConfig(t *testing.T) {
+	for name, o := range map[string]routes.SenderOptions{
+		"no url":           {},
+		"bad template":     {URL: "http://x/{nope}"},
+		"not http":         {URL: "ftp://x/"},
+		"bad header":       {URL: "http://x/", Headers: map[string]string{"A": "{header.}"}},
+		"missing ca":       {URL: "https://x/", TLS: routes.TLS{CAFile: "/nonexistent/ca.pem"}},
+		"cert without key": {URL: "https://x/", TLS: routes.TLS{CertFile: "/tmp/c.pem"}},
+	} {
+		if _, err := New(routes.SenderConfig{ID: name, Options: o}, 1, nil); err == nil {
+			t.Errorf("%s: New accepted %+v", name, o)
+		}
+	}
+}
+
+// TestSender_ReusesConnections proves bodies are drained: error responses
+// with bodies do not cost a new connection each.
+func TestSender_ReusesConnections(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		w.WriteHeader(nethttp.StatusBadRequest)
+		io.WriteString(w, strings.Repeat("e", 4000))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st nethttp.ConnState) {
+		if st == nethttp.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	s := newSender(t, routes.SenderOptions{URL: srv.URL})
+	for range 20 {
+		if class, _ := delivery.Classify(sendOne(t, s, envelope("x"))); class != delivery.Fatal {
+			t.Fatal("want permanent")
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("20 sequential requests used %d connections, want 1", n)
+	}
+}
