@@ -36,70 +36,72 @@ const (
 type Config struct {
 	// Version must be 1.
 	Version   int              `yaml:"version"`
-	Bridge    Bridge           `yaml:"bridge"`
-	Stores    Stores           `yaml:"stores"`
-	Receivers []ReceiverConfig `yaml:"receivers"`
-	Senders   []SenderConfig   `yaml:"senders"`
-	Routes    []RouteConfig    `yaml:"routes"`
+	Bridge    Bridge           `yaml:"bridge,omitempty"`
+	Stores    Stores           `yaml:"stores,omitempty"`
+	Receivers []ReceiverConfig `yaml:"receivers,omitempty" validate:"required,dive"`
+	Senders   []SenderConfig   `yaml:"senders,omitempty" validate:"required,dive"`
+	Routes    []RouteConfig    `yaml:"routes,omitempty" validate:"required,dive"`
+
+	src *source // where the config came from, for positions; nil if built in code
 }
 
 // Bridge holds instance-wide settings.
 type Bridge struct {
 	// ID names this instance in logs, metrics and leases. Required.
-	ID    string `yaml:"id"`
-	Admin Admin  `yaml:"admin"`
+	ID    string `yaml:"id,omitempty" validate:"required"`
+	Admin Admin  `yaml:"admin,omitempty"`
 	// ShutdownTimeout bounds a graceful shutdown. Defaults to 30s.
-	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
-	Log             Log      `yaml:"log"`
+	ShutdownTimeout Duration `yaml:"shutdown_timeout,omitempty"`
+	Log             Log      `yaml:"log,omitempty"`
 }
 
 // Admin configures the admin HTTP server.
 type Admin struct {
 	// Listen is the address of /healthz, /readyz, /metrics, /console and
 	// /api. Defaults to 127.0.0.1:9090; "" disables the server.
-	Listen *string `yaml:"listen"`
+	Listen *string `yaml:"listen,omitempty"`
 	// Token, when set, is the bearer token required for mutating calls.
-	Token Secret `yaml:"token"`
+	Token Secret `yaml:"token,omitempty"`
 }
 
 // Log configures logging.
 type Log struct {
 	// Level is debug, info, warn or error. Defaults to info.
-	Level string `yaml:"level"`
+	Level string `yaml:"level,omitempty" validate:"oneof=debug info warn error"`
 	// Format is json or text. Defaults to json.
-	Format string `yaml:"format"`
+	Format string `yaml:"format,omitempty" validate:"oneof=json text"`
 }
 
 // Stores configures the outbox and lease stores.
 type Stores struct {
 	// Outbox is required when any route uses shared_outbox; nil otherwise.
-	Outbox *StoreConfig `yaml:"outbox"`
+	Outbox *StoreConfig `yaml:"outbox,omitempty"`
 	// Lease defaults to {type: memory}.
-	Lease *StoreConfig `yaml:"lease"`
+	Lease *StoreConfig `yaml:"lease,omitempty"`
 }
 
 // StoreConfig selects a store backend.
 type StoreConfig struct {
 	// Type is memory, sqlite or dynamodb.
-	Type    string       `yaml:"type"`
-	Options StoreOptions `yaml:"options"`
+	Type    string       `yaml:"type,omitempty" validate:"required,oneof=memory sqlite dynamodb"`
+	Options StoreOptions `yaml:"options,omitempty"`
 }
 
 // StoreOptions holds the options of every store backend; each backend reads
 // its own.
 type StoreOptions struct {
 	// Path is the SQLite database file. Defaults to ./data/outbox.db.
-	Path string `yaml:"path"`
+	Path string `yaml:"path,omitempty"`
 	// Sync is full (survives power loss) or normal (survives a process
 	// crash). SQLite only. Defaults to full.
-	Sync string `yaml:"sync"`
+	Sync string `yaml:"sync,omitempty"`
 	// Table is the DynamoDB table name. Defaults to gobridge_outbox for the
 	// outbox and gobridge_leases for the lease store.
-	Table string `yaml:"table"`
+	Table string `yaml:"table,omitempty"`
 	// Region is the AWS region (DynamoDB); empty uses the default chain.
-	Region string `yaml:"region"`
+	Region string `yaml:"region,omitempty"`
 	// Endpoint overrides the DynamoDB endpoint, for emulators only.
-	Endpoint string `yaml:"endpoint"`
+	Endpoint string `yaml:"endpoint,omitempty"`
 }
 
 // Receiver types.
@@ -110,58 +112,58 @@ const (
 
 // ReceiverConfig is one message source.
 type ReceiverConfig struct {
-	ID string `yaml:"id"`
+	ID string `yaml:"id,omitempty" validate:"required"`
 	// Type is mqtt (a client of an existing broker) or mqtt_listener (an
 	// embedded broker).
-	Type    string          `yaml:"type"`
-	Options ReceiverOptions `yaml:"options"`
+	Type    string          `yaml:"type,omitempty" validate:"required,oneof=mqtt mqtt_listener"`
+	Options ReceiverOptions `yaml:"options,omitempty"`
 	// Topics are the subscriptions; a route's topic must be covered by one.
-	Topics []Subscription `yaml:"topics"`
+	Topics []Subscription `yaml:"topics,omitempty" validate:"required,dive"`
 }
 
 // ReceiverOptions holds the options of both receiver types.
 type ReceiverOptions struct {
 	// BrokerURLs (mqtt) are tcp://, ssl://, ws:// or wss:// URLs. Required.
-	BrokerURLs []string `yaml:"broker_urls"`
+	BrokerURLs []string `yaml:"broker_urls,omitempty"`
 	// ClientID (mqtt) defaults to "gobridge-" + bridge.id.
-	ClientID string `yaml:"client_id"`
+	ClientID string `yaml:"client_id,omitempty"`
 	// CleanSession (mqtt) defaults to false: a persistent session, so the
 	// broker keeps QoS 1/2 messages while gobridge is away.
-	CleanSession bool     `yaml:"clean_session"`
-	Username     string   `yaml:"username"`
-	Password     Secret   `yaml:"password"`
+	CleanSession bool   `yaml:"clean_session,omitempty"`
+	Username     string `yaml:"username,omitempty"`
+	Password     Secret `yaml:"password,omitempty"`
 	// KeepAlive (mqtt) defaults to 30s.
-	KeepAlive Duration `yaml:"keep_alive"`
+	KeepAlive Duration `yaml:"keep_alive,omitempty"`
 	// ConnectTimeout (mqtt) defaults to 10s.
-	ConnectTimeout Duration `yaml:"connect_timeout"`
+	ConnectTimeout Duration `yaml:"connect_timeout,omitempty"`
 	// Listen (mqtt_listener) is the TCP address to accept publishers on.
 	// Defaults to 127.0.0.1:1883.
-	Listen string `yaml:"listen"`
+	Listen string `yaml:"listen,omitempty"`
 	// Users (mqtt_listener) may connect; none means anonymous access.
-	Users []User `yaml:"users"`
-	TLS   TLS    `yaml:"tls"`
+	Users []User `yaml:"users,omitempty" validate:"dive"`
+	TLS   TLS    `yaml:"tls,omitempty"`
 }
 
 // User is one account of the embedded listener.
 type User struct {
-	Username string `yaml:"username"`
-	Password Secret `yaml:"password"`
+	Username string `yaml:"username,omitempty" validate:"required"`
+	Password Secret `yaml:"password,omitempty"`
 }
 
 // TLS holds TLS settings; empty fields mean "not used".
 type TLS struct {
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+	CAFile             string `yaml:"ca_file,omitempty"`
+	CertFile           string `yaml:"cert_file,omitempty"`
+	KeyFile            string `yaml:"key_file,omitempty"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify,omitempty"`
 }
 
 // Subscription is one topic filter a receiver subscribes to.
 type Subscription struct {
 	// Topic is an MQTT topic filter, optionally $share/GROUP/filter.
-	Topic string `yaml:"topic"`
+	Topic string `yaml:"topic,omitempty" validate:"required"`
 	// QoS is 0, 1 or 2. Defaults to 1.
-	QoS *int `yaml:"qos"`
+	QoS *int `yaml:"qos,omitempty" validate:"omitnil,min=0,max=2"`
 }
 
 // Sender types.
@@ -173,10 +175,10 @@ const (
 
 // SenderConfig is one delivery target.
 type SenderConfig struct {
-	ID string `yaml:"id"`
+	ID string `yaml:"id,omitempty" validate:"required"`
 	// Type is sqs, http or stdout.
-	Type    string        `yaml:"type"`
-	Options SenderOptions `yaml:"options"`
+	Type    string        `yaml:"type,omitempty" validate:"required,oneof=sqs http stdout"`
+	Options SenderOptions `yaml:"options,omitempty"`
 }
 
 // SenderOptions holds the options of every sender type. String options may
@@ -184,135 +186,135 @@ type SenderConfig struct {
 // {payload.PATH}.
 type SenderOptions struct {
 	// QueueURL (sqs) is required; a URL ending in .fifo is a FIFO queue.
-	QueueURL string `yaml:"queue_url"`
+	QueueURL string `yaml:"queue_url,omitempty"`
 	// Region (sqs) empty uses the default chain.
-	Region string `yaml:"region"`
+	Region string `yaml:"region,omitempty"`
 	// Endpoint (sqs) overrides the endpoint, for SQS-compatible servers.
-	Endpoint string `yaml:"endpoint"`
+	Endpoint string `yaml:"endpoint,omitempty"`
 	// MessageGroupID (sqs) is required for FIFO queues, rejected otherwise.
-	MessageGroupID string `yaml:"message_group_id"`
+	MessageGroupID string `yaml:"message_group_id,omitempty"`
 	// Attributes (sqs) become message attributes (templates allowed).
-	Attributes map[string]string `yaml:"attributes"`
+	Attributes map[string]string `yaml:"attributes,omitempty"`
 	// BatchSize (sqs) is 1..10, records per SendMessageBatch. Defaults to 10.
-	BatchSize int `yaml:"batch_size"`
+	BatchSize int `yaml:"batch_size,omitempty" validate:"omitempty,min=1,max=10"`
 
 	// URL (http) is required (templates allowed).
-	URL string `yaml:"url"`
+	URL string `yaml:"url,omitempty"`
 	// Method (http) defaults to POST.
-	Method string `yaml:"method"`
+	Method string `yaml:"method,omitempty" validate:"omitempty,oneof=GET POST PUT PATCH DELETE"`
 	// Headers (http) are request headers (templates allowed).
-	Headers map[string]string `yaml:"headers"`
+	Headers map[string]string `yaml:"headers,omitempty"`
 	// Timeout (http) bounds one request. Defaults to 5s.
-	Timeout Duration `yaml:"timeout"`
-	TLS     TLS      `yaml:"tls"`
+	Timeout Duration `yaml:"timeout,omitempty"`
+	TLS     TLS      `yaml:"tls,omitempty"`
 }
 
 // RouteConfig connects a receiver's messages to a sender.
 type RouteConfig struct {
-	ID string `yaml:"id"`
+	ID string `yaml:"id,omitempty" validate:"required"`
 	// Receiver names the receiver whose messages this route takes.
-	Receiver string `yaml:"receiver"`
+	Receiver string `yaml:"receiver,omitempty" validate:"required"`
 	// Topic is an MQTT topic filter, covered by one of the receiver's
 	// subscriptions.
-	Topic      string            `yaml:"topic"`
-	Processors []ProcessorConfig `yaml:"processors"`
+	Topic      string            `yaml:"topic,omitempty" validate:"required"`
+	Processors []ProcessorConfig `yaml:"processors,omitempty" validate:"dive"`
 	// Sender names the target.
-	Sender string `yaml:"sender"`
+	Sender string `yaml:"sender,omitempty" validate:"required"`
 	// DeliveryMode is direct_hold (default) or shared_outbox.
-	DeliveryMode string `yaml:"delivery_mode"`
+	DeliveryMode string `yaml:"delivery_mode,omitempty" validate:"oneof=direct_hold shared_outbox"`
 	// AckAfter defaults to target_accept for direct_hold and to
 	// outbox_persist for shared_outbox; no other combination is valid.
-	AckAfter string `yaml:"ack_after"`
+	AckAfter string `yaml:"ack_after,omitempty" validate:"oneof=target_accept outbox_persist"`
 	// OrderingKey (a template) gives per-key FIFO delivery; empty: none.
-	OrderingKey string  `yaml:"ordering_key"`
-	Session     Session `yaml:"session"`
-	Policy      Policy  `yaml:"policy"`
+	OrderingKey string  `yaml:"ordering_key,omitempty"`
+	Session     Session `yaml:"session,omitempty"`
+	Policy      Policy  `yaml:"policy,omitempty"`
 }
 
 // ProcessorConfig is one step of a route's processor chain.
 type ProcessorConfig struct {
 	// Type is filter, transform, set_headers, idempotency_key or coalesce.
-	Type string `yaml:"type"`
+	Type string `yaml:"type,omitempty" validate:"required,oneof=filter transform set_headers idempotency_key coalesce"`
 	// Expr (filter, transform) is an expr-lang expression.
-	Expr string `yaml:"expr"`
+	Expr string `yaml:"expr,omitempty"`
 	// Headers (set_headers) maps header names to templates.
-	Headers map[string]string `yaml:"headers"`
+	Headers map[string]string `yaml:"headers,omitempty"`
 	// From (idempotency_key) is a template for the envelope ID.
-	From string `yaml:"from"`
+	From string `yaml:"from,omitempty"`
 	// Hash (idempotency_key) uses SHA-256 of topic and payload as the ID.
-	Hash bool `yaml:"hash"`
+	Hash bool `yaml:"hash,omitempty"`
 	// Key (coalesce) is a template; newer messages replace older pending
 	// ones with the same key.
-	Key string `yaml:"key"`
+	Key string `yaml:"key,omitempty"`
 }
 
 // Session is the outbox partition group a shared_outbox route persists into.
 type Session struct {
 	// ID is required for shared_outbox; routes may share a session.
-	ID string `yaml:"id"`
+	ID string `yaml:"id,omitempty"`
 	// Partitions defaults to 1; records spread by FNV-1a of the ordering
 	// key (or envelope ID).
-	Partitions int `yaml:"partitions"`
+	Partitions int `yaml:"partitions,omitempty" validate:"min=1,max=1024"`
 	// DrainInterval is shorthand for fixed_poll at that interval; never
 	// together with DrainStrategy.
-	DrainInterval Duration `yaml:"drain_interval"`
+	DrainInterval Duration `yaml:"drain_interval,omitempty"`
 	// DrainStrategy defaults to fixed_poll every 1s.
-	DrainStrategy *DrainStrategy `yaml:"drain_strategy"`
+	DrainStrategy *DrainStrategy `yaml:"drain_strategy,omitempty"`
 	// BatchSize is the records per claim. Defaults to 100.
-	BatchSize int `yaml:"batch_size"`
+	BatchSize int `yaml:"batch_size,omitempty" validate:"min=1,max=10000"`
 	// StallAfter makes /readyz fail when the oldest pending record is older
 	// and nothing was sent in that window. Defaults to 10m.
-	StallAfter Duration `yaml:"stall_after"`
+	StallAfter Duration `yaml:"stall_after,omitempty"`
 }
 
 // DrainStrategy says how often an idle drainer polls.
 type DrainStrategy struct {
 	// Type is fixed_poll or adaptive_backoff.
-	Type string `yaml:"type"`
+	Type string `yaml:"type,omitempty" validate:"required,oneof=fixed_poll adaptive_backoff"`
 	// Interval (fixed_poll) defaults to 1s.
-	Interval Duration `yaml:"interval"`
+	Interval Duration `yaml:"interval,omitempty"`
 	// MinInterval (adaptive_backoff) defaults to 100ms.
-	MinInterval Duration `yaml:"min_interval"`
+	MinInterval Duration `yaml:"min_interval,omitempty"`
 	// MaxInterval (adaptive_backoff) defaults to 30s.
-	MaxInterval Duration `yaml:"max_interval"`
+	MaxInterval Duration `yaml:"max_interval,omitempty"`
 	// Multiplier (adaptive_backoff) must be > 1. Defaults to 2.0.
-	Multiplier float64 `yaml:"multiplier"`
+	Multiplier float64 `yaml:"multiplier,omitempty"`
 }
 
 // Policy holds a route's delivery policy.
 type Policy struct {
 	// MaxInFlight bounds concurrent sends (direct_hold) and is the AIMD
 	// ceiling (shared_outbox). Defaults to 100.
-	MaxInFlight int `yaml:"max_in_flight"`
+	MaxInFlight int `yaml:"max_in_flight,omitempty" validate:"min=1"`
 	// MaxOutboxDepth is the pending records per session before ingest
 	// pushes back. Defaults to 10000.
-	MaxOutboxDepth int `yaml:"max_outbox_depth"`
+	MaxOutboxDepth int `yaml:"max_outbox_depth,omitempty" validate:"min=1"`
 	// MaxReplayAttempts: a transiently failing record is poisoned only after
 	// more claims than this. Defaults to 5.
-	MaxReplayAttempts int `yaml:"max_replay_attempts"`
+	MaxReplayAttempts int `yaml:"max_replay_attempts,omitempty" validate:"min=1"`
 	// ReplayBudget: ... and only after this long since its first attempt.
 	// Defaults to 15m.
-	ReplayBudget Duration `yaml:"replay_budget"`
+	ReplayBudget Duration `yaml:"replay_budget,omitempty"`
 	// SendTimeout bounds one send. Defaults to 30s.
-	SendTimeout Duration `yaml:"send_timeout"`
+	SendTimeout Duration `yaml:"send_timeout,omitempty"`
 	// TTL: records older than this expire; 0 (the default): never.
-	TTL Duration `yaml:"ttl"`
+	TTL Duration `yaml:"ttl,omitempty"`
 	// OnExpired is dlq (default) or drop.
-	OnExpired string `yaml:"on_expired"`
+	OnExpired string `yaml:"on_expired,omitempty" validate:"oneof=dlq drop"`
 	// OnPermanentFailure is dlq or drop. Defaults to dlq with an outbox
 	// store, drop without one.
-	OnPermanentFailure string  `yaml:"on_permanent_failure"`
-	Backoff            Backoff `yaml:"backoff"`
+	OnPermanentFailure string  `yaml:"on_permanent_failure,omitempty" validate:"oneof=dlq drop"`
+	Backoff            Backoff `yaml:"backoff,omitempty"`
 }
 
 // Backoff is exponential backoff with full jitter.
 type Backoff struct {
 	// InitialInterval defaults to 1s.
-	InitialInterval Duration `yaml:"initial_interval"`
+	InitialInterval Duration `yaml:"initial_interval,omitempty"`
 	// MaxInterval defaults to 30s.
-	MaxInterval Duration `yaml:"max_interval"`
+	MaxInterval Duration `yaml:"max_interval,omitempty"`
 	// Multiplier defaults to 2.0.
-	Multiplier float64 `yaml:"multiplier"`
+	Multiplier float64 `yaml:"multiplier,omitempty"`
 }
 
 // Duration is a time.Duration written in YAML as a string with a unit

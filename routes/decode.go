@@ -1,0 +1,317 @@
+package routes
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+var (
+	durationType = reflect.TypeFor[Duration]()
+	secretType   = reflect.TypeFor[Secret]()
+)
+
+// walker checks a YAML node tree against the Go schema before decoding:
+// unknown and duplicate keys, wrong node kinds and scalar types, durations
+// and ${VAR} expansion. It records the position of every field path and
+// removes the offending key/value pairs, so that the following node.Decode
+// cannot fail and every problem is reported, not only the first.
+type walker struct {
+	src    *source
+	lookup func(string) (string, bool)
+	probs  Problems
+}
+
+func (w *walker) errorf(n *yaml.Node, path, rule, format string, args ...any) {
+	w.probs = append(w.probs, Problem{File: w.src.file, Line: n.Line, Column: n.Column,
+		Rule: rule, Severity: SeverityError, Message: fmt.Sprintf(format, args...), path: path})
+	if path != "" {
+		w.src.broken[path] = true
+	}
+}
+
+// display names a path in messages; the root is "config".
+func display(path string) string {
+	if path == "" {
+		return "config"
+	}
+	return path
+}
+
+// walk checks n against t at path. It returns false when n must be removed
+// (or replaced) because it cannot be decoded into t.
+func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
+	w.src.index[path] = pos{n.Line, n.Column}
+	if n.Kind == yaml.AliasNode {
+		w.errorf(n, path, "yaml-alias", "%s: YAML aliases (*name) are not supported; write the value out", display(path))
+		return false
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" && !strings.Contains(n.Value, "${") {
+		return true // zero value; defaults and "required" rules take over
+	}
+	if n.Anchor != "" {
+		n.Anchor = "" // anchors are harmless without aliases
+	}
+	switch t {
+	case durationType:
+		if !w.scalar(n, t, path, true) {
+			return false
+		}
+		switch n.ShortTag() {
+		case "!!int", "!!float":
+			w.errorf(n, path, "duration", "%s: %q has no unit; write a duration such as \"%ss\"", path, n.Value, n.Value)
+			return false
+		case "!!str":
+		default:
+			w.errorf(n, path, "wrong-type", "%s: expected a duration such as \"1s\", got %s", path, kindName(n))
+			return false
+		}
+		if _, err := ParseDuration(n.Value); err != nil {
+			w.errorf(n, path, "duration", "%s: %v", path, err)
+			return false
+		}
+		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
+		return true
+	case secretType:
+		return w.scalar(n, t, path, false)
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return w.walk(n, t.Elem(), path)
+	case reflect.Struct:
+		return w.mapping(n, t, path)
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			w.errorf(n, path, "wrong-type", "%s: expected a list, got %s", path, kindName(n))
+			return false
+		}
+		for i, e := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if !w.walk(e, t.Elem(), p) {
+				// keep indices stable: decode an empty value in its place
+				n.Content[i] = emptyNode(t.Elem(), e)
+			}
+		}
+		return true
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			w.errorf(n, path, "wrong-type", "%s: expected a mapping, got %s", path, kindName(n))
+			return false
+		}
+		var kept []*yaml.Node
+		seen := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				w.errorf(k, path, "wrong-type", "%s: keys must be strings", path)
+				continue
+			}
+			p := path + "." + k.Value
+			if line, dup := seen[k.Value]; dup {
+				w.errorf(k, p, "duplicate-key", "%s: key %q already defined at line %d", path, k.Value, line)
+				continue
+			}
+			seen[k.Value] = k.Line
+			k.Tag, k.Style = "!!str", yaml.DoubleQuotedStyle
+			if !w.walk(v, t.Elem(), p) {
+				continue
+			}
+			kept = append(kept, k, v)
+		}
+		n.Content = kept
+		return true
+	default:
+		return w.scalar(n, t, path, false)
+	}
+}
+
+// mapping checks a struct's mapping node: every key must name a field.
+func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
+	if n.Kind != yaml.MappingNode {
+		w.errorf(n, path, "wrong-type", "%s: expected a mapping, got %s", display(path), kindName(n))
+		return false
+	}
+	fields := yamlFields(t)
+	var kept []*yaml.Node
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			w.errorf(k, path, "wrong-type", "%s: keys must be strings", display(path))
+			continue
+		}
+		p := joinPath(path, k.Value)
+		f, ok := fields[k.Value]
+		if !ok {
+			w.errorf(k, "", "unknown-key", "%s: unknown key %q%s", display(path), k.Value, suggest(k.Value, fields))
+			continue
+		}
+		if line, dup := seen[k.Value]; dup {
+			w.errorf(k, p, "duplicate-key", "%s: key %q already defined at line %d", display(path), k.Value, line)
+			continue
+		}
+		seen[k.Value] = k.Line
+		if !w.walk(v, f.Type, p) {
+			continue
+		}
+		kept = append(kept, k, v)
+	}
+	n.Content = kept
+	return true
+}
+
+// scalar checks a scalar node for a string, int, bool or float target,
+// expanding ${VAR} first.
+func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string, duration bool) bool {
+	if n.Kind != yaml.ScalarNode {
+		want := "a " + t.Kind().String()
+		if duration {
+			want = "a duration"
+		}
+		w.errorf(n, path, "wrong-type", "%s: expected %s, got %s", path, want, kindName(n))
+		return false
+	}
+	v, expanded, err := expandEnv(n.Value, w.lookup)
+	if err != nil {
+		w.errorf(n, path, "env", "%s: %v", path, err)
+		return false
+	}
+	if expanded {
+		n.Value = v
+		n.Tag, n.Style = "", 0 // re-resolve the expanded text as a plain scalar
+	}
+	if duration {
+		return true
+	}
+	tag := n.ShortTag()
+	switch t.Kind() {
+	case reflect.String:
+		if tag == "!!null" {
+			n.Value = ""
+		}
+		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
+		return true
+	case reflect.Int:
+		if tag == "!!int" {
+			if _, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 32); err == nil {
+				return true
+			}
+			w.errorf(n, path, "wrong-type", "%s: %s is out of range", path, n.Value)
+			return false
+		}
+		w.errorf(n, path, "wrong-type", "%s: expected an integer, got %s", path, kindName(n))
+		return false
+	case reflect.Bool:
+		if tag == "!!bool" {
+			return true
+		}
+		w.errorf(n, path, "wrong-type", "%s: expected true or false, got %s", path, kindName(n))
+		return false
+	case reflect.Float64:
+		if tag == "!!float" || tag == "!!int" {
+			var f float64
+			if err := n.Decode(&f); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
+				return true
+			}
+		}
+		w.errorf(n, path, "wrong-type", "%s: expected a number, got %s", path, kindName(n))
+		return false
+	}
+	w.errorf(n, path, "wrong-type", "%s: unsupported value", path)
+	return false
+}
+
+// kindName describes a node for messages.
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	switch n.ShortTag() {
+	case "!!str":
+		return fmt.Sprintf("the string %q", n.Value)
+	case "!!null":
+		return "null"
+	}
+	return strconv.Quote(n.Value)
+}
+
+// emptyNode is a placeholder for a rejected list element.
+func emptyNode(t reflect.Type, at *yaml.Node) *yaml.Node {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	n := &yaml.Node{Line: at.Line, Column: at.Column}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		n.Kind, n.Tag = yaml.MappingNode, "!!map"
+	default:
+		n.Kind, n.Tag = yaml.ScalarNode, "!!null"
+	}
+	return n
+}
+
+// yamlFields maps the yaml names of t's exported fields to their fields.
+func yamlFields(t reflect.Type) map[string]reflect.StructField {
+	m := make(map[string]reflect.StructField, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		m[name] = f
+	}
+	return m
+}
+
+// suggest proposes the closest known key for a misspelt one.
+func suggest(key string, fields map[string]reflect.StructField) string {
+	best, bestD := "", 3
+	for name := range fields {
+		if d := editDistance(key, name); d < bestD || (d == bestD && best != "" && name < best) {
+			best, bestD = name, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 99
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := 1
+			if a[i-1] == b[j-1] {
+				c = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,146 @@
+package routes
+
+import (
+	"cmp"
+	"time"
+)
+
+// Default values, documented in the README's config reference (a test keeps
+// the two in step).
+const (
+	DefaultAdminListen      = "127.0.0.1:9090"
+	DefaultListenerAddr     = "127.0.0.1:1883"
+	DefaultSQLitePath       = "./data/outbox.db"
+	DefaultOutboxTable      = "gobridge_outbox"
+	DefaultLeaseTable       = "gobridge_leases"
+	DefaultClientIDPrefix   = "gobridge-"
+	DefaultShutdownTimeout  = 30 * time.Second
+	DefaultKeepAlive        = 30 * time.Second
+	DefaultConnectTimeout   = 10 * time.Second
+	DefaultHTTPTimeout      = 5 * time.Second
+	DefaultDrainInterval    = time.Second
+	DefaultAdaptiveMin      = 100 * time.Millisecond
+	DefaultAdaptiveMax      = 30 * time.Second
+	DefaultStallAfter       = 10 * time.Minute
+	DefaultReplayBudget     = 15 * time.Minute
+	DefaultSendTimeout      = 30 * time.Second
+	DefaultBackoffInitial   = time.Second
+	DefaultBackoffMax       = 30 * time.Second
+	DefaultMultiplier       = 2.0
+	DefaultQoS              = 1
+	DefaultSQSBatchSize     = 10
+	DefaultSessionBatchSize = 100
+	DefaultMaxInFlight      = 100
+	DefaultMaxOutboxDepth   = 10000
+	DefaultMaxReplay        = 5
+)
+
+// setDefaults fills every unset field with its default. It is the only
+// place defaults are applied. Type-specific options are filled only for
+// their type. After it, Session.DrainStrategy is always set: a drain_interval
+// is folded into a fixed_poll strategy and DrainInterval is zeroed, so the
+// runtime reads DrainStrategy only.
+func (c *Config) setDefaults() {
+	b := &c.Bridge
+	if b.Admin.Listen == nil {
+		l := DefaultAdminListen
+		b.Admin.Listen = &l
+	}
+	b.ShutdownTimeout = cmp.Or(b.ShutdownTimeout, Duration(DefaultShutdownTimeout))
+	b.Log.Level = cmp.Or(b.Log.Level, "info")
+	b.Log.Format = cmp.Or(b.Log.Format, "json")
+
+	if c.Stores.Lease == nil {
+		c.Stores.Lease = &StoreConfig{Type: "memory"}
+	}
+	for _, s := range []struct {
+		cfg   *StoreConfig
+		table string
+	}{{c.Stores.Outbox, DefaultOutboxTable}, {c.Stores.Lease, DefaultLeaseTable}} {
+		if s.cfg == nil {
+			continue
+		}
+		switch s.cfg.Type {
+		case "sqlite":
+			s.cfg.Options.Path = cmp.Or(s.cfg.Options.Path, DefaultSQLitePath)
+			s.cfg.Options.Sync = cmp.Or(s.cfg.Options.Sync, "full")
+		case "dynamodb":
+			s.cfg.Options.Table = cmp.Or(s.cfg.Options.Table, s.table)
+		}
+	}
+
+	for i := range c.Receivers {
+		r := &c.Receivers[i]
+		switch r.Type {
+		case ReceiverMQTT:
+			r.Options.ClientID = cmp.Or(r.Options.ClientID, DefaultClientIDPrefix+b.ID)
+			r.Options.KeepAlive = cmp.Or(r.Options.KeepAlive, Duration(DefaultKeepAlive))
+			r.Options.ConnectTimeout = cmp.Or(r.Options.ConnectTimeout, Duration(DefaultConnectTimeout))
+		case ReceiverMQTTListener:
+			r.Options.Listen = cmp.Or(r.Options.Listen, DefaultListenerAddr)
+		}
+		for j := range r.Topics {
+			if r.Topics[j].QoS == nil {
+				q := DefaultQoS
+				r.Topics[j].QoS = &q
+			}
+		}
+	}
+
+	for i := range c.Senders {
+		s := &c.Senders[i]
+		switch s.Type {
+		case SenderSQS:
+			s.Options.BatchSize = cmp.Or(s.Options.BatchSize, DefaultSQSBatchSize)
+		case SenderHTTP:
+			s.Options.Method = cmp.Or(s.Options.Method, "POST")
+			s.Options.Timeout = cmp.Or(s.Options.Timeout, Duration(DefaultHTTPTimeout))
+		}
+	}
+
+	// Without an outbox store there is no dead-letter queue: settle by drop.
+	settle := PolicyDLQ
+	if c.Stores.Outbox == nil {
+		settle = PolicyDrop
+	}
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		r.DeliveryMode = cmp.Or(r.DeliveryMode, DirectHold)
+		if r.AckAfter == "" {
+			r.AckAfter = AckTargetAccept
+			if r.DeliveryMode == SharedOutbox {
+				r.AckAfter = AckOutboxPersist
+			}
+		}
+		s := &r.Session
+		s.Partitions = cmp.Or(s.Partitions, 1)
+		if s.DrainStrategy == nil {
+			s.DrainStrategy = &DrainStrategy{Type: DrainFixedPoll, Interval: cmp.Or(s.DrainInterval, Duration(DefaultDrainInterval))}
+			s.DrainInterval = 0
+		}
+		ds := s.DrainStrategy
+		ds.Type = cmp.Or(ds.Type, DrainFixedPoll)
+		switch ds.Type {
+		case DrainFixedPoll:
+			ds.Interval = cmp.Or(ds.Interval, Duration(DefaultDrainInterval))
+		case DrainAdaptiveBackoff:
+			ds.MinInterval = cmp.Or(ds.MinInterval, Duration(DefaultAdaptiveMin))
+			ds.MaxInterval = cmp.Or(ds.MaxInterval, Duration(DefaultAdaptiveMax))
+			ds.Multiplier = cmp.Or(ds.Multiplier, DefaultMultiplier)
+		}
+		s.BatchSize = cmp.Or(s.BatchSize, DefaultSessionBatchSize)
+		s.StallAfter = cmp.Or(s.StallAfter, Duration(DefaultStallAfter))
+
+		p := &r.Policy
+		p.MaxInFlight = cmp.Or(p.MaxInFlight, DefaultMaxInFlight)
+		p.MaxOutboxDepth = cmp.Or(p.MaxOutboxDepth, DefaultMaxOutboxDepth)
+		p.MaxReplayAttempts = cmp.Or(p.MaxReplayAttempts, DefaultMaxReplay)
+		p.ReplayBudget = cmp.Or(p.ReplayBudget, Duration(DefaultReplayBudget))
+		p.SendTimeout = cmp.Or(p.SendTimeout, Duration(DefaultSendTimeout))
+		p.OnExpired = cmp.Or(p.OnExpired, settle)
+		p.OnPermanentFailure = cmp.Or(p.OnPermanentFailure, settle)
+		p.Backoff.InitialInterval = cmp.Or(p.Backoff.InitialInterval, Duration(DefaultBackoffInitial))
+		p.Backoff.MaxInterval = cmp.Or(p.Backoff.MaxInterval, Duration(DefaultBackoffMax))
+		p.Backoff.Multiplier = cmp.Or(p.Backoff.Multiplier, DefaultMultiplier)
+	}
+}

@@ -1,0 +1,73 @@
+package routes
+
+import (
+	"fmt"
+	"strings"
+)
+
+// EnvError is a ${VAR} expansion that failed: a variable that is not set
+// and has no default, or malformed syntax.
+type EnvError struct {
+	Var string // the variable name; empty for a syntax error
+	Msg string
+}
+
+func (e *EnvError) Error() string { return e.Msg }
+
+// expandEnv replaces ${VAR} and ${VAR:-default} in s using lookup. ${VAR:-d}
+// uses d when VAR is unset or empty; ${VAR} with VAR unset is an error.
+// "$${" writes a literal "${". Other "$" characters are kept as they are
+// (so "$share/..." topics need no escaping). It reports whether s
+// contained any expansion.
+func expandEnv(s string, lookup func(string) (string, bool)) (string, bool, error) {
+	if !strings.Contains(s, "${") {
+		return s, false, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if strings.HasPrefix(s[i:], "$${") {
+			b.WriteString("${")
+			i += 3
+			continue
+		}
+		if !strings.HasPrefix(s[i:], "${") {
+			b.WriteByte(s[i])
+			i++
+			continue
+		}
+		end := strings.IndexByte(s[i:], '}')
+		if end < 0 {
+			return "", true, &EnvError{Msg: fmt.Sprintf("unterminated ${ in %q", s)}
+		}
+		expr := s[i+2 : i+end]
+		name, def, hasDef := strings.Cut(expr, ":-")
+		if !validEnvName(name) {
+			return "", true, &EnvError{Msg: fmt.Sprintf("invalid variable name %q in ${%s}; use ${NAME} or ${NAME:-default}", name, expr)}
+		}
+		v, ok := lookup(name)
+		switch {
+		case hasDef && v == "":
+			v = def
+		case !ok:
+			return "", true, &EnvError{Var: name, Msg: fmt.Sprintf("environment variable %s is not set and has no default (write ${%s:-default} to give one)", name, name)}
+		}
+		b.WriteString(v)
+		i += end + 1
+	}
+	return b.String(), true, nil
+}
+
+func validEnvName(n string) bool {
+	if n == "" {
+		return false
+	}
+	for i, c := range n {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

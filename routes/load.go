@@ -1,0 +1,111 @@
+package routes
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Load reads the config file at path and returns it with defaults applied,
+// together with every problem found (see Parse). The error is non-nil only
+// when the file cannot be read.
+func Load(path string) (*Config, Problems, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load config: %w", err)
+	}
+	defer f.Close()
+	return Parse(f, path)
+}
+
+// Parse decodes a config from r, naming it file in problems. It expands
+// ${VAR} and ${VAR:-default} from the environment, decodes strictly,
+// applies the defaults and validates. It returns every problem found, sorted
+// by position; the config is usable only when !problems.HasErrors(). The
+// config is nil when the document could not be decoded at all (a YAML
+// syntax error or a document that is not a mapping). The error is non-nil
+// only when r fails.
+//
+// Parse has no side effects: it reads the environment and nothing else.
+func Parse(r io.Reader, file string) (*Config, Problems, error) {
+	return parse(r, file, os.LookupEnv)
+}
+
+// ParseWithEnv is Parse with lookup in place of the process environment.
+func ParseWithEnv(r io.Reader, file string, lookup func(string) (string, bool)) (*Config, Problems, error) {
+	return parse(r, file, lookup)
+}
+
+func parse(r io.Reader, file string, lookup func(string) (string, bool)) (*Config, Problems, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read config %s: %w", file, err)
+	}
+	cfg, probs := decode(data, file, lookup)
+	if cfg != nil {
+		cfg.setDefaults()
+		probs = append(probs, cfg.Validate()...)
+	}
+	probs.Sort()
+	return cfg, probs, nil
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxProblem turns a yaml.v3 parse error into a positioned problem.
+// yaml.v3 reports only a line, in the error text; the column is 1.
+func syntaxProblem(file string, err error) Problem {
+	p := Problem{File: file, Line: 1, Column: 1, Rule: "yaml-syntax", Severity: SeverityError, Message: err.Error()}
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		if n, convErr := strconv.Atoi(m[1]); convErr == nil {
+			p.Line, p.Message = n, m[2]
+		}
+	}
+	return p
+}
+
+func decode(data []byte, file string, lookup func(string) (string, bool)) (*Config, Problems) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, Problems{{File: file, Line: 1, Column: 1, Rule: "yaml-syntax", Severity: SeverityError, Message: "the file is empty"}}
+		}
+		return nil, Problems{syntaxProblem(file, err)}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, Problems{{File: file, Line: extra.Line, Column: extra.Column, Rule: "yaml-syntax", Severity: SeverityError,
+			Message: "more than one YAML document; a config is a single document"}}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, Problems{syntaxProblem(file, err)}
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	src := &source{file: file, index: map[string]pos{}, broken: map[string]bool{}}
+	w := &walker{src: src, lookup: lookup}
+	if root.Kind != yaml.MappingNode {
+		w.errorf(root, "", "wrong-type", "config: expected a mapping of version, bridge, stores, receivers, senders and routes, got %s", kindName(root))
+		return nil, w.probs
+	}
+	w.walk(root, reflect.TypeFor[Config](), "")
+	cfg := &Config{}
+	if err := root.Decode(cfg); err != nil {
+		// The walker should have removed everything that fails to decode;
+		// report what slipped through rather than panicking.
+		w.probs = append(w.probs, Problem{File: file, Line: root.Line, Column: root.Column, Rule: "wrong-type",
+			Severity: SeverityError, Message: err.Error()})
+		return nil, w.probs
+	}
+	cfg.src = src
+	return cfg, w.probs
+}

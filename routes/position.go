@@ -1,0 +1,104 @@
+package routes
+
+import (
+	"fmt"
+	"strings"
+)
+
+// pos is a line and column in a YAML file, both 1-based.
+type pos struct{ line, col int }
+
+// source records where a config came from: the file name, the position of
+// every field path that was present, and the paths whose values were
+// rejected while decoding (later rules stay quiet about those).
+type source struct {
+	file   string
+	index  map[string]pos
+	broken map[string]bool
+}
+
+// File returns the name the config was parsed under ("" if built in code).
+func (c *Config) File() string {
+	if c.src == nil {
+		return ""
+	}
+	return c.src.file
+}
+
+// Has reports whether path (e.g. "routes[2].policy.send_timeout") was
+// written in the YAML file.
+func (c *Config) Has(path string) bool {
+	if c.src == nil {
+		return false
+	}
+	_, ok := c.src.index[path]
+	return ok
+}
+
+// Position returns the line and column of the YAML node at path, such as
+// "routes[2].policy.send_timeout". When the field is absent it falls back to
+// the nearest present parent ("routes[2].policy", then "routes[2]", ...),
+// and to 1:1 at worst.
+func (c *Config) Position(path string) (line, col int) {
+	if c.src != nil {
+		for p := path; ; p = parentPath(p) {
+			if at, ok := c.src.index[p]; ok && at.line > 0 {
+				return at.line, at.col
+			}
+			if p == "" {
+				break
+			}
+		}
+	}
+	return 1, 1
+}
+
+// parentPath strips the last segment of a field path: "a.b[2]" -> "a.b",
+// "a.b" -> "a", "a" -> "".
+func parentPath(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i < 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+// Problem returns a problem positioned at path. Compile steps outside this
+// package (such as expression compilation in processors) use it to report
+// positioned problems in the same format as the validator.
+func (c *Config) Problem(path, rule string, sev Severity, format string, args ...any) Problem {
+	line, col := c.Position(path)
+	return Problem{File: c.File(), Line: line, Column: col, Rule: rule, Severity: sev,
+		Message: fmt.Sprintf(format, args...), path: path}
+}
+
+// Errorf is Problem with SeverityError.
+func (c *Config) Errorf(path, rule, format string, args ...any) Problem {
+	return c.Problem(path, rule, SeverityError, format, args...)
+}
+
+// Warnf is Problem with SeverityWarning.
+func (c *Config) Warnf(path, rule, format string, args ...any) Problem {
+	return c.Problem(path, rule, SeverityWarning, format, args...)
+}
+
+// isBroken reports whether path or one of its parents held a value that was
+// rejected while decoding.
+func (c *Config) isBroken(path string) bool {
+	if c.src == nil || len(c.src.broken) == 0 {
+		return false
+	}
+	for p := path; p != ""; p = parentPath(p) {
+		if c.src.broken[p] {
+			return true
+		}
+	}
+	return false
+}
+
+func joinPath(parent, name string) string {
+	if parent == "" {
+		return name
+	}
+	return parent + "." + name
+}

@@ -1,0 +1,126 @@
+package routes
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Severity says whether a problem makes a config invalid.
+type Severity string
+
+// Severities.
+const (
+	// SeverityError makes the config invalid: check exits 1 and run refuses
+	// to start.
+	SeverityError Severity = "error"
+	// SeverityWarning is printed but does not fail the config.
+	SeverityWarning Severity = "warning"
+)
+
+// Problem is one thing wrong with a config, positioned at the YAML node at
+// fault (or at its parent when the field is absent).
+type Problem struct {
+	File     string   `json:"file"`
+	Line     int      `json:"line"`
+	Column   int      `json:"column"`
+	Rule     string   `json:"rule"`
+	Severity Severity `json:"severity"`
+	Message  string   `json:"message"`
+
+	path string // YAML field path, for filtering; not printed
+}
+
+// String formats p as FILE:LINE:COL: RULE: message. A warning's message
+// starts with "warning: ".
+func (p Problem) String() string {
+	msg := p.Message
+	if p.Severity == SeverityWarning {
+		msg = "warning: " + msg
+	}
+	return fmt.Sprintf("%s:%d:%d: %s: %s", p.File, p.Line, p.Column, p.Rule, msg)
+}
+
+// Problems is every problem found in a config, in file order once sorted.
+type Problems []Problem
+
+// HasErrors reports whether any problem is an error (not a warning).
+func (ps Problems) HasErrors() bool {
+	return slices.ContainsFunc(ps, func(p Problem) bool { return p.Severity != SeverityWarning })
+}
+
+// Errors returns only the errors.
+func (ps Problems) Errors() Problems {
+	return slices.DeleteFunc(slices.Clone(ps), func(p Problem) bool { return p.Severity == SeverityWarning })
+}
+
+// Warnings returns only the warnings.
+func (ps Problems) Warnings() Problems {
+	return slices.DeleteFunc(slices.Clone(ps), func(p Problem) bool { return p.Severity != SeverityWarning })
+}
+
+// Sort orders problems by line and column, keeping the order in which
+// problems at the same position were found.
+func (ps Problems) Sort() {
+	slices.SortStableFunc(ps, func(a, b Problem) int {
+		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
+	})
+}
+
+// ErrInvalid is matched (errors.Is) by the error Problems.Err returns.
+var ErrInvalid = errors.New("invalid config")
+
+// InvalidError is the error of a config with at least one error-severity
+// problem. It unwraps to ErrInvalid.
+type InvalidError struct {
+	Problems Problems // errors only
+}
+
+func (e *InvalidError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "invalid config (%d problems):", len(e.Problems))
+	for _, p := range e.Problems {
+		b.WriteString("\n")
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrInvalid.
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+// Err returns nil when there is no error-severity problem, and an
+// *InvalidError listing the errors otherwise.
+func (ps Problems) Err() error {
+	errs := ps.Errors()
+	if len(errs) == 0 {
+		return nil
+	}
+	return &InvalidError{Problems: errs}
+}
+
+// WriteText writes one problem per line in the FILE:LINE:COL: RULE: message
+// format.
+func (ps Problems) WriteText(w io.Writer) error {
+	for _, p := range ps {
+		if _, err := fmt.Fprintln(w, p.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteJSON writes the problems as a JSON array of objects with file, line,
+// column, rule, severity and message ([] when there is none).
+func (ps Problems) WriteJSON(w io.Writer) error {
+	if ps == nil {
+		ps = Problems{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(ps)
+}

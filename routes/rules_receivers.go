@@ -1,0 +1,124 @@
+package routes
+
+import (
+	"fmt"
+)
+
+var receiverOptions = map[string][]string{
+	ReceiverMQTT:         {"broker_urls", "client_id", "clean_session", "username", "password", "keep_alive", "connect_timeout", "tls"},
+	ReceiverMQTTListener: {"listen", "users", "tls"},
+}
+
+var senderOptions = map[string][]string{
+	SenderSQS:    {"queue_url", "region", "endpoint", "message_group_id", "attributes", "batch_size"},
+	SenderHTTP:   {"url", "method", "headers", "timeout", "tls"},
+	SenderStdout: nil,
+}
+
+func (c *Config) checkReceivers(add func(Problem)) {
+	ids := make([]string, len(c.Receivers))
+	for i, r := range c.Receivers {
+		ids[i] = r.ID
+	}
+	c.checkDuplicateIDs(add, "receivers", ids)
+
+	for i, r := range c.Receivers {
+		path := fmt.Sprintf("receivers[%d]", i)
+		if allowed, ok := receiverOptions[r.Type]; ok {
+			c.checkOptions(add, path+".options", "receiver", r.Type, r.Options, allowed)
+		}
+		switch r.Type {
+		case ReceiverMQTT:
+			if len(r.Options.BrokerURLs) == 0 {
+				add(c.Errorf(path+".options.broker_urls", "required", "%s.options.broker_urls is required for an mqtt receiver", path))
+			}
+			for j, u := range r.Options.BrokerURLs {
+				if err := checkBrokerURL(u); err != nil {
+					add(c.Errorf(fmt.Sprintf("%s.options.broker_urls[%d]", path, j), "broker-url", "%s.options.broker_urls[%d]: %v", path, j, err))
+				}
+			}
+		case ReceiverMQTTListener:
+			if err := checkListenAddr(r.Options.Listen); err != nil {
+				add(c.Errorf(path+".options.listen", "listen", "%s.options.listen: %v", path, err))
+			}
+		}
+		feeds := c.routesOf(r.ID)
+		for j, s := range r.Topics {
+			tp := fmt.Sprintf("%s.topics[%d]", path, j)
+			if s.Topic != "" {
+				if err := ValidateFilter(s.Topic); err != nil {
+					add(c.Errorf(tp+".topic", "topic-filter", "%s.topic: %v", tp, err))
+					continue
+				}
+			}
+			if s.QoS != nil && *s.QoS == 0 {
+				for _, rt := range feeds {
+					if Overlaps(s.Topic, rt.Topic) {
+						add(c.Warnf(tp+".qos", "qos0", "%s subscribes to %q with QoS 0, feeding route %q: the broker may drop such messages before gobridge sees them; use qos: 1",
+							tp, s.Topic, rt.ID))
+						break
+					}
+				}
+			}
+		}
+		if r.Type == ReceiverMQTT && r.Options.CleanSession && len(feeds) > 0 {
+			add(c.Warnf(path+".options.clean_session", "clean-session",
+				"%s has clean_session: true and feeds route %q: the broker forgets what arrived while gobridge was away; use clean_session: false", path, feeds[0].ID))
+		}
+	}
+}
+
+// routesOf returns the routes that take messages from receiver id.
+func (c *Config) routesOf(id string) []RouteConfig {
+	var rs []RouteConfig
+	for _, r := range c.Routes {
+		if r.Receiver == id && id != "" {
+			rs = append(rs, r)
+		}
+	}
+	return rs
+}
+
+func (c *Config) checkSenders(add func(Problem)) {
+	ids := make([]string, len(c.Senders))
+	for i, s := range c.Senders {
+		ids[i] = s.ID
+	}
+	c.checkDuplicateIDs(add, "senders", ids)
+
+	for i, s := range c.Senders {
+		path := fmt.Sprintf("senders[%d]", i)
+		op := path + ".options"
+		if allowed, ok := senderOptions[s.Type]; ok {
+			c.checkOptions(add, op, "sender", s.Type, s.Options, allowed)
+		}
+		switch s.Type {
+		case SenderSQS:
+			o := s.Options
+			if o.QueueURL == "" {
+				add(c.Errorf(op+".queue_url", "required", "%s.queue_url is required for an sqs sender", op))
+			} else if err := checkHTTPURL(o.QueueURL); err != nil {
+				add(c.Errorf(op+".queue_url", "url", "%s.queue_url: %v", op, err))
+			}
+			fifo := len(o.QueueURL) > 5 && o.QueueURL[len(o.QueueURL)-5:] == ".fifo"
+			switch {
+			case fifo && o.MessageGroupID == "":
+				add(c.Errorf(op+".message_group_id", "sqs-fifo",
+					"%s.message_group_id is required for the FIFO queue %s (for example \"{topic}\")", op, o.QueueURL))
+			case !fifo && o.MessageGroupID != "" && o.QueueURL != "":
+				add(c.Errorf(op+".message_group_id", "sqs-fifo",
+					"%s.message_group_id applies only to FIFO queues (URL ending in .fifo); %s is a standard queue", op, o.QueueURL))
+			}
+			c.checkTemplate(add, op+".message_group_id", o.MessageGroupID)
+			c.checkTemplateMap(add, op+".attributes", o.Attributes)
+		case SenderHTTP:
+			if s.Options.URL == "" {
+				add(c.Errorf(op+".url", "required", "%s.url is required for an http sender", op))
+			} else if err := checkHTTPURL(s.Options.URL); err != nil {
+				add(c.Errorf(op+".url", "url", "%s.url: %v", op, err))
+			}
+			c.checkTemplate(add, op+".url", s.Options.URL)
+			c.checkTemplateMap(add, op+".headers", s.Options.Headers)
+		}
+	}
+}

@@ -1,0 +1,242 @@
+package routes
+
+import (
+	"fmt"
+	"strings"
+)
+
+// processorOptions lists the options each processor type reads.
+var processorOptions = map[string][]string{
+	"filter":          {"expr"},
+	"transform":       {"expr"},
+	"set_headers":     {"headers"},
+	"idempotency_key": {"from", "hash"},
+	"coalesce":        {"key"},
+}
+
+func (c *Config) checkRoutes(add func(Problem)) {
+	ids := make([]string, len(c.Routes))
+	for i, r := range c.Routes {
+		ids[i] = r.ID
+	}
+	c.checkDuplicateIDs(add, "routes", ids)
+
+	receivers := map[string]*ReceiverConfig{}
+	for i := range c.Receivers {
+		if _, dup := receivers[c.Receivers[i].ID]; !dup {
+			receivers[c.Receivers[i].ID] = &c.Receivers[i]
+		}
+	}
+	senders := map[string]bool{}
+	for _, s := range c.Senders {
+		senders[s.ID] = true
+	}
+	var memoryRoutes []string
+	for i, r := range c.Routes {
+		path := fmt.Sprintf("routes[%d]", i)
+		rcv := receivers[r.Receiver]
+		if r.Receiver != "" && rcv == nil {
+			add(c.Errorf(path+".receiver", "unknown-receiver", "%s.receiver: no receiver has id %q (receivers: %s)", path, r.Receiver, idList(c.receiverIDs())))
+		}
+		if r.Sender != "" && !senders[r.Sender] {
+			add(c.Errorf(path+".sender", "unknown-sender", "%s.sender: no sender has id %q (senders: %s)", path, r.Sender, idList(c.senderIDs())))
+		}
+		if r.Topic != "" {
+			if err := ValidateFilter(r.Topic); err != nil {
+				add(c.Errorf(path+".topic", "topic-filter", "%s.topic: %v", path, err))
+			} else if rcv != nil && !coveredBy(rcv, r.Topic) {
+				add(c.Errorf(path+".topic", "topic-not-covered", "%s.topic %q is not covered by any subscription of receiver %q (%s)",
+					path, r.Topic, rcv.ID, subscriptionList(rcv)))
+			}
+		}
+		c.checkTemplate(add, path+".ordering_key", r.OrderingKey)
+		c.checkProcessors(add, path, r.Processors)
+		c.checkDelivery(add, path, r)
+		if r.DeliveryMode == SharedOutbox && c.Stores.Outbox != nil && c.Stores.Outbox.Type == "memory" {
+			memoryRoutes = append(memoryRoutes, r.ID)
+		}
+		c.checkSession(add, path, r.Session)
+		c.checkBackoff(add, path+".policy.backoff", r.Policy.Backoff)
+	}
+	if len(memoryRoutes) > 0 {
+		add(c.Warnf("stores.outbox.type", "memory-outbox",
+			"shared_outbox route(s) %s use a memory outbox: pending records die with the process; use sqlite or dynamodb", idList(memoryRoutes)))
+	}
+}
+
+func coveredBy(rcv *ReceiverConfig, topic string) bool {
+	for _, s := range rcv.Topics {
+		if ValidateFilter(s.Topic) == nil && Covers(s.Topic, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+func subscriptionList(rcv *ReceiverConfig) string {
+	if len(rcv.Topics) == 0 {
+		return "it has no subscriptions"
+	}
+	ts := make([]string, len(rcv.Topics))
+	for i, s := range rcv.Topics {
+		ts[i] = fmt.Sprintf("%q", s.Topic)
+	}
+	return "it subscribes to " + strings.Join(ts, ", ")
+}
+
+func (c *Config) receiverIDs() []string {
+	var ids []string
+	for _, r := range c.Receivers {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+func (c *Config) senderIDs() []string {
+	var ids []string
+	for _, s := range c.Senders {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
+
+func idList(ids []string) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	q := make([]string, len(ids))
+	for i, id := range ids {
+		q[i] = fmt.Sprintf("%q", id)
+	}
+	return strings.Join(q, ", ")
+}
+
+func (c *Config) checkProcessors(add func(Problem), route string, ps []ProcessorConfig) {
+	for i, p := range ps {
+		path := fmt.Sprintf("%s.processors[%d]", route, i)
+		allowed, ok := processorOptions[p.Type]
+		if !ok {
+			continue // the enum rule reports it
+		}
+		c.checkOptions(add, path, "processor", p.Type, struct {
+			Expr    string            `yaml:"expr"`
+			Headers map[string]string `yaml:"headers"`
+			From    string            `yaml:"from"`
+			Hash    bool              `yaml:"hash"`
+			Key     string            `yaml:"key"`
+		}{p.Expr, p.Headers, p.From, p.Hash, p.Key}, allowed)
+		switch p.Type {
+		case "filter", "transform":
+			if p.Expr == "" {
+				add(c.Errorf(path+".expr", "required", "%s.expr is required for a %s processor", path, p.Type))
+			}
+		case "set_headers":
+			if len(p.Headers) == 0 {
+				add(c.Errorf(path+".headers", "required", "%s.headers is required for a set_headers processor", path))
+			}
+			c.checkTemplateMap(add, path+".headers", p.Headers)
+		case "idempotency_key":
+			switch {
+			case p.From == "" && !p.Hash:
+				add(c.Errorf(path, "required", "%s: an idempotency_key processor needs from (a template) or hash: true", path))
+			case p.From != "" && p.Hash:
+				add(c.Errorf(path+".hash", "option", "%s: from and hash: true are exclusive; pick one", path))
+			}
+			c.checkTemplate(add, path+".from", p.From)
+		case "coalesce":
+			if p.Key == "" {
+				add(c.Errorf(path+".key", "required", "%s.key is required for a coalesce processor", path))
+			}
+			c.checkTemplate(add, path+".key", p.Key)
+		}
+	}
+}
+
+// checkDelivery checks the delivery mode, the ack boundary and settlement.
+func (c *Config) checkDelivery(add func(Problem), path string, r RouteConfig) {
+	switch r.DeliveryMode {
+	case SharedOutbox:
+		if c.Stores.Outbox == nil {
+			add(c.Errorf(path+".delivery_mode", "outbox-required",
+				"%s: delivery_mode shared_outbox needs stores.outbox (sqlite, or dynamodb for several instances)", path))
+		}
+		if r.Session.ID == "" {
+			add(c.Errorf(path+".session.id", "session-required",
+				"%s.session.id is required for delivery_mode shared_outbox (routes may share a session)", path))
+		}
+		if r.AckAfter == AckTargetAccept {
+			add(c.Errorf(path+".ack_after", "ack-after",
+				"%s: ack_after target_accept can never be honoured on a shared_outbox route (the outbox acknowledges on persist); use delivery_mode: direct_hold to acknowledge after the target accepts, or ack_after: outbox_persist", path))
+		}
+	case DirectHold:
+		if r.AckAfter == AckOutboxPersist {
+			add(c.Errorf(path+".ack_after", "ack-after",
+				"%s: ack_after outbox_persist needs delivery_mode: shared_outbox (a direct_hold route has no outbox); use ack_after: target_accept or delivery_mode: shared_outbox", path))
+		}
+	}
+	if c.Stores.Outbox == nil {
+		var defaulted []string
+		for _, f := range []struct{ key, val string }{
+			{"on_expired", r.Policy.OnExpired},
+			{"on_permanent_failure", r.Policy.OnPermanentFailure},
+		} {
+			fp := path + ".policy." + f.key
+			switch {
+			case f.val == PolicyDLQ:
+				add(c.Errorf(fp, "dlq-without-outbox",
+					"%s.policy.%s is dlq but there is no stores.outbox to hold dead letters; configure stores.outbox or use drop", path, f.key))
+			case f.val == PolicyDrop && !c.Has(fp):
+				defaulted = append(defaulted, f.key)
+			}
+		}
+		if len(defaulted) > 0 {
+			add(c.Warnf(path+".policy", "drop-without-outbox",
+				"%s: no stores.outbox, so %s default to drop: such messages are discarded (counted, not kept); set them to drop explicitly or configure stores.outbox",
+				path, strings.Join(defaulted, " and ")))
+		}
+	}
+}
+
+func (c *Config) checkSession(add func(Problem), route string, s Session) {
+	path := route + ".session"
+	if s.DrainInterval != 0 {
+		// setDefaults folds a lone drain_interval into drain_strategy.
+		add(c.Errorf(path+".drain_interval", "drain-exclusive",
+			"%s: drain_interval and drain_strategy are exclusive; drain_interval is shorthand for drain_strategy {type: fixed_poll, interval: %s}", path, s.DrainInterval))
+	}
+	ds := s.DrainStrategy
+	if ds == nil {
+		return
+	}
+	dp := path + ".drain_strategy"
+	switch ds.Type {
+	case DrainFixedPoll:
+		for _, f := range []struct {
+			key string
+			set bool
+		}{{"min_interval", ds.MinInterval != 0}, {"max_interval", ds.MaxInterval != 0}, {"multiplier", ds.Multiplier != 0}} {
+			if f.set {
+				add(c.Errorf(dp+"."+f.key, "option", "%s.%s applies to adaptive_backoff only", dp, f.key))
+			}
+		}
+	case DrainAdaptiveBackoff:
+		if ds.Interval != 0 {
+			add(c.Errorf(dp+".interval", "option", "%s.interval applies to fixed_poll only; use min_interval and max_interval", dp))
+		}
+		if ds.Multiplier <= 1 {
+			add(c.Errorf(dp+".multiplier", "multiplier", "%s.multiplier must be greater than 1; got %g", dp, ds.Multiplier))
+		}
+		if ds.MinInterval > ds.MaxInterval {
+			add(c.Errorf(dp+".min_interval", "interval-order", "%s: min_interval %s is greater than max_interval %s", dp, ds.MinInterval, ds.MaxInterval))
+		}
+	}
+}
+
+func (c *Config) checkBackoff(add func(Problem), path string, b Backoff) {
+	if b.Multiplier < 1 {
+		add(c.Errorf(path+".multiplier", "multiplier", "%s.multiplier must be at least 1; got %g", path, b.Multiplier))
+	}
+	if b.InitialInterval > b.MaxInterval {
+		add(c.Errorf(path+".initial_interval", "interval-order", "%s: initial_interval %s is greater than max_interval %s", path, b.InitialInterval, b.MaxInterval))
+	}
+}
