@@ -83,6 +83,9 @@ type Listener struct {
 
 	mu     sync.Mutex
 	status receivers.Status
+
+	// extraHooks (tests) are added to the server after the listener's own.
+	extraHooks []mochi.Hook
 }
 
 // New validates cfg and builds a listener that hands messages to sink. It
@@ -157,6 +160,11 @@ func (l *Listener) Run(ctx context.Context) error {
 	})
 	if err := srv.AddHook(&hook{l: l}, nil); err != nil {
 		return fmt.Errorf("add listener hook: %w", err)
+	}
+	for _, h := range l.extraHooks {
+		if err := srv.AddHook(h, nil); err != nil {
+			return fmt.Errorf("add hook %s: %w", h.ID(), err)
+		}
 	}
 
 	ln, err := net.Listen("tcp", l.listen)

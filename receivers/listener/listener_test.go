@@ -1,0 +1,346 @@
+package listener
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/gobridge/gobridge/receivers/internal/testsink"
+	"github.com/gobridge/gobridge/receivers/internal/testtls"
+	"github.com/gobridge/gobridge/routes"
+)
+
+// ackRecorder is a mochi hook recording the packet ids of the PUBACKs the
+// broker writes, in order.
+type ackRecorder struct {
+	mochi.HookBase
+	mu   sync.Mutex
+	acks []uint16
+}
+
+func (h *ackRecorder) ID() string           { return "ack-recorder" }
+func (h *ackRecorder) Provides(b byte) bool { return b == mochi.OnPacketSent }
+func (h *ackRecorder) OnPacketSent(_ *mochi.Client, pk packets.Packet, _ []byte) {
+	if pk.FixedHeader.Type == packets.Puback {
+		h.mu.Lock()
+		h.acks = append(h.acks, pk.PacketID)
+		h.mu.Unlock()
+	}
+}
+
+func (h *ackRecorder) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.acks)
+}
+
+type bundle struct {
+	l    *Listener
+	sink *testsink.Sink
+	acks *ackRecorder
+	url  string // tcp:// or ssl:// URL of the listener
+	stop func() // cancels Run and waits for it to return nil
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func setup(t *testing.T, sink *testsink.Sink, mutate func(*routes.ReceiverConfig)) *bundle {
+	t.Helper()
+	cfg := routes.ReceiverConfig{
+		ID:      "edge",
+		Type:    routes.ReceiverMQTTListener,
+		Options: routes.ReceiverOptions{Listen: "127.0.0.1:0"},
+		Topics:  []routes.Subscription{{Topic: "factory/#"}},
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	l, err := New(cfg, sink, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acks := &ackRecorder{}
+	l.extraHooks = []mochi.Hook{acks}
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() { errc <- l.Run(ctx) }()
+	select {
+	case <-l.Ready():
+	case err := <-errc:
+		t.Fatalf("Run: %v", err)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-errc; err != nil {
+				t.Errorf("Run returned %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	scheme := "tcp"
+	if cfg.Options.TLS.CertFile != "" {
+		scheme = "ssl"
+	}
+	return &bundle{l: l, sink: sink, acks: acks, url: scheme + "://" + l.Addr().String(), stop: stop}
+}
+
+func publisher(t *testing.T, url string, configure func(*paho.ClientOptions)) paho.Client {
+	t.Helper()
+	opts := paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("pub-%s-%d", t.Name(), time.Now().UnixNano())).
+		SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).SetMaxResumePubInFlight(0)
+	if configure != nil {
+		configure(opts)
+	}
+	c := paho.NewClient(opts)
+	tok := c.Connect()
+	if !tok.WaitTimeout(10 * time.Second) {
+		t.Fatal("connect timed out")
+	}
+	if err := tok.Error(); err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { c.Disconnect(0) })
+	return c
+}
+
+func waitToken(t *testing.T, tok paho.Token) {
+	t.Helper()
+	if !tok.WaitTimeout(10 * time.Second) {
+		t.Fatal("token did not complete within 10s")
+	}
+	if err := tok.Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestListener_PubackOnlyAfterDone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(false), nil)
+	pub := publisher(t, b.url, nil)
+
+	tok1 := pub.Publish("factory/1/telemetry", 1, false, "one")
+	d1 := b.sink.Next(t)
+	tok2 := pub.Publish("factory/1/telemetry", 1, false, "two")
+	if string(d1.Msg.Payload) != "one" || d1.Msg.QoS != 1 || d1.Msg.Receiver != "edge" {
+		t.Fatalf("got %+v", d1.Msg)
+	}
+	// The hook holds this publisher's read loop until done: no PUBACK yet,
+	// and the second message cannot even reach the sink.
+	select {
+	case <-tok1.Done():
+		t.Fatal("publisher got a PUBACK before the message was settled")
+	case d := <-b.sink.C:
+		t.Fatalf("second message %q reached the sink before the first was settled", d.Msg.Payload)
+	default:
+	}
+	if n := b.acks.count(); n != 0 {
+		t.Fatalf("broker wrote %d PUBACKs before done", n)
+	}
+
+	d1.Done()
+	waitToken(t, tok1)
+	d2 := b.sink.Next(t)
+	if string(d2.Msg.Payload) != "two" {
+		t.Fatalf("second message = %q", d2.Msg.Payload)
+	}
+	select {
+	case <-tok2.Done():
+		t.Fatal("second PUBACK before its done")
+	default:
+	}
+	d2.Done()
+	waitToken(t, tok2)
+	if s := b.l.Stats(); s.Received != 2 || s.Acked != 2 || s.InFlight != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestListener_AcksInArrivalOrder(t *testing.T) {
+	t.Parallel()
+	// The sink settles from other goroutines in reverse order of a batch it
+	// collected; the hook design makes that impossible beyond one message
+	// per publisher, so PUBACK order is publish order.
+	sink := testsink.New(false)
+	b := setup(t, sink, nil)
+	pub := publisher(t, b.url, nil)
+	const n = 50
+	var toks []paho.Token
+	for i := range n {
+		toks = append(toks, pub.Publish("factory/1/seq", 1, false, fmt.Sprint(i)))
+	}
+	for i := range n {
+		d := sink.Next(t)
+		if string(d.Msg.Payload) != fmt.Sprint(i) {
+			t.Fatalf("message %d arrived as %q", i, d.Msg.Payload)
+		}
+		go d.Done()
+	}
+	for _, tok := range toks {
+		waitToken(t, tok)
+	}
+	b.acks.mu.Lock()
+	defer b.acks.mu.Unlock()
+	if len(b.acks.acks) != n {
+		t.Fatalf("%d PUBACKs, want %d", len(b.acks.acks), n)
+	}
+	want := slices.Clone(b.acks.acks)
+	slices.Sort(want) // paho numbers a fresh client's messages 1, 2, 3, ...
+	if !slices.Equal(b.acks.acks, want) {
+		t.Fatalf("PUBACKs out of order: %v", b.acks.acks)
+	}
+}
+
+func TestListener_DeliversThousandsOfQoS1Messages(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), nil)
+	pub := publisher(t, b.url, nil)
+	const n = 5000
+	toks := make([]paho.Token, n)
+	for i := range n {
+		toks[i] = pub.Publish(fmt.Sprintf("factory/%d/telemetry", i%7), 1, false, fmt.Sprint(i))
+	}
+	for _, tok := range toks {
+		waitToken(t, tok)
+	}
+	seen := make(map[string]bool, n)
+	for range n {
+		seen[string(b.sink.Next(t).Msg.Payload)] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct messages, want %d", len(seen), n)
+	}
+	if s := b.l.Stats(); s.Received != n || s.Acked != n {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestListener_Users(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(c *routes.ReceiverConfig) {
+		c.Options.Users = []routes.User{{Username: "press-1", Password: "s3cret"}}
+	})
+
+	t.Run("bad password is refused", func(t *testing.T) {
+		for _, pw := range []string{"wrong", ""} {
+			c := paho.NewClient(paho.NewClientOptions().AddBroker(b.url).SetClientID("bad-" + pw).
+				SetUsername("press-1").SetPassword(pw).SetAutoReconnect(false))
+			tok := c.Connect()
+			if !tok.WaitTimeout(10 * time.Second) {
+				t.Fatal("connect timed out")
+			}
+			if tok.Error() == nil {
+				c.Disconnect(0)
+				t.Fatalf("password %q was accepted", pw)
+			}
+		}
+		c := paho.NewClient(paho.NewClientOptions().AddBroker(b.url).SetClientID("anon").SetAutoReconnect(false))
+		if tok := c.Connect(); tok.WaitTimeout(10*time.Second) && tok.Error() == nil {
+			c.Disconnect(0)
+			t.Fatal("anonymous client was accepted")
+		}
+	})
+	t.Run("right password publishes", func(t *testing.T) {
+		pub := publisher(t, b.url, func(o *paho.ClientOptions) { o.SetUsername("press-1").SetPassword("s3cret") })
+		waitToken(t, pub.Publish("factory/2/telemetry", 1, false, "hi"))
+		if d := b.sink.Next(t); string(d.Msg.Payload) != "hi" {
+			t.Fatalf("got %q", d.Msg.Payload)
+		}
+	})
+}
+
+func TestListener_TLS(t *testing.T) {
+	t.Parallel()
+	files := testtls.Write(t)
+	b := setup(t, testsink.New(true), func(c *routes.ReceiverConfig) {
+		c.Options.TLS = routes.TLS{CertFile: files.CertFile, KeyFile: files.KeyFile}
+	})
+	pem, err := os.ReadFile(files.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+
+	t.Run("a client trusting the CA publishes", func(t *testing.T) {
+		pub := publisher(t, b.url, func(o *paho.ClientOptions) { o.SetTLSConfig(&tls.Config{RootCAs: pool}) })
+		waitToken(t, pub.Publish("factory/3/telemetry", 1, false, "secure"))
+		if d := b.sink.Next(t); string(d.Msg.Payload) != "secure" {
+			t.Fatalf("got %q", d.Msg.Payload)
+		}
+	})
+	t.Run("a client not trusting the CA is refused", func(t *testing.T) {
+		c := paho.NewClient(paho.NewClientOptions().AddBroker(b.url).SetClientID("untrusting").SetAutoReconnect(false).
+			SetTLSConfig(&tls.Config{RootCAs: x509.NewCertPool()}))
+		tok := c.Connect()
+		tok.WaitTimeout(10 * time.Second)
+		if tok.Error() == nil {
+			c.Disconnect(0)
+			t.Fatal("connected without trusting the server certificate")
+		}
+	})
+}
+
+func TestListener_UnmatchedTopicsSkipTheSink(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), nil)
+	pub := publisher(t, b.url, nil)
+	waitToken(t, pub.Publish("other/topic", 1, false, "elsewhere"))
+	waitToken(t, pub.Publish("factory/x", 1, false, "routed"))
+	if d := b.sink.Next(t); string(d.Msg.Payload) != "routed" {
+		t.Fatalf("sink got %q first", d.Msg.Payload)
+	}
+	if s := b.l.Stats(); s.Unrouted != 1 || s.Received != 1 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestListener_StopWithoutAckingUnsettled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(false), nil)
+	pub := publisher(t, b.url, nil)
+	tok := pub.Publish("factory/9/telemetry", 1, false, "held")
+	b.sink.Next(t) // never settled
+	b.stop()
+	if n := b.acks.count(); n != 0 {
+		t.Fatalf("broker wrote %d PUBACKs for an unsettled message", n)
+	}
+	if tok.WaitTimeout(0) && tok.Error() == nil {
+		t.Fatal("publisher's token completed without error")
+	}
+	if s := b.l.Stats(); s.Abandoned != 1 || s.Acked != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+	if st := b.l.Status(); st.Connected {
+		t.Fatalf("status after stop = %+v", st)
+	}
+}
+
+func TestNew_RejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]routes.ReceiverConfig{
+		"no topics":         {ID: "x"},
+		"cert without key":  {ID: "x", Topics: []routes.Subscription{{Topic: "#"}}, Options: routes.ReceiverOptions{TLS: routes.TLS{CertFile: "a.pem"}}},
+		"user without name": {ID: "x", Topics: []routes.Subscription{{Topic: "#"}}, Options: routes.ReceiverOptions{Users: []routes.User{{Password: "p"}}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := New(cfg, testsink.New(true), nil); err == nil {
+				t.Fatal("New accepted it")
+			}
+		})
+	}
+}
