@@ -101,12 +101,14 @@ func (c *Config) senderIDs() []string {
 }
 
 func idList(ids []string) string {
-	if len(ids) == 0 {
-		return "none"
+	var q []string
+	for _, id := range ids {
+		if id != "" {
+			q = append(q, fmt.Sprintf("%q", id))
+		}
 	}
-	q := make([]string, len(ids))
-	for i, id := range ids {
-		q[i] = fmt.Sprintf("%q", id)
+	if len(q) == 0 {
+		return "none"
 	}
 	return strings.Join(q, ", ")
 }
@@ -190,9 +192,13 @@ func (c *Config) checkDelivery(add func(Problem), path string, r RouteConfig) {
 			}
 		}
 		if len(defaulted) > 0 {
+			verb := "defaults"
+			if len(defaulted) > 1 {
+				verb = "default"
+			}
 			add(c.Warnf(path+".policy", "drop-without-outbox",
-				"%s: no stores.outbox, so %s default to drop: such messages are discarded (counted, not kept); set them to drop explicitly or configure stores.outbox",
-				path, strings.Join(defaulted, " and ")))
+				"%s: there is no stores.outbox, so policy.%s %s to drop: such messages are discarded and counted, not kept; set drop explicitly or configure stores.outbox",
+				path, strings.Join(defaulted, " and policy."), verb))
 		}
 	}
 }

@@ -5,29 +5,20 @@ import "fmt"
 // drainField is one setting that every route of a session must agree on,
 // because one drainer serves the whole session.
 type drainField struct {
-	path  func(r RouteConfig) string // YAML path within the route
+	path  string // YAML path within the route
 	value func(r RouteConfig) string
 }
 
 var drainFields = []drainField{
-	{fixed("policy.send_timeout"), func(r RouteConfig) string { return r.Policy.SendTimeout.String() }},
-	{fixed("policy.max_replay_attempts"), func(r RouteConfig) string { return fmt.Sprint(r.Policy.MaxReplayAttempts) }},
-	{fixed("policy.replay_budget"), func(r RouteConfig) string { return r.Policy.ReplayBudget.String() }},
-	{fixed("policy.on_expired"), func(r RouteConfig) string { return r.Policy.OnExpired }},
-	{fixed("policy.on_permanent_failure"), func(r RouteConfig) string { return r.Policy.OnPermanentFailure }},
-	{drainPath, func(r RouteConfig) string { return r.Session.DrainStrategy.describe() }},
-	{fixed("session.batch_size"), func(r RouteConfig) string { return fmt.Sprint(r.Session.BatchSize) }},
-	{fixed("session.stall_after"), func(r RouteConfig) string { return r.Session.StallAfter.String() }},
-	{fixed("session.partitions"), func(r RouteConfig) string { return fmt.Sprint(r.Session.Partitions) }},
-}
-
-func fixed(p string) func(RouteConfig) string { return func(RouteConfig) string { return p } }
-
-func drainPath(r RouteConfig) string {
-	if r.Session.DrainInterval != 0 || r.Session.DrainStrategy == nil {
-		return "session.drain_interval"
-	}
-	return "session.drain_strategy"
+	{"policy.send_timeout", func(r RouteConfig) string { return r.Policy.SendTimeout.String() }},
+	{"policy.max_replay_attempts", func(r RouteConfig) string { return fmt.Sprint(r.Policy.MaxReplayAttempts) }},
+	{"policy.replay_budget", func(r RouteConfig) string { return r.Policy.ReplayBudget.String() }},
+	{"policy.on_expired", func(r RouteConfig) string { return r.Policy.OnExpired }},
+	{"policy.on_permanent_failure", func(r RouteConfig) string { return r.Policy.OnPermanentFailure }},
+	{"session.drain_strategy", func(r RouteConfig) string { return r.Session.DrainStrategy.describe() }},
+	{"session.batch_size", func(r RouteConfig) string { return fmt.Sprint(r.Session.BatchSize) }},
+	{"session.stall_after", func(r RouteConfig) string { return r.Session.StallAfter.String() }},
+	{"session.partitions", func(r RouteConfig) string { return fmt.Sprint(r.Session.Partitions) }},
 }
 
 // describe prints a drain strategy for messages.
@@ -62,9 +53,12 @@ func (c *Config) checkDivergentSessions(add func(Problem)) {
 			if va == vb {
 				continue
 			}
-			field := f.path(r)
+			field := f.path
+			if field == "session.drain_strategy" && c.Has(fmt.Sprintf("routes[%d].session.drain_interval", i)) {
+				field = "session.drain_interval"
+			}
 			path := fmt.Sprintf("routes[%d].%s", i, field)
-			if c.isBroken(fmt.Sprintf("routes[%d].%s", j, f.path(a))) {
+			if c.isBroken(fmt.Sprintf("routes[%d].%s", j, f.path)) {
 				continue
 			}
 			add(c.Errorf(path, "divergent-drain-policy",
