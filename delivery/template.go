@@ -336,8 +336,6 @@ func formatValue(v any) (string, error) {
 		return x, nil
 	case int:
 		return strconv.Itoa(x), nil
-	case uint64:
-		return strconv.FormatUint(x, 10), nil
 	case json.Number:
 		return string(x), nil
 	case float64:
@@ -366,8 +364,8 @@ func FormatFloat(f float64) string {
 
 // ParsedPayload decodes one envelope's JSON payload at most once and shares
 // the result among templates and expressions. Numbers decode exactly: an
-// integer that fits becomes an int (or uint64), larger integers stay a
-// json.Number, and other numbers become float64.
+// integer that fits in int64 becomes an int, larger integers stay a
+// json.Number (their exact text), and other numbers become float64.
 //
 // A ParsedPayload notices when it is asked about a different payload slice
 // (a processor assigned a new payload) and decodes again. The zero value is
@@ -414,8 +412,9 @@ func decodeJSON(b []byte) (any, error) {
 	return convertNumbers(v), nil
 }
 
-// convertNumbers replaces json.Number values in place with int, uint64 or
-// float64, keeping integers too large for 64 bits as json.Number.
+// convertNumbers replaces json.Number values in place with int or float64,
+// keeping integers outside the int64 range as json.Number (exact text) rather
+// than rounding them: expr would compare a uint64 or rounded float64 wrongly.
 func convertNumbers(v any) any {
 	switch x := v.(type) {
 	case json.Number:
@@ -423,9 +422,6 @@ func convertNumbers(v any) any {
 		if !strings.ContainsAny(s, ".eE") {
 			if n, err := strconv.ParseInt(s, 10, 0); err == nil {
 				return int(n)
-			}
-			if n, err := strconv.ParseUint(s, 10, 64); err == nil {
-				return n
 			}
 			return x
 		}

@@ -1,0 +1,263 @@
+// Package processors compiles a route's processor chain (filter, transform,
+// set_headers, idempotency_key, coalesce) from its configuration and runs it
+// on each message.
+//
+// Expressions (filter, transform) use expr-lang/expr and templates use
+// delivery.Template; both compile once, in Compile, which is what
+// `gobridge check` calls, so a bad expression or template is a configuration
+// error with its position. Per message, Chain.Process runs the steps in
+// order, decoding the JSON payload at most once (again only after a
+// transform replaced it). A processor that fails on a message returns a
+// *delivery.PermanentError with the reason; Process never panics on data.
+//
+// processors imports routes (for the configuration types) and delivery;
+// routes does not import processors.
+package processors
+
+import (
+	"errors"
+	"fmt"
+	"hash"
+	"sync"
+
+	"github.com/expr-lang/expr/vm"
+
+	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/routes"
+)
+
+// Processor types, as written in the configuration.
+const (
+	TypeFilter         = "filter"
+	TypeTransform      = "transform"
+	TypeSetHeaders     = "set_headers"
+	TypeIdempotencyKey = "idempotency_key"
+	TypeCoalesce       = "coalesce"
+)
+
+// Result is what a chain decided about one message.
+type Result struct {
+	// Drop is true when a filter rejected the message: it is settled
+	// (acknowledged) and counted as filtered, not delivered.
+	Drop bool
+	// CoalesceKey is the key of the last coalesce processor, or "" when the
+	// route does not coalesce. The outbox replaces an older pending,
+	// unclaimed record of the same route and key with this message.
+	CoalesceKey string
+}
+
+// step is one compiled processor. It reads and changes the message through
+// s, and sets s.res.Drop to stop the chain.
+type step func(s *state) error
+
+// Chain is a route's compiled processor chain. It is immutable after
+// Compile and safe for concurrent use by many goroutines.
+type Chain struct {
+	steps       []step
+	types       []string
+	orderingKey *delivery.Template
+	pool        sync.Pool // of *state
+}
+
+// CompileErrors is the error Compile returns: every problem found, in
+// order. errors.As finds the first *CompileError.
+type CompileErrors []*CompileError
+
+func (es CompileErrors) Error() string {
+	if len(es) == 1 {
+		return es[0].Error()
+	}
+	msg := fmt.Sprintf("%d processor problems:", len(es))
+	for _, e := range es {
+		msg += "\n\t" + e.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the individual *CompileError values.
+func (es CompileErrors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// Compile compiles route.Processors, in order, and route.OrderingKey. It
+// reports every problem it finds as a CompileErrors of *CompileError values,
+// each naming the processor index and field at fault: an unknown type, a
+// missing or superfluous field for the type, an expression or template that
+// does not compile. A route without processors or ordering key compiles to a
+// chain whose Process does nothing.
+func Compile(route routes.RouteConfig) (*Chain, error) {
+	c := &Chain{}
+	var errs CompileErrors
+	for i, pc := range route.Processors {
+		st, perr := compileProcessor(i, pc)
+		if len(perr) > 0 {
+			errs = append(errs, perr...)
+			continue
+		}
+		c.steps = append(c.steps, st)
+		c.types = append(c.types, pc.Type)
+	}
+	if route.OrderingKey != "" {
+		t, err := compileTemplate(-1, "ordering_key", route.OrderingKey)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.orderingKey = t
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	c.pool.New = func() any { return &state{env: make(map[string]any, len(envVars))} }
+	return c, nil
+}
+
+// OrderingKey returns the route's compiled ordering_key template, or nil when
+// the route has none.
+func (c *Chain) OrderingKey() *delivery.Template { return c.orderingKey }
+
+// Len returns the number of processors in the chain.
+func (c *Chain) Len() int { return len(c.steps) }
+
+// Process runs the chain on e, changing e in place: a transform replaces
+// e.Payload (with a new slice), set_headers adds to e.Headers, and
+// idempotency_key replaces e.ID; finally e.Key is set from the route's
+// ordering_key, when it has one. A caller that shares e between routes must
+// Clone it first.
+//
+// Process stops at the first filter that rejects the message and returns
+// Result{Drop: true}. When a processor fails on the message it returns a
+// *delivery.PermanentError wrapping a *ProcessError (whose cause may be a
+// *delivery.FieldError); e may then be partly changed and must not be
+// delivered.
+func (c *Chain) Process(e *delivery.Envelope) (Result, error) {
+	if len(c.steps) == 0 && c.orderingKey == nil {
+		return Result{}, nil
+	}
+	s := c.pool.Get().(*state)
+	s.e = e
+	defer c.release(s)
+	for i, st := range c.steps {
+		if err := st(s); err != nil {
+			return Result{}, delivery.Permanent(&ProcessError{Index: i, Type: c.types[i], Err: err})
+		}
+		if s.res.Drop {
+			return Result{Drop: true}, nil
+		}
+	}
+	if c.orderingKey != nil {
+		key, err := c.orderingKey.RenderWith(e, &s.payload)
+		if err != nil {
+			return Result{}, delivery.Permanent(&ProcessError{Index: -1, Err: err})
+		}
+		e.Key = key
+	}
+	return s.res, nil
+}
+
+func (c *Chain) release(s *state) {
+	s.reset()
+	c.pool.Put(s)
+}
+
+// state is the per-message working set of a chain, pooled so that a message
+// costs no allocations beyond those of its own data.
+type state struct {
+	e       *delivery.Envelope
+	payload delivery.ParsedPayload
+	res     Result
+
+	// Expression evaluation.
+	vm      vm.VM
+	env     map[string]any
+	envHave varSet // variables already in env for this message
+	rawSrc  []byte // the payload slice env["raw"] was made from
+
+	// idempotency_key hash: scratch hasher and buffers.
+	hasher hash.Hash
+	sum    [32]byte
+	hexSum [64]byte
+}
+
+func (s *state) reset() {
+	s.e = nil
+	s.payload.Reset()
+	s.res = Result{}
+	clear(s.env)
+	s.envHave = 0
+	s.rawSrc = nil
+}
+
+func compileProcessor(i int, pc routes.ProcessorConfig) (step, CompileErrors) {
+	var errs CompileErrors
+	bad := func(field string, format string, args ...any) {
+		errs = append(errs, &CompileError{Index: i, Field: field, Offset: -1, Err: fmt.Errorf(format, args...)})
+	}
+	// Fields that belong to other processor types are mistakes, not options.
+	allowed := map[string]bool{}
+	switch pc.Type {
+	case TypeFilter, TypeTransform:
+		allowed["expr"] = true
+	case TypeSetHeaders:
+		allowed["headers"] = true
+	case TypeIdempotencyKey:
+		allowed["from"], allowed["hash"] = true, true
+	case TypeCoalesce:
+		allowed["key"] = true
+	case "":
+		bad("type", "type is required (filter, transform, set_headers, idempotency_key or coalesce)")
+		return nil, errs
+	default:
+		bad("type", "unknown processor type %q (want filter, transform, set_headers, idempotency_key or coalesce)", pc.Type)
+		return nil, errs
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"expr", pc.Expr != ""}, {"headers", pc.Headers != nil}, {"from", pc.From != ""}, {"hash", pc.Hash}, {"key", pc.Key != ""}} {
+		if f.set && !allowed[f.name] {
+			bad(f.name, "%s is not an option of a %s processor", f.name, pc.Type)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+
+	var st step
+	var err *CompileError
+	switch pc.Type {
+	case TypeFilter:
+		st, err = compileFilter(i, pc.Expr)
+	case TypeTransform:
+		st, err = compileTransform(i, pc.Expr)
+	case TypeSetHeaders:
+		st, errs = compileSetHeaders(i, pc.Headers)
+	case TypeIdempotencyKey:
+		st, err = compileIdempotencyKey(i, pc.From, pc.Hash)
+	case TypeCoalesce:
+		st, err = compileCoalesce(i, pc.Key)
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return st, errs
+}
+
+// compileTemplate parses a template field; an empty one is an error.
+func compileTemplate(i int, field, src string) (*delivery.Template, *CompileError) {
+	if src == "" {
+		return nil, &CompileError{Index: i, Field: field, Offset: -1, Err: errors.New("must not be empty")}
+	}
+	t, err := delivery.ParseTemplate(src)
+	if err != nil {
+		off := -1
+		if te, ok := errors.AsType[*delivery.TemplateError](err); ok {
+			off = te.Offset
+		}
+		return nil, &CompileError{Index: i, Field: field, Offset: off, Err: err}
+	}
+	return t, nil
+}

@@ -1,0 +1,221 @@
+package processors
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/expr-lang/expr"
+	"github.com/expr-lang/expr/ast"
+	"github.com/expr-lang/expr/file"
+	"github.com/expr-lang/expr/types"
+	"github.com/expr-lang/expr/vm"
+)
+
+// varSet is a set of expression environment variables.
+type varSet uint8
+
+const (
+	varTopic varSet = 1 << iota
+	varTopicSegments
+	varHeaders
+	varPayload
+	varRaw
+	varQoS
+)
+
+// envVars names the expression environment and the variable bits.
+var envVars = map[string]varSet{
+	"topic":          varTopic,
+	"topic_segments": varTopicSegments,
+	"headers":        varHeaders,
+	"payload":        varPayload,
+	"raw":            varRaw,
+	"qos":            varQoS,
+}
+
+// envTypes is the environment expressions are checked against: unknown
+// variables are compile errors, and payload may be anything JSON decodes to.
+var envTypes = types.Map{
+	"topic":          types.String,
+	"topic_segments": types.TypeOf([]string{}),
+	"headers":        types.TypeOf(map[string]string{}),
+	"payload":        types.Any,
+	"raw":            types.String,
+	"qos":            types.Int,
+}
+
+// program is a compiled expression and the environment variables it reads.
+type program struct {
+	src  string
+	prog *vm.Program
+	uses varSet
+}
+
+// compileExpr compiles src for processor i. It never panics: expr's checker
+// is guarded, and a panic there becomes a compile error.
+func compileExpr(i int, src string, asBool bool) (p *program, cerr *CompileError) {
+	if strings.TrimSpace(src) == "" {
+		return nil, &CompileError{Index: i, Field: "expr", Offset: -1, Err: errors.New("expr is required")}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			p, cerr = nil, &CompileError{Index: i, Field: "expr", Offset: -1, Err: fmt.Errorf("expression does not compile: %v", r)}
+		}
+	}()
+	opts := []expr.Option{expr.Env(envTypes)}
+	if asBool {
+		opts = append(opts, expr.AsBool())
+	}
+	prog, err := expr.Compile(src, opts...)
+	if err != nil {
+		off := -1
+		var fe *file.Error
+		if errors.As(err, &fe) {
+			off = runeToByteOffset(src, fe.From)
+			err = fmt.Errorf("%s (line %d, column %d)", fe.Message, fe.Line, fe.Column+1)
+		}
+		return nil, &CompileError{Index: i, Field: "expr", Offset: off, Err: err}
+	}
+	return &program{src: src, prog: prog, uses: usedVars(prog)}, nil
+}
+
+func runeToByteOffset(s string, runes int) int {
+	if runes < 0 {
+		return -1
+	}
+	off := 0
+	for n := 0; n < runes && off < len(s); n++ {
+		_, size := utf8.DecodeRuneInString(s[off:])
+		off += size
+	}
+	return off
+}
+
+type identVisitor struct{ uses varSet }
+
+func (v *identVisitor) Visit(n *ast.Node) {
+	if id, ok := (*n).(*ast.IdentifierNode); ok {
+		v.uses |= envVars[id.Value]
+	}
+}
+
+// usedVars returns the environment variables prog reads, so that a message
+// pays only for those (raw copies the payload, topic_segments splits the
+// topic).
+func usedVars(prog *vm.Program) varSet {
+	v := &identVisitor{}
+	node := prog.Node()
+	ast.Walk(&node, v)
+	return v.uses
+}
+
+// run evaluates p against the current message.
+func (s *state) run(p *program) (any, error) {
+	s.prepareEnv(p.uses)
+	out, err := s.vm.Run(p.prog, s.env)
+	if err != nil {
+		var fe *file.Error
+		if errors.As(err, &fe) {
+			return nil, fmt.Errorf("evaluate %q: %s (column %d)", p.src, fe.Message, fe.Column+1)
+		}
+		return nil, fmt.Errorf("evaluate %q: %w", p.src, err)
+	}
+	return out, nil
+}
+
+// prepareEnv puts the variables in uses into the environment, reusing what
+// is still valid for this message (the topic and QoS never change; the
+// payload and raw change after a transform; headers after set_headers).
+func (s *state) prepareEnv(uses varSet) {
+	e := s.e
+	if uses&varTopic != 0 && s.envHave&varTopic == 0 {
+		s.env["topic"] = e.Topic
+		s.envHave |= varTopic
+	}
+	if uses&varTopicSegments != 0 && s.envHave&varTopicSegments == 0 {
+		s.env["topic_segments"] = strings.Split(e.Topic, "/")
+		s.envHave |= varTopicSegments
+	}
+	if uses&varQoS != 0 && s.envHave&varQoS == 0 {
+		s.env["qos"] = int(e.QoS)
+		s.envHave |= varQoS
+	}
+	if uses&varHeaders != 0 {
+		s.env["headers"] = e.Headers
+	}
+	if uses&varPayload != 0 {
+		v, _ := s.payload.Value(e.Payload) // nil when not JSON
+		s.env["payload"] = v
+	}
+	if uses&varRaw != 0 && (s.envHave&varRaw == 0 || !sameSlice(s.rawSrc, e.Payload)) {
+		s.env["raw"] = string(e.Payload)
+		s.rawSrc = e.Payload
+		s.envHave |= varRaw
+	}
+}
+
+func sameSlice(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+func compileFilter(i int, src string) (step, *CompileError) {
+	p, err := compileExpr(i, src, true)
+	if err != nil {
+		return nil, err
+	}
+	return func(s *state) error {
+		out, err := s.run(p)
+		if err != nil {
+			return err
+		}
+		keep, ok := out.(bool)
+		if !ok {
+			return fmt.Errorf("filter %q returned %T, want bool", src, out)
+		}
+		if !keep {
+			s.res.Drop = true
+		}
+		return nil
+	}, nil
+}
+
+func compileTransform(i int, src string) (step, *CompileError) {
+	p, err := compileExpr(i, src, false)
+	if err != nil {
+		return nil, err
+	}
+	return func(s *state) error {
+		out, err := s.run(p)
+		if err != nil {
+			return err
+		}
+		payload, err := encodePayload(out)
+		if err != nil {
+			return fmt.Errorf("transform %q: %w", src, err)
+		}
+		s.e.Payload = payload // a new slice: cached decodings notice it
+		return nil
+	}, nil
+}
+
+// encodePayload turns a transform result into a payload: strings and byte
+// slices as they are, anything else as compact JSON.
+func encodePayload(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case string:
+		return []byte(x), nil
+	case []byte:
+		return bytes.Clone(x), nil
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, fmt.Errorf("result %T does not encode as JSON: %w", v, err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

@@ -1,0 +1,140 @@
+package processors
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/gobridge/gobridge/delivery"
+)
+
+type headerTemplate struct {
+	name string
+	tmpl *delivery.Template
+}
+
+// compileSetHeaders compiles header name -> template. Headers are rendered
+// against the message as it was before this processor, then all set, in
+// name order.
+func compileSetHeaders(i int, headers map[string]string) (step, CompileErrors) {
+	if len(headers) == 0 {
+		return nil, CompileErrors{{Index: i, Field: "headers", Offset: -1, Err: errors.New("set_headers needs at least one header")}}
+	}
+	names := make([]string, 0, len(headers))
+	for name := range headers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var errs CompileErrors
+	hs := make([]headerTemplate, 0, len(names))
+	for _, name := range names {
+		if name == "" {
+			errs = append(errs, &CompileError{Index: i, Field: "headers", Offset: -1, Err: errors.New("header name must not be empty")})
+			continue
+		}
+		src := headers[name]
+		if src == "" {
+			// An empty value is a legitimate literal header value.
+			hs = append(hs, headerTemplate{name: name, tmpl: delivery.MustParseTemplate("")})
+			continue
+		}
+		t, err := compileTemplate(i, "headers."+name, src)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		hs = append(hs, headerTemplate{name: name, tmpl: t})
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return func(s *state) error {
+		var vals [8]string
+		values := vals[:0]
+		for _, h := range hs {
+			v, err := h.tmpl.RenderWith(s.e, &s.payload)
+			if err != nil {
+				return fmt.Errorf("header %q: %w", h.name, err)
+			}
+			values = append(values, v)
+		}
+		if s.e.Headers == nil {
+			s.e.Headers = make(map[string]string, len(hs))
+		}
+		for j, h := range hs {
+			s.e.Headers[h.name] = values[j]
+		}
+		return nil
+	}, nil
+}
+
+// compileIdempotencyKey compiles the envelope ID rule: exactly one of a
+// `from` template or `hash: true` (hex SHA-256 of topic, a zero byte, and
+// the payload).
+func compileIdempotencyKey(i int, from string, hash bool) (step, *CompileError) {
+	switch {
+	case from != "" && hash:
+		return nil, &CompileError{Index: i, Field: "hash", Offset: -1, Err: errors.New("set either from or hash: true, not both")}
+	case from == "" && !hash:
+		return nil, &CompileError{Index: i, Field: "from", Offset: -1, Err: errors.New("idempotency_key needs from (a template) or hash: true")}
+	case hash:
+		return hashID, nil
+	}
+	t, err := compileTemplate(i, "from", from)
+	if err != nil {
+		return nil, err
+	}
+	return func(s *state) error {
+		id, err := t.RenderWith(s.e, &s.payload)
+		if err != nil {
+			return err
+		}
+		if id == "" {
+			return fmt.Errorf("from %q rendered an empty ID", t.String())
+		}
+		s.e.ID = id
+		return nil
+	}, nil
+}
+
+// hashID sets the envelope ID to the hex SHA-256 of topic, 0x00, payload.
+func hashID(s *state) error {
+	if s.hasher == nil {
+		s.hasher = sha256.New()
+	}
+	h := s.hasher
+	h.Reset()
+	_, _ = io.WriteString(h, s.e.Topic)
+	_, _ = h.Write(zeroByte)
+	_, _ = h.Write(s.e.Payload)
+	h.Sum(s.sum[:0])
+	hex.Encode(s.hexSum[:], s.sum[:])
+	s.e.ID = string(s.hexSum[:])
+	return nil
+}
+
+func compileCoalesce(i int, key string) (step, *CompileError) {
+	if key == "" {
+		return nil, &CompileError{Index: i, Field: "key", Offset: -1, Err: errors.New("coalesce needs key (a template)")}
+	}
+	t, err := compileTemplate(i, "key", key)
+	if err != nil {
+		return nil, err
+	}
+	return func(s *state) error {
+		k, err := t.RenderWith(s.e, &s.payload)
+		if err != nil {
+			return err
+		}
+		if k == "" {
+			return fmt.Errorf("key %q rendered an empty key", t.String())
+		}
+		s.res.CoalesceKey = k
+		return nil
+	}, nil
+}
+
+var zeroByte = []byte{0}
