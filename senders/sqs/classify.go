@@ -1,0 +1,118 @@
+package sqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	smithy "github.com/aws/smithy-go"
+
+	"github.com/gobridge/gobridge/delivery"
+)
+
+// throttleCodes are the error codes that mean "slow down": the SDK's own
+// list plus the SQS and KMS codes.
+var throttleCodes = func() map[string]bool {
+	m := map[string]bool{"KmsThrottled": true, "KMS.ThrottlingException": true}
+	for c := range retry.DefaultThrottleErrorCodes {
+		m[c] = true
+	}
+	return m
+}()
+
+// transientCodes are client-side error codes that a later attempt can
+// outlive: expired temporary credentials are refreshed, a clock is fixed.
+var transientCodes = map[string]bool{
+	"ExpiredToken":          true,
+	"ExpiredTokenException": true,
+	"RequestExpired":        true,
+	"RequestTimeTooSkewed":  true,
+	"RequestTimeout":        true,
+	"IDPCommunicationError": true,
+	"InternalError":         true,
+	"InternalFailure":       true,
+	"ServiceUnavailable":    true,
+}
+
+// classifyCall sorts the error of a whole SendMessageBatch call:
+//
+//	throttling (*types.RequestThrottled, *types.KmsThrottled, a throttling
+//	  error code, HTTP 429)                                  delivery.Capacity
+//	ctx cancelled or past its deadline, HTTP 5xx, server faults, network
+//	  errors, unreadable responses, expired credentials      transient
+//	other API errors (client faults: QueueDoesNotExist, AccessDenied,
+//	  InvalidMessageContents, …) and other HTTP 4xx          delivery.Permanent
+func classifyCall(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if _, ok := errors.AsType[*types.RequestThrottled](err); ok {
+		return delivery.Capacity(err, 0)
+	}
+	if _, ok := errors.AsType[*types.KmsThrottled](err); ok {
+		return delivery.Capacity(err, 0)
+	}
+	status := 0
+	if re, ok := errors.AsType[interface {
+		error
+		HTTPStatusCode() int
+	}](err); ok {
+		status = re.HTTPStatusCode()
+	}
+	api, isAPI := errors.AsType[smithy.APIError](err)
+	switch {
+	case isAPI && throttleCodes[api.ErrorCode()], status == 429:
+		return delivery.Capacity(err, 0)
+	case status >= 500, status == 408:
+		return err
+	case isAPI && (transientCodes[api.ErrorCode()] || api.ErrorFault() == smithy.FaultServer):
+		return err
+	case isAPI, status >= 400:
+		return delivery.Permanent(err)
+	}
+	return err
+}
+
+// EntryError is one entry of a batch that SQS refused while accepting the
+// call (a BatchResultErrorEntry).
+type EntryError struct {
+	Code        string
+	Message     string
+	SenderFault bool
+}
+
+func (e *EntryError) Error() string {
+	fault := "server"
+	if e.SenderFault {
+		fault = "sender"
+	}
+	return fmt.Sprintf("sqs: entry failed: %s (%s fault): %s", e.Code, fault, e.Message)
+}
+
+// ErrorCode returns the SQS error code.
+func (e *EntryError) ErrorCode() string { return e.Code }
+
+// classifyEntry sorts a failed entry: throttling codes are
+// delivery.Capacity, a sender fault is delivery.Permanent (SQS says this
+// message will never be accepted), anything else is transient.
+func classifyEntry(f types.BatchResultErrorEntry) error {
+	e := &EntryError{Code: deref(f.Code), Message: deref(f.Message), SenderFault: f.SenderFault}
+	switch {
+	case throttleCodes[e.Code]:
+		return delivery.Capacity(e, 0)
+	case transientCodes[e.Code]:
+		return e
+	case e.SenderFault:
+		return delivery.Permanent(e)
+	}
+	return e
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,203 @@
+// Package sqs is a sender that delivers messages to an Amazon SQS queue
+// (standard or FIFO) with SendMessageBatch, one entry per envelope, and sorts
+// whole-call and per-entry failures into the delivery error classes.
+package sqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/routes"
+)
+
+// DefaultBatchSize is the batch size when the config leaves it zero.
+const DefaultBatchSize = MaxBatchSize
+
+// Sender sends envelopes to one queue. It is safe for concurrent use.
+type Sender struct {
+	id        string
+	queueURL  string
+	fifo      bool
+	group     *delivery.Template // FIFO only
+	attrs     []attribute
+	batchSize int
+	client    *sqs.Client
+	log       *slog.Logger
+}
+
+// New builds a Sender from cfg.Options: queue_url (required; a URL ending
+// in .fifo is a FIFO queue), region (default: the SDK's chain, then the
+// region in an amazonaws.com queue URL), endpoint (an SQS-compatible
+// server), message_group_id (a template, required for FIFO queues and
+// rejected otherwise), attributes (name: template) and batch_size (1..10,
+// default 10). Credentials come from the SDK's default chain (environment,
+// shared config and profiles, ECS/IMDS roles). The SDK does not retry:
+// gobridge's own backoff and concurrency limit see every failure. A nil
+// logger discards. ctx bounds loading the AWS configuration only.
+func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Sender, error) {
+	o := cfg.Options
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	fail := func(format string, args ...any) (*Sender, error) {
+		return nil, fmt.Errorf("sqs sender %q: %s", cfg.ID, fmt.Sprintf(format, args...))
+	}
+	if o.QueueURL == "" {
+		return fail("queue_url is required")
+	}
+	s := &Sender{
+		id:        cfg.ID,
+		queueURL:  o.QueueURL,
+		fifo:      strings.HasSuffix(o.QueueURL, ".fifo"),
+		batchSize: o.BatchSize,
+		log:       logger.With("component", "sender", "sender", cfg.ID),
+	}
+	if s.batchSize == 0 {
+		s.batchSize = DefaultBatchSize
+	}
+	if s.batchSize < 1 || s.batchSize > MaxBatchSize {
+		return fail("batch_size %d is outside 1..%d", o.BatchSize, MaxBatchSize)
+	}
+	switch {
+	case s.fifo && o.MessageGroupID == "":
+		return fail("message_group_id is required for the FIFO queue %s", o.QueueURL)
+	case !s.fifo && o.MessageGroupID != "":
+		return fail("message_group_id is only for FIFO queues (URL ending in .fifo)")
+	case s.fifo:
+		t, err := delivery.ParseTemplate(o.MessageGroupID)
+		if err != nil {
+			return fail("message_group_id: %v", err)
+		}
+		s.group = t
+	}
+	for name, v := range o.Attributes {
+		if reason := checkAttributeName(name); reason != "" {
+			return fail("attribute %q: %s", name, reason)
+		}
+		if name == IDAttribute {
+			return fail("attribute %q is set by gobridge to the envelope ID", name)
+		}
+		t, err := delivery.ParseTemplate(v)
+		if err != nil {
+			return fail("attribute %s: %v", name, err)
+		}
+		s.attrs = append(s.attrs, attribute{name: name, value: t})
+	}
+	if n := len(s.attrs) + 1; n > MaxAttributes {
+		return fail("%d attributes plus %s is %d, SQS allows at most %d", len(s.attrs), IDAttribute, n, MaxAttributes)
+	}
+	slices.SortFunc(s.attrs, func(a, b attribute) int { return strings.Compare(a.name, b.name) })
+
+	opts := []func(*config.LoadOptions) error{config.WithRetryMaxAttempts(1)}
+	if o.Region != "" {
+		opts = append(opts, config.WithRegion(o.Region))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return fail("load AWS configuration: %v", err)
+	}
+	if awsCfg.Region == "" {
+		awsCfg.Region = regionOf(o.QueueURL)
+	}
+	if awsCfg.Region == "" {
+		return fail("no region: set options.region or AWS_REGION")
+	}
+	s.client = sqs.NewFromConfig(awsCfg, func(so *sqs.Options) {
+		if o.Endpoint != "" {
+			so.BaseEndpoint = aws.String(o.Endpoint)
+		}
+	})
+	return s, nil
+}
+
+// regionOf returns the region of an AWS queue URL
+// (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME), or "".
+func regionOf(queueURL string) string {
+	u, err := url.Parse(queueURL)
+	if err != nil {
+		return ""
+	}
+	parts := strings.Split(u.Hostname(), ".")
+	if len(parts) >= 4 && parts[0] == "sqs" && parts[2] == "amazonaws" {
+		return parts[1]
+	}
+	return ""
+}
+
+// BatchSize returns the configured batch size (1..10).
+func (s *Sender) BatchSize() int { return s.batchSize }
+
+// FIFO reports whether the queue is a FIFO queue.
+func (s *Sender) FIFO() bool { return s.fifo }
+
+// Send delivers envs and returns one error per envelope (nil: SQS accepted
+// it). The envelopes go out together, in order, in SendMessageBatch calls of
+// at most BatchSize entries and MaxBatchBytes bytes. A message SQS would
+// refuse (see MessageError) fails alone with delivery.Permanent; a failed
+// call fails each of its entries with the call's class; a failed entry gets
+// its own class (see classifyEntry).
+func (s *Sender) Send(ctx context.Context, envs []*delivery.Envelope) []error {
+	errs := make([]error, len(envs))
+	entries := make([]entry, 0, len(envs))
+	for i, e := range envs {
+		en, err := s.build(i, e)
+		if err != nil {
+			errs[i] = delivery.Permanent(err)
+			continue
+		}
+		entries = append(entries, en)
+	}
+	for _, batch := range chunks(entries, s.batchSize) {
+		s.sendBatch(ctx, batch, errs)
+	}
+	return errs
+}
+
+// errNoResult is an entry the response mentions neither as successful nor
+// as failed.
+var errNoResult = errors.New("sqs: no result for entry in the SendMessageBatch response")
+
+func (s *Sender) sendBatch(ctx context.Context, batch []entry, errs []error) {
+	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(s.queueURL), Entries: make([]types.SendMessageBatchRequestEntry, len(batch))}
+	byID := make(map[string]int, len(batch))
+	for i, en := range batch {
+		in.Entries[i] = en.req
+		byID[*en.req.Id] = en.index
+	}
+	out, err := s.client.SendMessageBatch(ctx, in)
+	if err != nil {
+		err = classifyCall(fmt.Errorf("sqs: send batch of %d to %s: %w", len(batch), s.queueURL, err))
+		s.log.Debug("send batch failed", "entries", len(batch), "error", err)
+		for _, en := range batch {
+			errs[en.index] = err
+		}
+		return
+	}
+	done := make(map[int]bool, len(batch))
+	for _, ok := range out.Successful {
+		if i, found := byID[deref(ok.Id)]; found {
+			errs[i], done[i] = nil, true
+		}
+	}
+	for _, f := range out.Failed {
+		if i, found := byID[deref(f.Id)]; found {
+			errs[i], done[i] = classifyEntry(f), true
+		}
+	}
+	for _, en := range batch {
+		if !done[en.index] {
+			errs[en.index] = errNoResult
+		}
+	}
+}
