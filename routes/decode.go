@@ -190,8 +190,8 @@ func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string, duration bool
 	tag := n.ShortTag()
 	switch t.Kind() {
 	case reflect.String:
-		if tag == "!!null" {
-			n.Value = ""
+		if tag == "!!null" && !expanded {
+			n.Value = "" // "~" or "null" written in the file; an expanded value stays as it is
 		}
 		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
 		return true

@@ -1,0 +1,146 @@
+package routes_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gobridge/gobridge/routes"
+)
+
+func TestMatch(t *testing.T) {
+	cases := []struct {
+		filter, topic string
+		want          bool
+	}{
+		{"a/b/c", "a/b/c", true},
+		{"a/b/c", "a/b", false},
+		{"a/b", "a/b/c", false},
+		{"a/+/c", "a/x/c", true},
+		{"a/+/c", "a/x/y/c", false},
+		{"a/+", "a/", true},
+		{"+", "a", true},
+		{"+", "a/b", false},
+		{"+/+", "/a", true},
+		{"#", "a/b/c", true},
+		{"#", "", true},
+		{"a/#", "a", true},
+		{"a/#", "a/b/c", true},
+		{"a/#", "ab", false},
+		{"a/b/#", "a/c", false},
+		{"+/b/#", "x/b", true},
+		{"#", "$SYS/broker", false},
+		{"+/broker", "$SYS/broker", false},
+		{"$SYS/#", "$SYS/broker", true},
+		{"$share/g/a/+", "a/b", true},
+		{"$share/g/a/+", "a/b/c", false},
+		{"$share/g/#", "x", true},
+		{"a//b", "a//b", true},
+		{"a/+/b", "a//b", true},
+		{"factory/+/telemetry", "factory/line-1/telemetry", true},
+		{"factory/+/telemetry", "factory/line-1/alarms", false},
+	}
+	for _, c := range cases {
+		if got := routes.Match(c.filter, c.topic); got != c.want {
+			t.Errorf("Match(%q, %q) = %v, want %v", c.filter, c.topic, got, c.want)
+		}
+	}
+}
+
+func TestMatch_DoesNotAllocate(t *testing.T) {
+	allocs := testing.AllocsPerRun(100, func() {
+		routes.Match("$share/g/factory/+/telemetry/#", "factory/line-1/telemetry/x/y")
+	})
+	if allocs != 0 {
+		t.Fatalf("Match allocates %v times per call", allocs)
+	}
+}
+
+func TestValidateFilter(t *testing.T) {
+	valid := []string{"#", "+", "a/b", "a/+/c", "a/#", "/", "+/+/#", "$SYS/#", "$share/g/a/#", "$share/g/#"}
+	for _, f := range valid {
+		if err := routes.ValidateFilter(f); err != nil {
+			t.Errorf("ValidateFilter(%q) = %v, want nil", f, err)
+		}
+	}
+	invalid := []string{"", "a/#/b", "a#", "a/b#", "a+/b", "a/+b", "$share", "$share/", "$share//a", "$share/g", "$share/g/", "$share/g#/a", "$share/g+/a", "a\x00b", "\xff"}
+	for _, f := range invalid {
+		if err := routes.ValidateFilter(f); !errors.Is(err, routes.ErrTopicFilter) {
+			t.Errorf("ValidateFilter(%q) = %v, want ErrTopicFilter", f, err)
+		}
+	}
+}
+
+func TestCovers(t *testing.T) {
+	cases := []struct {
+		outer, inner string
+		want         bool
+	}{
+		{"#", "a/b", true},
+		{"#", "a/#", true},
+		{"a/#", "a", true},
+		{"a/#", "a/+/c", true},
+		{"a/+", "a/b", true},
+		{"a/+", "a/+", true},
+		{"a/+", "a/#", false},
+		{"a/+", "a/b/c", false},
+		{"a/b", "a/+", false},
+		{"a/+/c", "a/b/c", true},
+		{"a/+/c", "a/b/d", false},
+		{"+/+", "a", false},
+		{"$share/g/factory/+/alarms", "factory/line-1/alarms", true},
+		{"factory/+/telemetry", "$share/g/factory/x/telemetry", true},
+		{"#", "$SYS/x", false},
+		{"$SYS/#", "$SYS/x", true},
+	}
+	for _, c := range cases {
+		if got := routes.Covers(c.outer, c.inner); got != c.want {
+			t.Errorf("Covers(%q, %q) = %v, want %v", c.outer, c.inner, got, c.want)
+		}
+	}
+}
+
+// TestCovers_AgreesWithMatch checks Covers against Match on sample topics:
+// when outer covers inner, every topic inner matches, outer matches too.
+func TestCovers_AgreesWithMatch(t *testing.T) {
+	filters := []string{"#", "+", "a", "a/#", "a/+", "a/b", "+/b", "a/+/c", "+/+", "a/b/#", "+/#"}
+	topics := []string{"a", "b", "a/b", "a/c", "x/b", "a/b/c", "a/x/c", "a/b/c/d", "", "/", "a/"}
+	for _, o := range filters {
+		for _, in := range filters {
+			if !routes.Covers(o, in) {
+				continue
+			}
+			for _, tp := range topics {
+				if routes.Match(in, tp) && !routes.Match(o, tp) {
+					t.Errorf("Covers(%q, %q) but %q matches only the inner filter", o, in, tp)
+				}
+			}
+		}
+	}
+}
+
+func TestOverlaps(t *testing.T) {
+	cases := []struct {
+		a, b string
+		want bool
+	}{
+		{"a/+", "a/b", true},
+		{"a/#", "b/#", false},
+		{"a/#", "a", true},
+		{"a", "a/#", true},
+		{"a/b", "a/c", false},
+		{"+/b", "a/+", true},
+		{"a/b/c", "a/+", false},
+	}
+	for _, c := range cases {
+		if got := routes.Overlaps(c.a, c.b); got != c.want {
+			t.Errorf("Overlaps(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+func BenchmarkMatch(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		routes.Match("factory/+/telemetry/#", "factory/line-1/telemetry/press/3")
+	}
+}
