@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 
+	"github.com/gobridge/gobridge/processors"
 	"github.com/gobridge/gobridge/routes"
 )
 
@@ -79,4 +81,38 @@ func (c *CheckCommand) print(probs routes.Problems, format string) error {
 	}
 	_, err := fmt.Fprintf(c.Stderr, "config invalid: %d errors, %d warnings\n", errs, warns)
 	return err
+}
+
+// compileProblems compiles every route's processors and ordering key as the
+// runtime will, so that `check` reports an expression that does not compile
+// with its position. Problems the routes validator already reported at the
+// same position are not repeated.
+func compileProblems(cfg *routes.Config, known routes.Problems) routes.Problems {
+	at := map[[2]int]bool{}
+	for _, p := range known {
+		if p.Severity == routes.SeverityError {
+			at[[2]int{p.Line, p.Column}] = true
+		}
+	}
+	var out routes.Problems
+	for i, rc := range cfg.Routes {
+		_, err := processors.Compile(rc)
+		var ces processors.CompileErrors
+		if !errors.As(err, &ces) {
+			if err != nil {
+				out = append(out, cfg.Errorf(fmt.Sprintf("routes[%d]", i), "processor", "routes[%d]: %v", i, err))
+			}
+			continue
+		}
+		for _, ce := range ces {
+			path := fmt.Sprintf("routes[%d].%s", i, ce.Path())
+			p := cfg.Errorf(path, "processor", "%s: %v", path, ce.Err)
+			if at[[2]int{p.Line, p.Column}] {
+				continue
+			}
+			at[[2]int{p.Line, p.Column}] = true
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -95,6 +95,9 @@ func loadConfig(path string) (*routes.Config, routes.Problems, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if cfg != nil {
+		probs = append(probs, compileProblems(cfg, probs)...)
+	}
 	probs.Sort()
 	return cfg, probs, nil
 }
