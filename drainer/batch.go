@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gobridge/gobridge/delivery"
@@ -160,34 +161,39 @@ func (p *partition) send(r *Route, lim *limiter, chunk []*item, results chan<- s
 	}
 	timeout := r.Policy.SendTimeout.D()
 	ctx, cancel := context.WithTimeout(p.workCtx, timeout)
-	done := make(chan []error, 1)
 	start := g.now()
-	g.senders.Add(2)
+	var once sync.Once
+	report := func(errs []error) {
+		once.Do(func() {
+			results <- sendResult{route: r, items: chunk, errs: errs, latency: g.now().Sub(start)}
+		})
+	}
+	// When the send's context ends and Send has not returned within
+	// AbandonGrace, report the send as timed out; Send keeps its goroutine
+	// (and its concurrency slot) until it really returns.
+	stopWatch := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(g.cfg.AbandonGrace, func() {
+			once.Do(func() {
+				if ao, ok := g.obs.(AbandonObserver); ok {
+					ao.Abandoned(r.ID)
+				}
+				g.log.Warn("abandoned a send that ignored its context", "route", r.ID, "timeout", timeout)
+				results <- sendResult{route: r, items: chunk, errs: fill(len(envs), errSendTimedOut), latency: g.now().Sub(start)}
+			})
+		})
+		_ = t
+	})
+	g.senders.Add(1)
 	go func() {
 		defer g.senders.Done()
 		defer lim.release()
-		defer cancel()
-		done <- r.Sender.Send(ctx, envs)
-	}()
-	go func() {
-		defer g.senders.Done()
-		t := time.NewTimer(timeout + g.cfg.AbandonGrace)
-		defer t.Stop()
-		var errs []error
-		select {
-		case errs = <-done:
-			if len(errs) != len(envs) {
-				err := fmt.Errorf("sender returned %d results for %d envelopes", len(errs), len(envs))
-				errs = fill(len(envs), err)
-			}
-		case <-t.C:
-			if ao, ok := g.obs.(AbandonObserver); ok {
-				ao.Abandoned(r.ID)
-			}
-			g.log.Warn("abandoned a send that ignored its context", "route", r.ID, "timeout", timeout)
-			errs = fill(len(envs), errSendTimedOut)
+		errs := r.Sender.Send(ctx, envs)
+		stopWatch()
+		cancel()
+		if len(errs) != len(envs) {
+			errs = fill(len(envs), fmt.Errorf("sender returned %d results for %d envelopes", len(errs), len(envs)))
 		}
-		results <- sendResult{route: r, items: chunk, errs: errs, latency: g.now().Sub(start)}
+		report(errs)
 	}()
 }
 

@@ -1,0 +1,96 @@
+package drainer
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/memory"
+)
+
+// nopSender accepts everything at once.
+type nopSender struct{ batch int }
+
+func (s nopSender) BatchSize() int { return s.batch }
+func (s nopSender) Send(_ context.Context, envs []*delivery.Envelope) []error {
+	return make([]error, len(envs))
+}
+
+// countdown is an Observer that closes done after n ok outcomes.
+type countdown struct {
+	nopObserver
+	left atomic.Int64
+	done chan struct{}
+}
+
+func (c *countdown) Delivered(o Outcome) {
+	if o.Result == ResultOK && c.left.Add(-1) == 0 {
+		close(c.done)
+	}
+}
+
+// benchBackends lists the stores BenchmarkDrainer drains; durable backends
+// register themselves here from their own test files.
+var benchBackends = []struct {
+	name string
+	open func(b *testing.B) stores.Outbox
+}{
+	{"memory", func(*testing.B) stores.Outbox { return memory.New() }},
+}
+
+// BenchmarkDrainer drains 100k records through a no-op sender and reports
+// records/s. Run with -benchtime=1x (each iteration drains 100k records).
+func BenchmarkDrainer(b *testing.B) {
+	const records = 100_000
+	for _, be := range benchBackends {
+		for _, parts := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%s/partitions=%d", be.name, parts), func(b *testing.B) {
+				var elapsed time.Duration
+				for b.Loop() {
+					b.StopTimer()
+					store := be.open(b)
+					recs := make([]stores.Record, 0, 1000)
+					for i := range records {
+						id := delivery.NewID()
+						recs = append(recs, stores.Record{Session: "s", Partition: stores.PartitionOf(id, parts),
+							Route: "r", Envelope: delivery.Envelope{ID: id, Topic: "t", Payload: []byte(`{"temp":21}`)}})
+						if len(recs) == cap(recs) || i == records-1 {
+							if err := store.Append(context.Background(), recs...); err != nil {
+								b.Fatal(err)
+							}
+							recs = recs[:0]
+						}
+					}
+					obs := &countdown{done: make(chan struct{})}
+					obs.left.Store(records)
+					pol := policyDefaults(routes.Policy{})
+					g := New(Config{
+						Session: "s", Partitions: parts, BatchSize: 100, Owner: "bench",
+						Routes:   map[string]Route{"r": {Sender: nopSender{batch: 1}, Policy: pol}},
+						Observer: obs,
+					}, store, memory.NewLeases())
+					ctx, cancel := context.WithCancel(context.Background())
+					errc := make(chan error, 1)
+					b.StartTimer()
+					start := time.Now()
+					go func() { errc <- g.Run(ctx) }()
+					<-obs.done
+					elapsed += time.Since(start)
+					b.StopTimer()
+					cancel()
+					if err := <-errc; err != nil {
+						b.Fatal(err)
+					}
+					store.Close()
+					b.StartTimer()
+				}
+				b.ReportMetric(float64(records)*float64(b.N)/elapsed.Seconds(), "records/s")
+			})
+		}
+	}
+}
