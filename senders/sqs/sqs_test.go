@@ -22,7 +22,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	smithy "github.com/aws/smithy-go"
 
 	"github.com/gobridge/gobridge/delivery"
 	"github.com/gobridge/gobridge/internal/testservices"
@@ -273,8 +272,8 @@ func TestSender_PartialBatchFailure(t *testing.T) {
 	s := newSender(t, routes.SenderOptions{QueueURL: q.queueURL, Endpoint: w.url, Attributes: map[string]string{"device": "{payload.device}"}})
 	envs := envelopes(6, "a/b", func(i int) string { return fmt.Sprintf(`{"device":"d%d"}`, i) })
 	envs[1].Payload = []byte(`{"device":"` + strings.Repeat("x", MaxMessageBytes) + `"}`) // too large
-	envs[3].Payload = []byte(`{"other":1}`)                                                 // the template cannot fill {payload.device}
-	envs[4].Payload = []byte{0xff, 0xfe}                                                    // not text
+	envs[3].Payload = []byte(`{"other":1}`)                                               // the template cannot fill {payload.device}
+	envs[4].Payload = []byte{0xff, 0xfe}                                                  // not text
 	errs := s.Send(t.Context(), envs)
 	for i, want := range []delivery.Class{delivery.OK, delivery.Fatal, delivery.OK, delivery.Fatal, delivery.Fatal, delivery.OK} {
 		if class, _ := delivery.Classify(errs[i]); class != want {
@@ -300,11 +299,10 @@ func TestSender_NonexistentQueueIsPermanent(t *testing.T) {
 	s := newSender(t, routes.SenderOptions{QueueURL: strings.TrimSuffix(q.queueURL, "/") + "-missing", Endpoint: q.endpoint})
 	errs := s.Send(t.Context(), envelopes(2, "a/b", func(int) string { return "x" }))
 	for _, err := range errs {
-		var api smithy.APIError
-		if class, _ := delivery.Classify(err); class != delivery.Fatal || !errors.As(err, &api) {
-			t.Fatalf("class %v, err %v: want permanent API error", class, err)
+		var qdne *types.QueueDoesNotExist
+		if class, _ := delivery.Classify(err); class != delivery.Fatal || !errors.As(err, &qdne) {
+			t.Fatalf("class %v, err %v: want a permanent *types.QueueDoesNotExist", class, err)
 		}
-		t.Log(err)
 	}
 }
 

@@ -1,0 +1,142 @@
+package sqs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	smithy "github.com/aws/smithy-go"
+
+	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/routes"
+)
+
+// fakeSQS is an httptest server speaking the SQS JSON protocol
+// (awsJson1_0) that answers every call with one canned response, so that
+// the SDK's own error decoding is what the classification sees.
+func fakeSQS(t *testing.T, status int, headers map[string]string, body string) *Sender {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		for k, v := range headers {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	return newSender(t, routes.SenderOptions{QueueURL: srv.URL + "/000000000000/q", Endpoint: srv.URL})
+}
+
+func TestSender_CallErrorClasses(t *testing.T) {
+	cases := []struct {
+		name    string
+		status  int
+		headers map[string]string
+		body    string
+		want    delivery.Class
+		as      func(error) bool
+	}{
+		{name: "RequestThrottled", status: 400, headers: map[string]string{"X-Amzn-Query-Error": "RequestThrottled;Sender"},
+			body: `{"__type":"com.amazonaws.sqs#RequestThrottled","message":"slow down"}`, want: delivery.Saturated,
+			as: func(err error) bool { _, ok := errors.AsType[*types.RequestThrottled](err); return ok }},
+		{name: "KmsThrottled", status: 400, body: `{"__type":"com.amazonaws.sqs#KmsThrottled","message":"kms"}`, want: delivery.Saturated,
+			as: func(err error) bool { _, ok := errors.AsType[*types.KmsThrottled](err); return ok }},
+		{name: "ThrottlingException", status: 400, body: `{"__type":"ThrottlingException","message":"rate"}`, want: delivery.Saturated},
+		{name: "unmodeled 429", status: 429, body: `{"__type":"SomethingElse"}`, want: delivery.Saturated},
+		{name: "InternalError 500", status: 500, body: `{"__type":"InternalError","message":"oops"}`, want: delivery.Transient},
+		{name: "ServiceUnavailable 503", status: 503, body: `{"__type":"ServiceUnavailable"}`, want: delivery.Transient},
+		{name: "expired credentials", status: 400, body: `{"__type":"ExpiredToken","message":"renew"}`, want: delivery.Transient},
+		{name: "not JSON 502", status: 502, body: `<html>bad gateway</html>`, want: delivery.Transient},
+		{name: "AccessDenied", status: 403, body: `{"__type":"AccessDeniedException","message":"no"}`, want: delivery.Fatal},
+		{name: "InvalidMessageContents", status: 400, body: `{"__type":"com.amazonaws.sqs#InvalidMessageContents","message":"bad char"}`, want: delivery.Fatal,
+			as: func(err error) bool { _, ok := errors.AsType[*types.InvalidMessageContents](err); return ok }},
+		{name: "QueueDoesNotExist", status: 400, headers: map[string]string{"X-Amzn-Query-Error": "AWS.SimpleQueueService.NonExistentQueue;Sender"},
+			body: `{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"gone"}`, want: delivery.Fatal,
+			as: func(err error) bool { _, ok := errors.AsType[*types.QueueDoesNotExist](err); return ok }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := fakeSQS(t, c.status, c.headers, c.body)
+			errs := s.Send(t.Context(), envelopes(3, "a/b", func(int) string { return "x" }))
+			for _, err := range errs {
+				if class, _ := delivery.Classify(err); class != c.want {
+					t.Fatalf("class %v, want %v: %v", class, c.want, err)
+				}
+			}
+			if c.as != nil && !c.as(errs[0]) {
+				t.Fatalf("error %v does not match the SDK's typed error", errs[0])
+			}
+		})
+	}
+}
+
+func TestSender_PerEntryResults(t *testing.T) {
+	resp, _ := json.Marshal(map[string]any{
+		"Successful": []map[string]any{{"Id": "0", "MessageId": "m0", "MD5OfMessageBody": "9dd4e461268c8034f5c8564e155c67a6"}},
+		"Failed": []map[string]any{
+			{"Id": "1", "Code": "RequestThrottled", "Message": "slow", "SenderFault": true},
+			{"Id": "2", "Code": "InvalidParameterValue", "Message": "bad", "SenderFault": true},
+			{"Id": "3", "Code": "InternalError", "Message": "oops", "SenderFault": false},
+		},
+	})
+	s := fakeSQS(t, 200, nil, string(resp))
+	errs := s.Send(t.Context(), envelopes(5, "a/b", func(int) string { return "x" }))
+	want := []delivery.Class{delivery.OK, delivery.Saturated, delivery.Fatal, delivery.Transient, delivery.Transient}
+	for i, err := range errs {
+		if class, _ := delivery.Classify(err); class != want[i] {
+			t.Errorf("entry %d: class %v, want %v: %v", i, class, want[i], err)
+		}
+	}
+	var ee *EntryError
+	if !errors.As(errs[2], &ee) || ee.Code != "InvalidParameterValue" || !ee.SenderFault {
+		t.Errorf("entry 2: %v", errs[2])
+	}
+	if !errors.Is(errs[4], errNoResult) {
+		t.Errorf("entry 4 (absent from the response): %v", errs[4])
+	}
+}
+
+func TestSender_DeadlineIsTransient(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	defer close(release)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	s := newSender(t, routes.SenderOptions{QueueURL: srv.URL + "/0/q", Endpoint: srv.URL})
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	err := s.Send(ctx, envelopes(1, "a/b", func(int) string { return "x" }))[0]
+	if class, _ := delivery.Classify(err); class != delivery.Transient || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("class %v, err %v: want transient deadline", class, err)
+	}
+}
+
+// TestClassifyCall_NeverReadsText shows that the same text under a
+// different code classifies differently: the code decides, not the message.
+func TestClassifyCall_NeverReadsText(t *testing.T) {
+	throttle := &smithy.GenericAPIError{Code: "ThrottlingException", Message: "queue does not exist"}
+	gone := &smithy.GenericAPIError{Code: "AccessDenied", Message: "throttling"}
+	if class, _ := delivery.Classify(classifyCall(throttle)); class != delivery.Saturated {
+		t.Errorf("throttle: %v", class)
+	}
+	if class, _ := delivery.Classify(classifyCall(gone)); class != delivery.Fatal {
+		t.Errorf("access denied: %v", class)
+	}
+}
