@@ -1,0 +1,336 @@
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/internal/testservices"
+	"github.com/gobridge/gobridge/receivers/internal/testsink"
+	"github.com/gobridge/gobridge/receivers/internal/testtls"
+	"github.com/gobridge/gobridge/receivers/listener"
+	"github.com/gobridge/gobridge/routes"
+)
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// unique returns a topic prefix and client-id suffix no other test run uses.
+func unique(t *testing.T) string {
+	return fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
+}
+
+func config(url, clientID string, topics ...string) routes.ReceiverConfig {
+	cfg := routes.ReceiverConfig{
+		ID:   "plant",
+		Type: routes.ReceiverMQTT,
+		Options: routes.ReceiverOptions{
+			BrokerURLs:     []string{url},
+			ClientID:       clientID,
+			ConnectTimeout: routes.Duration(5 * time.Second),
+		},
+	}
+	for _, tp := range topics {
+		cfg.Topics = append(cfg.Topics, routes.Subscription{Topic: tp})
+	}
+	return cfg
+}
+
+func newReceiver(t *testing.T, cfg routes.ReceiverConfig, sink *testsink.Sink) *Receiver {
+	t.Helper()
+	r, err := New(cfg, "line-7", sink, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestReceiver_DeliversQoS1FromMosquitto(t *testing.T) {
+	t.Parallel()
+	url := testservices.MQTTURL(t)
+	id := unique(t)
+	sink := testsink.New(true)
+	r := newReceiver(t, config(url, id, "gbtest/"+id+"/+/telemetry"), sink)
+	run(t, r)
+	waitSubscribed(t, r)
+
+	publish(t, url, "gbtest/"+id+"/a/telemetry", "1", "2", "3")
+	publish(t, url, "gbtest/"+id+"/a/other", "not subscribed")
+	for i := 1; i <= 3; i++ {
+		d := sink.Next(t)
+		if string(d.Msg.Payload) != fmt.Sprint(i) || d.Msg.QoS != 1 || d.Msg.Receiver != "plant" ||
+			d.Msg.Topic != "gbtest/"+id+"/a/telemetry" || d.Msg.ReceivedAt.IsZero() {
+			t.Fatalf("message %d = %+v", i, d.Msg)
+		}
+	}
+	testsink.Eventually(t, "3 acks", func() bool { return r.Stats().Acked == 3 })
+	if s := r.Stats(); s.Received != 3 || s.InFlight != 0 || s.Dropped != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestReceiver_AcksInArrivalOrderAtTheBroker(t *testing.T) {
+	t.Parallel()
+	const clientID = "gobridge-order"
+	b := startOrderBroker(t, clientID)
+	sink := testsink.New(false)
+	r := newReceiver(t, config(b.url, clientID, "orders/#"), sink)
+	run(t, r)
+	waitSubscribed(t, r)
+
+	const n = 10
+	for i := range n {
+		if err := b.srv.Publish("orders/x", []byte(fmt.Sprint(i)), false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ds []testsink.Delivery
+	for i := range n {
+		d := sink.Next(t)
+		if string(d.Msg.Payload) != fmt.Sprint(i) {
+			t.Fatalf("message %d arrived as %q", i, d.Msg.Payload)
+		}
+		ds = append(ds, d)
+	}
+	// Settle every message but the first, from other goroutines, last first.
+	for i := n - 1; i >= 1; i-- {
+		go ds[i].Done()
+	}
+	testsink.Eventually(t, "later messages settled", func() bool {
+		return r.pipe.dispatchedUnacked.Load() == n // still held by message 0
+	})
+	if _, acked := b.snapshot(); len(acked) != 0 {
+		t.Fatalf("broker got PUBACKs %v before the first message was settled", acked)
+	}
+	ds[0].Done()
+	testsink.Eventually(t, "all PUBACKs at the broker", func() bool { _, a := b.snapshot(); return len(a) == n })
+	published, acked := b.snapshot()
+	if !slices.Equal(published, acked) {
+		t.Fatalf("PUBACK order %v, PUBLISH order %v", acked, published)
+	}
+}
+
+func TestReceiver_RedeliversUnackedAfterRestart(t *testing.T) {
+	t.Parallel()
+	url := testservices.MQTTURL(t)
+	id := unique(t)
+	topic := "gbtest/" + id + "/redeliver"
+	cfg := config(url, id, topic) // clean_session false: a persistent session
+
+	first := testsink.New(false) // never settles
+	r1 := newReceiver(t, cfg, first)
+	run1 := run(t, r1)
+	waitSubscribed(t, r1)
+	publish(t, url, topic, "a", "b", "c")
+	for range 3 {
+		first.Next(t)
+	}
+	run1.stop()
+	if s := r1.Stats(); s.Acked != 0 || s.Abandoned != 3 {
+		t.Fatalf("first receiver stats = %+v", s)
+	}
+
+	second := testsink.New(true)
+	r2 := newReceiver(t, cfg, second)
+	run2 := run(t, r2)
+	var got []string
+	for range 3 {
+		d := second.Next(t)
+		got = append(got, string(d.Msg.Payload))
+		if !d.Msg.Duplicate {
+			t.Errorf("redelivered %q without the DUP flag", d.Msg.Payload)
+		}
+	}
+	if !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("redelivered %v", got)
+	}
+	testsink.Eventually(t, "redeliveries acked", func() bool { return r2.Stats().Acked == 3 })
+	run2.stop()
+
+	// Acknowledged now: a third session gets only what is new.
+	third := testsink.New(true)
+	r3 := newReceiver(t, cfg, third)
+	run(t, r3)
+	waitSubscribed(t, r3)
+	publish(t, url, topic, "fresh")
+	if d := third.Next(t); string(d.Msg.Payload) != "fresh" {
+		t.Fatalf("third session got %q first: acks were lost", d.Msg.Payload)
+	}
+}
+
+func TestReceiver_SharedSubscriptionSplitsMessages(t *testing.T) {
+	t.Parallel()
+	url := testservices.MQTTURL(t)
+	id := unique(t)
+	topic := "gbtest/" + id + "/shared"
+	filter := "$share/gobridge-" + id + "/" + topic
+	sinkA, sinkB := testsink.New(true), testsink.New(true)
+	ra := newReceiver(t, config(url, id+"-a", filter), sinkA)
+	rb := newReceiver(t, config(url, id+"-b", filter), sinkB)
+	run(t, ra)
+	run(t, rb)
+	waitSubscribed(t, ra)
+	waitSubscribed(t, rb)
+
+	const n = 100
+	payloads := make([]string, n)
+	for i := range payloads {
+		payloads[i] = fmt.Sprint(i)
+	}
+	publish(t, url, topic, payloads...)
+	testsink.Eventually(t, "all shared messages received", func() bool {
+		return ra.Stats().Received+rb.Stats().Received == n
+	})
+	a, b := ra.Stats().Received, rb.Stats().Received
+	if a == 0 || b == 0 {
+		t.Fatalf("not split: a got %d, b got %d", a, b)
+	}
+	seen := map[string]bool{}
+	for _, s := range []*testsink.Sink{sinkA, sinkB} {
+		for len(s.C) > 0 {
+			seen[string((<-s.C).Msg.Payload)] = true
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct messages, want %d", len(seen), n)
+	}
+}
+
+func TestReceiver_ReconnectsAfterBrokerRestart(t *testing.T) {
+	t.Parallel()
+	m := startMosquitto(t)
+	url := "tcp://" + m.addr()
+	sink := testsink.New(true)
+	r := newReceiver(t, config(url, "gobridge-reconnect", "plant/#"), sink)
+	run(t, r)
+	waitSubscribed(t, r)
+
+	m.stop()
+	testsink.Eventually(t, "status shows the loss", func() bool {
+		s := r.Status()
+		return !s.Connected && !s.Subscribed && s.Reason != ""
+	})
+	t.Logf("while down: %+v", r.Status())
+
+	// The broker comes back without persistence: the subscription must be
+	// made again by the receiver.
+	m.start()
+	waitSubscribed(t, r)
+	if s := r.Status(); s.Reason != "" {
+		t.Fatalf("ready with a reason: %+v", s)
+	}
+	if n := r.Stats().Reconnects; n < 1 {
+		t.Fatalf("reconnects = %d", n)
+	}
+	publish(t, url, "plant/after", "back")
+	if d := sink.Next(t); string(d.Msg.Payload) != "back" {
+		t.Fatalf("got %q", d.Msg.Payload)
+	}
+}
+
+func TestReceiver_ReportsRefusedSubscription(t *testing.T) {
+	t.Parallel()
+	b := startOrderBroker(t, "nobody") // refuses filters under secret/
+	r := newReceiver(t, config(b.url, "gobridge-refused", "allowed/#", "secret/#"), testsink.New(true))
+	run(t, r)
+	testsink.Eventually(t, "refusal reported", func() bool {
+		s := r.Status()
+		return s.Connected && !s.Subscribed && strings.Contains(s.Reason, "secret/#")
+	})
+	t.Logf("refused: %+v", r.Status())
+}
+
+func TestReceiver_TLSWithPrivateCA(t *testing.T) {
+	t.Parallel()
+	files := testtls.Write(t)
+	sink := testsink.New(true)
+
+	t.Run("embedded listener", func(t *testing.T) {
+		t.Parallel()
+		edge := testsink.New(true)
+		l, err := listener.New(routes.ReceiverConfig{
+			ID: "edge", Type: routes.ReceiverMQTTListener,
+			Options: routes.ReceiverOptions{Listen: "127.0.0.1:0", TLS: routes.TLS{CertFile: files.CertFile, KeyFile: files.KeyFile}},
+			Topics:  []routes.Subscription{{Topic: "nothing/here"}},
+		}, edge, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		<-l.Ready()
+		cfg := config("ssl://"+l.Addr().String(), "gobridge-tls", "tls/#")
+		cfg.Options.TLS.CAFile = files.CAFile
+		r := newReceiver(t, cfg, sink)
+		run(t, r)
+		waitSubscribed(t, r)
+	})
+	t.Run("mosquitto", func(t *testing.T) {
+		t.Parallel()
+		m := startMosquitto(t, "cafile "+files.CAFile, "certfile "+files.CertFile, "keyfile "+files.KeyFile)
+		cfg := config("ssl://"+m.addr(), "gobridge-tls-mosq", "tls/#")
+		cfg.Options.TLS.CAFile = files.CAFile
+		r := newReceiver(t, cfg, testsink.New(true))
+		run(t, r)
+		waitSubscribed(t, r)
+
+		untrusting := config("ssl://"+m.addr(), "gobridge-tls-untrusting", "tls/#")
+		r2 := newReceiver(t, untrusting, testsink.New(true)) // system roots only
+		run(t, r2)
+		testsink.Eventually(t, "certificate error reported", func() bool { return r2.Status().Reason != "not connected yet" })
+		if s := r2.Status(); s.Connected {
+			t.Fatalf("connected without trusting the CA: %+v", s)
+		}
+	})
+}
+
+func TestNew_RejectsBadConfig(t *testing.T) {
+	t.Parallel()
+	bad := func(mut func(*routes.ReceiverConfig)) routes.ReceiverConfig {
+		c := config("tcp://127.0.0.1:1", "x", "a/#")
+		mut(&c)
+		return c
+	}
+	three := 3
+	for name, cfg := range map[string]routes.ReceiverConfig{
+		"no broker":         bad(func(c *routes.ReceiverConfig) { c.Options.BrokerURLs = nil }),
+		"unknown scheme":    bad(func(c *routes.ReceiverConfig) { c.Options.BrokerURLs = []string{"http://x"} }),
+		"no topics":         bad(func(c *routes.ReceiverConfig) { c.Topics = nil }),
+		"qos 3":             bad(func(c *routes.ReceiverConfig) { c.Topics[0].QoS = &three }),
+		"cert without key":  bad(func(c *routes.ReceiverConfig) { c.Options.TLS.CertFile = "c.pem" }),
+		"missing ca file":   bad(func(c *routes.ReceiverConfig) { c.Options.TLS.CAFile = "/nonexistent/ca.pem" }),
+		"ca file not a PEM": bad(func(c *routes.ReceiverConfig) { c.Options.TLS.CAFile = "receiver.go" }),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(cfg, "b", testsink.New(true), nil)
+			if err == nil {
+				t.Fatal("New accepted it")
+			}
+			if !errors.Is(err, ErrConfig) && !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("error %v is neither ErrConfig nor a file error", err)
+			}
+		})
+	}
+}
+
+func TestReceiver_RunTwice(t *testing.T) {
+	t.Parallel()
+	r := newReceiver(t, config("tcp://127.0.0.1:1", "x", "a"), testsink.New(true))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Run(ctx); !errors.Is(err, ErrAlreadyRun) {
+		t.Fatalf("second Run = %v", err)
+	}
+}
