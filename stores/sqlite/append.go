@@ -1,0 +1,204 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// partKey names one session partition, for depth accounting.
+type partKey struct {
+	session string
+	part    int
+}
+
+// writeTx runs fn in one BEGIN IMMEDIATE transaction on the writer and
+// commits it; the commit is the durable point. It returns fn's error, or a
+// mapped SQLite error.
+func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx, depth map[partKey]int) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return mapErr(err)
+	}
+	depth := make(map[partKey]int, 1)
+	if err := fn(tx, depth); err != nil {
+		_ = tx.Rollback()
+		return mapErr(err)
+	}
+	add := tx.StmtContext(ctx, s.stmts.depthAdd)
+	for k, d := range depth {
+		if d == 0 {
+			continue
+		}
+		if _, err := add.ExecContext(ctx, k.session, k.part, d); err != nil {
+			_ = tx.Rollback()
+			return mapErr(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return mapErr(err)
+	}
+	return nil
+}
+
+// Append implements stores.Outbox: one transaction, one durable commit.
+// A failed commit (disk full: stores.ErrFull; any I/O error) is returned and
+// nothing of the call is persisted.
+func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
+	for i := range recs {
+		if err := validate(&recs[i]); err != nil {
+			return fmt.Errorf("append: %w", err)
+		}
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	now := time.Now()
+	var tombstoned int64
+	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
+		tombstoned = 0
+		ins := tx.StmtContext(ctx, s.stmts.insert)
+		for i := range recs {
+			r := &recs[i]
+			if r.CoalesceKey != "" {
+				n, err := s.coalesce(ctx, tx, r, now, depth)
+				if err != nil {
+					return err
+				}
+				tombstoned += n
+				continue
+			}
+			inserted, err := s.insertRow(ctx, ins, r, stores.Pending, now)
+			if err != nil {
+				return err
+			}
+			if inserted {
+				depth[partKey{r.Session, r.Partition}]++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("append %d records: %w", len(recs), err)
+	}
+	s.addDone(ctx, tombstoned)
+	return nil
+}
+
+func validate(r *stores.Record) error {
+	switch {
+	case r.Session == "":
+		return fmt.Errorf("%w: empty session", stores.ErrInvalid)
+	case r.Route == "":
+		return fmt.Errorf("%w: empty route", stores.ErrInvalid)
+	case r.Envelope.ID == "":
+		return fmt.Errorf("%w: empty envelope ID", stores.ErrInvalid)
+	case r.Partition < 0:
+		return fmt.Errorf("%w: negative partition", stores.ErrInvalid)
+	}
+	return nil
+}
+
+// insertRow inserts r in state unless its key exists; it reports whether it
+// did.
+func (s *Store) insertRow(ctx context.Context, ins *sql.Stmt, r *stores.Record, state stores.State, now time.Time) (bool, error) {
+	headers, err := encodeHeaders(r.Envelope.Headers)
+	if err != nil {
+		return false, fmt.Errorf("encode headers of %s: %w", r.Envelope.ID, err)
+	}
+	created := r.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
+	payload := r.Envelope.Payload
+	if state == stores.Done {
+		payload, headers = nil, nil
+	} else if payload == nil {
+		payload = []byte{}
+	}
+	res, err := ins.ExecContext(ctx, r.Session, r.Partition, r.Route, r.Envelope.ID, r.Envelope.Topic,
+		payload, headers, r.Envelope.QoS, nanos(r.Envelope.ReceivedAt), r.Envelope.Key, r.CoalesceKey,
+		r.CausationID, string(state), r.Attempts, nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt),
+		r.LastError, nanos(created), nanos(r.ExpiresAt))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// coalesce appends r, which has a coalesce key: it replaces the newest
+// pending record of its route and key unless that one is newer, in which
+// case r is absorbed as done. It returns how many done tombstones it made.
+func (s *Store) coalesce(ctx context.Context, tx *sql.Tx, r *stores.Record, now time.Time, depth map[partKey]int) (int64, error) {
+	var one int
+	err := tx.StmtContext(ctx, s.stmts.exists).QueryRowContext(ctx, r.Session, r.Route, r.Envelope.ID).Scan(&one)
+	if err == nil {
+		return 0, nil // idempotent re-append
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	var (
+		oldSeq, oldRecv int64
+		oldPart         int
+	)
+	err = tx.StmtContext(ctx, s.stmts.coalesceFind).QueryRowContext(ctx, r.Session, r.Route, r.CoalesceKey).
+		Scan(&oldSeq, &oldPart, &oldRecv)
+	found := err == nil
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	ins := tx.StmtContext(ctx, s.stmts.insert)
+	if found && nanos(r.Envelope.ReceivedAt) < oldRecv {
+		// An older message never replaces a newer one.
+		_, err := s.insertRow(ctx, ins, r, stores.Done, now)
+		return 1, err
+	}
+	var made int64
+	if found {
+		if _, err := tx.StmtContext(ctx, s.stmts.tombstone).ExecContext(ctx, oldSeq); err != nil {
+			return 0, err
+		}
+		depth[partKey{r.Session, oldPart}]--
+		made = 1
+	}
+	if _, err := s.insertRow(ctx, ins, r, stores.Pending, now); err != nil {
+		return 0, err
+	}
+	depth[partKey{r.Session, r.Partition}]++
+	return made, nil
+}
+
+// addDone counts n new done tombstones and, past the retention plus a slack
+// of 1,000, deletes the oldest ones in one transaction. A failed compaction
+// is retried on the next call; it never fails the caller.
+func (s *Store) addDone(ctx context.Context, n int64) {
+	if n == 0 {
+		return
+	}
+	keep := int64(max(s.opts.DoneRetention, 0))
+	if s.doneCount.Add(n) <= keep+1000 {
+		return
+	}
+	if !s.compactMu.TryLock() {
+		return
+	}
+	defer s.compactMu.Unlock()
+	excess := s.doneCount.Load() - keep
+	if excess <= 0 {
+		return
+	}
+	res, err := s.w.ExecContext(context.WithoutCancel(ctx),
+		`DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state='done' ORDER BY seq LIMIT ?)`, excess)
+	if err != nil {
+		return
+	}
+	if deleted, err := res.RowsAffected(); err == nil {
+		s.doneCount.Add(-deleted)
+	}
+}

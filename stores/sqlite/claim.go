@@ -1,0 +1,135 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// Claim implements stores.Outbox in one transaction: lapsed claims of the
+// partition go back to pending, then one UPDATE … RETURNING claims the first
+// req.Limit claimable pending rows in seq order.
+func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
+	if req.Session == "" || req.Partition < 0 || req.Limit < 1 {
+		return nil, fmt.Errorf("claim: %w: session %q, partition %d, limit %d",
+			stores.ErrInvalid, req.Session, req.Partition, req.Limit)
+	}
+	var out []stores.Record
+	now := nanos(req.Now)
+	err := s.writeTx(ctx, func(tx *sql.Tx, _ map[partKey]int) error {
+		out = out[:0]
+		if _, err := tx.StmtContext(ctx, s.stmts.resetLapsed).ExecContext(ctx, req.Session, req.Partition, now); err != nil {
+			return err
+		}
+		rows, err := tx.StmtContext(ctx, s.stmts.claim).QueryContext(ctx,
+			req.Token, nanos(req.Until), now, req.Session, req.Partition, req.Limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r, err := scanRecord(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim %s/%d: %w", req.Session, req.Partition, err)
+	}
+	// RETURNING does not promise an order.
+	slices.SortFunc(out, func(a, b stores.Record) int { return int(a.Seq - b.Seq) })
+	return out, nil
+}
+
+func stale(r *stores.Record) error {
+	return fmt.Errorf("%w: record %s/%s/%s (seq %d), token %d", stores.ErrStaleToken,
+		r.Session, r.Route, r.Envelope.ID, r.Seq, r.Token)
+}
+
+// Complete implements stores.Outbox: one transaction, all records or none.
+// Completed rows become payload-less done tombstones (see
+// Options.DoneRetention).
+func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	done := 0
+	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
+		done = 0
+		st := tx.StmtContext(ctx, s.stmts.complete)
+		for i := range recs {
+			r := &recs[i]
+			var k partKey
+			err := st.QueryRowContext(ctx, r.Seq, r.Envelope.ID, r.Token).Scan(&k.session, &k.part)
+			if errors.Is(err, sql.ErrNoRows) {
+				if slices.ContainsFunc(recs[:i], func(o stores.Record) bool { return o.Seq == r.Seq && o.Token == r.Token }) {
+					continue // named twice in the batch
+				}
+				return stale(r)
+			}
+			if err != nil {
+				return err
+			}
+			depth[k]--
+			done++
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("complete %d records: %w", len(recs), err)
+	}
+	s.addDone(ctx, int64(done))
+	return nil
+}
+
+// Release implements stores.Outbox.
+func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, lastError string) error {
+	err := s.writeTx(ctx, func(tx *sql.Tx, _ map[partKey]int) error {
+		res, err := tx.StmtContext(ctx, s.stmts.release).ExecContext(ctx,
+			nanos(next), lastError, rec.Seq, rec.Envelope.ID, rec.Token)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return errors.Join(err, stale(&rec))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return nil
+}
+
+// DeadLetter implements stores.Outbox.
+func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string) error {
+	deadAt := rec.DeadAt
+	if deadAt.IsZero() {
+		deadAt = time.Now()
+	}
+	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
+		var k partKey
+		err := tx.StmtContext(ctx, s.stmts.dead).QueryRowContext(ctx,
+			nanos(deadAt), reason, rec.Seq, rec.Envelope.ID, rec.Token).Scan(&k.session, &k.part)
+		if errors.Is(err, sql.ErrNoRows) {
+			return stale(&rec)
+		}
+		if err != nil {
+			return err
+		}
+		depth[k]--
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	return nil
+}

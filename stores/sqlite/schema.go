@@ -1,0 +1,110 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migrations are applied in order, each in its own transaction; PRAGMA
+// user_version records how many have run. Append new ones; never edit one
+// that has shipped.
+//
+// Index notes (see DESIGN §9): SQLite uses a partial index only when the
+// query repeats its WHERE clause literally, so every query that must use one
+// spells out state='pending' (or the other literal) rather than binding it.
+var migrations = []string{
+	`CREATE TABLE outbox (
+		seq              INTEGER PRIMARY KEY AUTOINCREMENT,
+		session          TEXT    NOT NULL,
+		part             INTEGER NOT NULL,
+		route            TEXT    NOT NULL,
+		id               TEXT    NOT NULL,
+		topic            TEXT    NOT NULL,
+		payload          BLOB,
+		headers          TEXT,
+		qos              INTEGER NOT NULL,
+		received_at      INTEGER NOT NULL,
+		okey             TEXT    NOT NULL,
+		ckey             TEXT    NOT NULL,
+		causation_id     TEXT    NOT NULL,
+		state            TEXT    NOT NULL,
+		attempts         INTEGER NOT NULL,
+		first_attempt_at INTEGER NOT NULL,
+		next_at          INTEGER NOT NULL,
+		last_error       TEXT    NOT NULL,
+		created_at       INTEGER NOT NULL,
+		expires_at       INTEGER NOT NULL,
+		token            INTEGER NOT NULL,
+		claim_until      INTEGER NOT NULL,
+		dead_at          INTEGER NOT NULL,
+		dead_reason      TEXT    NOT NULL
+	);
+	-- Idempotent Append, in any state (done rows are kept as tombstones).
+	CREATE UNIQUE INDEX outbox_key ON outbox(session, route, id);
+	-- Claim: due pending rows of one partition in seq order (covering).
+	CREATE INDEX outbox_pending ON outbox(session, part, seq, next_at, okey) WHERE state='pending';
+	-- Claim: lapsed claims of one partition; Stats: oldest claimed row.
+	CREATE INDEX outbox_claimed ON outbox(session, part, seq, claim_until) WHERE state='claimed';
+	-- Claim: older live rows of the same ordering key.
+	CREATE INDEX outbox_okey ON outbox(session, okey, seq) WHERE state IN ('pending','claimed') AND okey<>'';
+	-- Append: the pending row a coalesce key would replace.
+	CREATE INDEX outbox_coalesce ON outbox(session, route, ckey, seq) WHERE state='pending' AND ckey<>'';
+	-- Dead letters: list oldest first (all, or by route), get by ID.
+	CREATE INDEX outbox_dead ON outbox(dead_at, seq) WHERE state='dead';
+	CREATE INDEX outbox_dead_route ON outbox(route, dead_at, seq) WHERE state='dead';
+	CREATE INDEX outbox_dead_id ON outbox(id) WHERE state='dead';
+	-- Compaction: oldest done tombstones first.
+	CREATE INDEX outbox_done ON outbox(seq) WHERE state='done';
+
+	-- Live (pending or claimed) rows per session partition, kept in the
+	-- same transactions as the rows, so exact after a restart.
+	CREATE TABLE depth (
+		session TEXT    NOT NULL,
+		part    INTEGER NOT NULL,
+		live    INTEGER NOT NULL,
+		PRIMARY KEY (session, part)
+	) WITHOUT ROWID;
+
+	CREATE TABLE lease (
+		name  TEXT PRIMARY KEY,
+		owner TEXT    NOT NULL,
+		token INTEGER NOT NULL,
+		until INTEGER NOT NULL
+	) WITHOUT ROWID;
+	-- The last fencing token issued; it only grows.
+	CREATE TABLE lease_token (
+		id    INTEGER PRIMARY KEY CHECK (id = 1),
+		token INTEGER NOT NULL
+	);
+	INSERT INTO lease_token (id, token) VALUES (1, 0);`,
+}
+
+// migrate brings the schema up to date.
+func migrate(ctx context.Context, db *sql.DB) error {
+	var version int
+	if err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("schema version %d is newer than this gobridge (%d)", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("migrate to %d: %w", i+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			_ = tx.Rollback()
+			return fmt.Errorf("migrate to %d: %w", i+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, i+1)); err != nil {
+			_ = tx.Rollback()
+			return fmt.Errorf("migrate to %d: %w", i+1, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate to %d: %w", i+1, err)
+		}
+	}
+	return nil
+}

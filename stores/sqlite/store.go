@@ -1,0 +1,229 @@
+// Package sqlite is the single-node durable backend of the stores contracts:
+// one SQLite file (modernc.org/sqlite, pure Go, WAL) holds the outbox, its
+// dead letters, the per-session depth counters and the lease table. *Store
+// implements stores.Store; its Leases method (or OpenLeases) gives the
+// stores.Leases of the same file.
+//
+// Writes go through one connection (SQLite allows one writer at a time) in
+// BEGIN IMMEDIATE transactions; each Append call is one transaction and one
+// durable commit, so callers group-commit by passing many records at once.
+// Reads that do not change state (Stats, dead-letter listing) use a separate
+// pool of read-only connections and never wait for a write.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// Interface guards.
+var (
+	_ stores.Store  = (*Store)(nil)
+	_ stores.Leases = (*Leases)(nil)
+)
+
+// DefaultDoneRetention is how many done tombstones a store keeps by default.
+const DefaultDoneRetention = 100_000
+
+// Options tunes a Store.
+type Options struct {
+	// Sync is the durability of a commit: "full" (default) fsyncs the WAL on
+	// every commit, so a committed Append survives a power loss; "normal"
+	// fsyncs only at checkpoints, so a power loss (not a process crash) may
+	// lose the last commits. Both are safe against kill -9.
+	Sync string
+	// BusyTimeout is how long a connection waits for a lock held by
+	// another process before failing. Defaults to 5s.
+	BusyTimeout time.Duration
+	// DoneRetention is how many done records (delivered, dropped, requeued
+	// or coalesced away) are kept as payload-less tombstones so that
+	// re-appending them is a no-op; older ones are deleted in batches.
+	// Defaults to DefaultDoneRetention; negative keeps none.
+	DoneRetention int
+	// ReadConns is the size of the read-only pool. Defaults to 4.
+	ReadConns int
+}
+
+// Store is a SQLite outbox, dead-letter store and lease table. It is safe
+// for concurrent use; writes are serialised on one connection.
+type Store struct {
+	path string
+	opts Options
+	w    *sql.DB // one connection, BEGIN IMMEDIATE
+	r    *sql.DB // read-only pool
+
+	stmts stmts
+
+	doneCount atomic.Int64 // done tombstones in the table
+	compactMu sync.Mutex
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (creating if needed) the store at path and brings its schema up
+// to date.
+func Open(path string, opts Options) (*Store, error) {
+	switch opts.Sync {
+	case "":
+		opts.Sync = "full"
+	case "full", "normal":
+	default:
+		return nil, fmt.Errorf("open sqlite store: %w: sync %q is not full or normal", stores.ErrInvalid, opts.Sync)
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 5 * time.Second
+	}
+	if opts.DoneRetention == 0 {
+		opts.DoneRetention = DefaultDoneRetention
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = 4
+	}
+	s := &Store{path: path, opts: opts}
+	ctx := context.Background()
+	var err error
+	if s.w, err = sql.Open("sqlite", s.dsn(false)); err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
+	s.w.SetMaxOpenConns(1)
+	s.w.SetMaxIdleConns(1)
+	s.w.SetConnMaxLifetime(0)
+	s.w.SetConnMaxIdleTime(0)
+	if err := migrate(ctx, s.w); err != nil {
+		_ = s.w.Close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, mapErr(err))
+	}
+	if s.r, err = sql.Open("sqlite", s.dsn(true)); err != nil {
+		_ = s.w.Close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
+	s.r.SetMaxOpenConns(opts.ReadConns)
+	s.r.SetMaxIdleConns(opts.ReadConns)
+	if err := s.prepare(ctx); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, mapErr(err))
+	}
+	var done int64
+	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM outbox WHERE state='done'`).Scan(&done); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, mapErr(err))
+	}
+	s.doneCount.Store(done)
+	return s, nil
+}
+
+func (s *Store) dsn(readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", s.opts.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "synchronous("+s.opts.Sync+")")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + s.path + "?" + q.Encode()
+}
+
+// Path returns the file the store lives in.
+func (s *Store) Path() string { return s.path }
+
+// Close closes both connection pools. It is idempotent, so a *Store used as
+// both stores.Store and stores.Leases may be closed through either.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.stmts.close()
+		var errs []error
+		if s.r != nil {
+			errs = append(errs, s.r.Close())
+		}
+		errs = append(errs, s.w.Close())
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// mapErr translates SQLite errors into stores sentinels: a full disk or
+// database (SQLITE_FULL) becomes stores.ErrFull. The original stays wrapped.
+func mapErr(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == 13 { // SQLITE_FULL
+		return fmt.Errorf("%w: %w", stores.ErrFull, err)
+	}
+	return err
+}
+
+// nanos and fromNanos store times as Unix nanoseconds, zero as 0.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// columns is the column list scanRecord reads.
+const columns = `seq, session, part, route, id, topic, payload, headers, qos, received_at, okey, ckey,
+	causation_id, state, attempts, first_attempt_at, next_at, last_error, created_at, expires_at,
+	token, claim_until, dead_at, dead_reason`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRecord(sc scanner) (stores.Record, error) {
+	var (
+		r                                                      stores.Record
+		headers                                                sql.NullString
+		state                                                  string
+		received, first, next, created, expires, until, deadAt int64
+	)
+	err := sc.Scan(&r.Seq, &r.Session, &r.Partition, &r.Route, &r.Envelope.ID, &r.Envelope.Topic,
+		&r.Envelope.Payload, &headers, &r.Envelope.QoS, &received, &r.Envelope.Key, &r.CoalesceKey,
+		&r.CausationID, &state, &r.Attempts, &first, &next, &r.LastError, &created, &expires,
+		&r.Token, &until, &deadAt, &r.DeadReason)
+	if err != nil {
+		return r, err
+	}
+	if headers.Valid {
+		if err := json.Unmarshal([]byte(headers.String), &r.Envelope.Headers); err != nil {
+			return r, fmt.Errorf("decode headers of %s: %w", r.Envelope.ID, err)
+		}
+	}
+	r.State = stores.State(state)
+	r.Envelope.ReceivedAt = fromNanos(received)
+	r.FirstAttemptAt = fromNanos(first)
+	r.NextAttemptAt = fromNanos(next)
+	r.CreatedAt = fromNanos(created)
+	r.ExpiresAt = fromNanos(expires)
+	r.ClaimUntil = fromNanos(until)
+	r.DeadAt = fromNanos(deadAt)
+	return r, nil
+}
+
+func encodeHeaders(h map[string]string) (any, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
+}
