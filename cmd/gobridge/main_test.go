@@ -134,3 +134,31 @@ func inRoot(t *testing.T) {
 	t.Helper()
 	t.Chdir("../..")
 }
+
+func TestCheck_ReportsExpressionErrors(t *testing.T) {
+	inRoot(t)
+	path := filepath.Join(t.TempDir(), "expr.yaml")
+	cfg := `version: 1
+bridge: {id: test}
+receivers:
+  - {id: edge, type: mqtt_listener, topics: [{topic: "#"}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - id: all
+    receiver: edge
+    topic: "#"
+    processors:
+      - type: filter
+        expr: "payload.temp >"
+    sender: out
+    policy: {on_expired: drop, on_permanent_failure: drop}
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := gobridge(t, "check", "-c", path)
+	if code != exitFailure || !strings.HasPrefix(out, path+":13:15: processor: routes[0].processors[0].expr: ") {
+		t.Fatalf("exit %d, output:\n%s", code, out)
+	}
+}
