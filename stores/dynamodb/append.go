@@ -1,0 +1,350 @@
+package dynamodb
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// maxTxItems is DynamoDB's limit of items per TransactWriteItems.
+const maxTxItems = 100
+
+// maxTxBytes keeps a transaction under DynamoDB's 4 MB request limit.
+const maxTxBytes = 3 << 20
+
+// partRef names one (session, partition) live counter.
+type partRef struct {
+	session string
+	part    int
+}
+
+// appendOp is one record of an Append with the coalesce replacement it
+// carries (a pending holder it turns into a tombstone), if any.
+type appendOp struct {
+	rec    stores.Record
+	item   map[string]types.AttributeValue
+	size   int
+	holder *holder
+}
+
+// holder is a pending, never claimed record that owns a coalesce key.
+type holder struct {
+	key      map[string]types.AttributeValue
+	part     int
+	session  string
+	received int64
+	op       *appendOp // set when the holder is earlier in the same batch
+}
+
+// Append implements stores.Outbox. It costs one counter update plus one
+// TransactWriteItems per chunk of up to 100 items (records, coalesce
+// replacements and one live counter per session partition), plus one Query
+// per distinct coalesce key. A call is atomic when it fits one chunk (up to
+// 99 records of one session partition, about 3 MB); a larger call is split
+// into chunks, each atomic, committed in order: on error, earlier chunks
+// stay committed (re-appending the whole call is safe: it is idempotent).
+func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
+	ops, err := s.planAppend(ctx, recs)
+	if err != nil {
+		return fmt.Errorf("dynamodb: append: %w", err)
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	first, err := s.nextSeq(ctx, int64(len(ops)))
+	if err != nil {
+		return fmt.Errorf("dynamodb: append: %w", err)
+	}
+	for i, op := range ops {
+		op.rec.Seq = first + int64(i)
+		op.item[aSeq] = vN(op.rec.Seq)
+	}
+	for len(ops) > 0 {
+		n := chunkLen(ops)
+		if err := s.appendChunk(ctx, ops[:n]); err != nil {
+			return fmt.Errorf("dynamodb: append: %w", err)
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
+
+// planAppend validates recs, drops in-batch duplicates, stamps CreatedAt
+// and resolves coalesce keys against the pending holders in the table.
+func (s *Store) planAppend(ctx context.Context, recs []stores.Record) ([]*appendOp, error) {
+	now := time.Now()
+	seen := make(map[stores.Key]bool, len(recs))
+	ops := make([]*appendOp, 0, len(recs))
+	for i := range recs {
+		r := recs[i]
+		if err := validate(&r); err != nil {
+			return nil, err
+		}
+		if seen[r.Key()] {
+			continue
+		}
+		seen[r.Key()] = true
+		if r.CreatedAt.IsZero() {
+			r.CreatedAt = now
+		}
+		r.State = stores.Pending
+		r.Attempts, r.Token, r.ClaimUntil = 0, 0, time.Time{}
+		r.DeadAt, r.DeadReason = time.Time{}, ""
+		op := &appendOp{rec: r, item: newItem(&r, time.Time{})}
+		op.size = itemSize(op.item)
+		if op.size > maxItemBytes {
+			return nil, fmt.Errorf("%w: record %s is %d bytes, over DynamoDB's item limit", stores.ErrInvalid, r.Envelope.ID, op.size)
+		}
+		ops = append(ops, op)
+	}
+	holders := make(map[string]*holder)
+	for _, op := range ops {
+		r := &op.rec
+		if r.CoalesceKey == "" {
+			continue
+		}
+		ck := coPK(r.Session, r.Route, r.CoalesceKey)
+		h, ok := holders[ck]
+		if !ok {
+			var err error
+			if h, err = s.coalesceHolder(ctx, ck); err != nil {
+				return nil, err
+			}
+		}
+		recv := nanos(r.Envelope.ReceivedAt)
+		if h != nil && recv < h.received {
+			// An older message never replaces a newer one: keep it as a
+			// tombstone so that re-appending it stays a no-op.
+			s.toTombstone(op)
+			holders[ck] = h
+			continue
+		}
+		if h != nil {
+			if h.op != nil {
+				s.toTombstone(h.op)
+			} else {
+				op.holder = h
+			}
+		}
+		holders[ck] = &holder{key: op.item, part: r.Partition, session: r.Session, received: recv, op: op}
+	}
+	return ops, nil
+}
+
+// toTombstone turns a planned record into a done tombstone.
+func (s *Store) toTombstone(op *appendOp) {
+	op.rec.State = stores.Done
+	op.item = newItem(&op.rec, time.Now().Add(s.opts.DoneRetention))
+	op.size = itemSize(op.item)
+	op.holder = nil
+}
+
+// coalesceHolder returns the pending, never claimed record holding the
+// coalesce key ck (the newest, should the index hold several).
+func (s *Store) coalesceHolder(ctx context.Context, ck string) (*holder, error) {
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.table),
+		IndexName:                 aws.String(idxCoalesce),
+		KeyConditionExpression:    aws.String("#k = :k"),
+		ExpressionAttributeNames:  map[string]string{"#k": aCoPK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":k": vS(ck)},
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("query coalesce holder: %w", err)
+	}
+	if len(out.Items) == 0 {
+		return nil, nil
+	}
+	it := out.Items[0]
+	sess, _, _ := splitSK(getS(it, aSK))
+	return &holder{
+		key:      map[string]types.AttributeValue{aPK: it[aPK], aSK: it[aSK]},
+		part:     int(getN(it, aPart)),
+		session:  sess,
+		received: getN(it, aReceived),
+	}, nil
+}
+
+// chunkLen returns how many leading ops fit one transaction.
+func chunkLen(ops []*appendOp) int {
+	parts := make(map[partRef]bool)
+	items, bytes := 0, 0
+	for i, op := range ops {
+		add := 1
+		newParts := 0
+		if op.rec.State == stores.Pending && !parts[partRef{op.rec.Session, op.rec.Partition}] {
+			newParts++
+		}
+		if op.holder != nil {
+			add++
+			if !parts[partRef{op.holder.session, op.holder.part}] && op.holder.part != op.rec.Partition {
+				newParts++
+			}
+		}
+		if i > 0 && (items+add+newParts+len(parts) > maxTxItems || bytes+op.size > maxTxBytes) {
+			return i
+		}
+		items += add
+		bytes += op.size
+		if op.rec.State == stores.Pending {
+			parts[partRef{op.rec.Session, op.rec.Partition}] = true
+		}
+		if op.holder != nil {
+			parts[partRef{op.holder.session, op.holder.part}] = true
+		}
+	}
+	return len(ops)
+}
+
+// appendChunk commits ops in one transaction. Records that already exist
+// are dropped from it (idempotent append), as are coalesce replacements
+// whose holder was claimed meanwhile, and the rest is retried.
+func (s *Store) appendChunk(ctx context.Context, ops []*appendOp) error {
+	ops = slices.Clone(ops)
+	for range len(ops) + 2 {
+		items, owner := s.appendItems(ops)
+		if len(items) == 0 {
+			return nil
+		}
+		err := s.transact(ctx, items)
+		if err == nil {
+			return nil
+		}
+		rs, ok := cancelReasons(err)
+		if !ok || len(rs) != len(items) {
+			return err
+		}
+		drop := make(map[*appendOp]bool)
+		for i, r := range rs {
+			if reasonCode(r) != codeCondition || owner[i].op == nil {
+				continue
+			}
+			if owner[i].isHolder {
+				owner[i].op.holder = nil
+			} else {
+				drop[owner[i].op] = true
+			}
+		}
+		if len(drop) == 0 && !anyHolderDropped(rs, owner) {
+			return err
+		}
+		ops = slices.DeleteFunc(ops, func(op *appendOp) bool { return drop[op] })
+	}
+	return fmt.Errorf("append chunk: gave up after repeated conflicts")
+}
+
+func anyHolderDropped(rs []types.CancellationReason, owner []itemOwner) bool {
+	for i, r := range rs {
+		if reasonCode(r) == codeCondition && owner[i].isHolder {
+			return true
+		}
+	}
+	return false
+}
+
+// itemOwner says which op a transaction item came from.
+type itemOwner struct {
+	op       *appendOp // nil for a counter
+	isHolder bool
+}
+
+func (s *Store) appendItems(ops []*appendOp) ([]types.TransactWriteItem, []itemOwner) {
+	var items []types.TransactWriteItem
+	var owner []itemOwner
+	delta := make(map[partRef]int64)
+	gc := time.Now().Add(s.opts.DoneRetention).Unix()
+	for _, op := range ops {
+		items = append(items, types.TransactWriteItem{Put: &types.Put{
+			TableName:           aws.String(s.table),
+			Item:                op.item,
+			ConditionExpression: aws.String("attribute_not_exists(pk)"),
+		}})
+		owner = append(owner, itemOwner{op: op})
+		if op.rec.State == stores.Pending {
+			delta[partRef{op.rec.Session, op.rec.Partition}]++
+		}
+		if h := op.holder; h != nil {
+			items = append(items, types.TransactWriteItem{Update: &types.Update{
+				TableName:           aws.String(s.table),
+				Key:                 h.key,
+				UpdateExpression:    aws.String(doneUpdate),
+				ConditionExpression: aws.String("#state = :pending AND attribute_exists(#co)"),
+				ExpressionAttributeNames: map[string]string{
+					"#state": aState, "#co": aCoPK, "#gc": aGC,
+				},
+				ExpressionAttributeValues: map[string]types.AttributeValue{
+					":pending": vS(string(stores.Pending)), ":done": vS(string(stores.Done)), ":gc": vN(gc),
+				},
+			}})
+			owner = append(owner, itemOwner{op: op, isHolder: true})
+			delta[partRef{h.session, h.part}]--
+		}
+	}
+	for _, p := range slices.SortedFunc(maps.Keys(delta), func(a, b partRef) int {
+		if a.session != b.session {
+			return compareStrings(a.session, b.session)
+		}
+		return a.part - b.part
+	}) {
+		if delta[p] == 0 {
+			continue
+		}
+		items = append(items, counterItem(s.table, p, delta[p]))
+		owner = append(owner, itemOwner{})
+	}
+	return items, owner
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// doneUpdate turns a record into a key-only tombstone that TTL removes.
+// It needs #state, #gc, :done and :gc.
+const doneUpdate = "SET #state = :done, #gc = :gc REMOVE payload, headers, topic, ready_pk, timer_pk, timer_at, " +
+	"live_pk, key_pk, co_pk, dead_all, dead_rpk, dead_sk"
+
+// counterItem adds d to the live count of one session partition.
+func counterItem(table string, p partRef, d int64) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName: aws.String(table),
+		Key: map[string]types.AttributeValue{
+			aPK: vS(counterPK(p.session)), aSK: vS(counterSK(p.part)),
+		},
+		UpdateExpression:          aws.String("ADD #v :d SET #part = :part"),
+		ExpressionAttributeNames:  map[string]string{"#v": aValue, "#part": aPart},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":d": vN(d), ":part": vN(int64(p.part))},
+	}}
+}
+
+// nextSeq reserves n sequence numbers and returns the first.
+func (s *Store) nextSeq(ctx context.Context, n int64) (int64, error) {
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       map[string]types.AttributeValue{aPK: vS(seqPK), aSK: vS(seqSK)},
+		UpdateExpression:          aws.String("ADD #v :n"),
+		ExpressionAttributeNames:  map[string]string{"#v": aValue},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":n": vN(n)},
+		ReturnValues:              types.ReturnValueUpdatedNew,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reserve seq: %w", err)
+	}
+	return getN(out.Attributes, aValue) - n + 1, nil
+}

@@ -1,0 +1,359 @@
+package dynamodb
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// maxReadyPages bounds how many pages of the ready index one Claim reads
+// when ordering keys hold back the records it found.
+const maxReadyPages = 4
+
+// candidate is a record read from the ready or timer index.
+type candidate struct {
+	rec  stores.Record
+	item map[string]types.AttributeValue
+}
+
+// Claim implements stores.Outbox.
+//
+// It reads the partition's ready index (pending records due at append, in
+// Seq order) and its timer index (released records and claims whose time
+// has come, in time order), both up to req.Limit items, and, for each
+// ordering key among them, the key's oldest live records from the okey
+// index, so that a record is handed out only when every older live record
+// of its key is handed out with it. The chosen records are claimed with one
+// conditional TransactWriteItems per 100 records; a record whose copy in the
+// index was stale (claimed, settled or changed meanwhile) is skipped with
+// the later records of its key.
+//
+// Cost: 2 queries + 1 query per distinct ordering key + 1 transaction per
+// 100 records, independent of the backlog. Records released with a backoff
+// are found by the timer index, so a Claim may prefer fresh records of the
+// ready index over a released one of lower Seq when more than req.Limit
+// released records are due at once; records of one ordering key still go
+// out in Seq order.
+func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
+	if req.Session == "" || req.Partition < 0 || req.Limit < 1 {
+		return nil, fmt.Errorf("dynamodb: claim: %w: session %q, partition %d, limit %d",
+			stores.ErrInvalid, req.Session, req.Partition, req.Limit)
+	}
+	chosen, err := s.choose(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("dynamodb: claim: %w", err)
+	}
+	out, err := s.claimChosen(ctx, req, chosen)
+	if err != nil {
+		return nil, fmt.Errorf("dynamodb: claim: %w", err)
+	}
+	return out, nil
+}
+
+// choose picks up to req.Limit claimable records in Seq order, respecting
+// ordering keys.
+func (s *Store) choose(ctx context.Context, req stores.ClaimRequest) ([]*candidate, error) {
+	pp := partPK(req.Session, req.Partition)
+	now := nanos(req.Now)
+	byID := make(map[string]*candidate)
+	add := func(items []map[string]types.AttributeValue) {
+		for _, it := range items {
+			id := getS(it, aPK) + "\x00" + getS(it, aSK)
+			if _, ok := byID[id]; !ok {
+				byID[id] = &candidate{rec: decode(it), item: it}
+			}
+		}
+	}
+	timer, _, err := s.queryPage(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.table),
+		IndexName:                 aws.String(idxTimer),
+		KeyConditionExpression:    aws.String("#p = :p AND #t <= :now"),
+		ExpressionAttributeNames:  map[string]string{"#p": aTimerPK, "#t": aTimerAt},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":p": vS(pp), ":now": vN(now)},
+	}, req.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("query timer index: %w", err)
+	}
+	add(timer)
+	keys := make(keyLists)
+	var start map[string]types.AttributeValue
+	var chosen []*candidate
+	for page := 0; ; page++ {
+		ready, next, err := s.queryPage(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.table),
+			IndexName:                 aws.String(idxReady),
+			KeyConditionExpression:    aws.String("#p = :p"),
+			ExpressionAttributeNames:  map[string]string{"#p": aReadyPK},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": vS(pp)},
+			ExclusiveStartKey:         start,
+		}, req.Limit)
+		if err != nil {
+			return nil, fmt.Errorf("query ready index: %w", err)
+		}
+		add(ready)
+		cands := slices.SortedFunc(func(yield func(*candidate) bool) {
+			for _, c := range byID {
+				if !yield(c) {
+					return
+				}
+			}
+		}, func(a, b *candidate) int { return int64Cmp(a.rec.Seq, b.rec.Seq) })
+		if err := s.loadKeys(ctx, req.Session, cands, keys); err != nil {
+			return nil, err
+		}
+		chosen = pick(cands, keys, now, req.Limit)
+		start = next
+		if len(chosen) >= req.Limit || start == nil || page+1 == maxReadyPages {
+			return chosen, nil
+		}
+	}
+}
+
+func claimable(r *stores.Record, now int64) bool {
+	switch r.State {
+	case stores.Pending:
+		return nanos(r.NextAttemptAt) <= now
+	case stores.Claimed:
+		return nanos(r.ClaimUntil) <= now
+	}
+	return false
+}
+
+// pick walks cands in Seq order like the memory store does: a record is
+// taken when claimable and when no older live record of its ordering key is
+// left behind (not claimable, or not among the candidates at all).
+func pick(cands []*candidate, keys keyLists, now int64, limit int) []*candidate {
+	ok := make(map[string]bool, len(cands)) // claimable candidates by item id
+	for _, c := range cands {
+		if claimable(&c.rec, now) {
+			ok[getS(c.item, aPK)+"\x00"+getS(c.item, aSK)] = true
+		}
+	}
+	blocked := make(map[string]bool)
+	var out []*candidate
+	for _, c := range cands {
+		if len(out) == limit {
+			break
+		}
+		can := claimable(&c.rec, now)
+		if k := c.rec.Envelope.Key; k != "" {
+			if blocked[k] {
+				continue
+			}
+			if !can || c.rec.Seq > keys.blockedFrom(k, ok) {
+				blocked[k] = true
+				continue
+			}
+		}
+		if can {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// keyLists caches, per ordering key, the oldest live records of the key
+// (item ids in Seq order) and how many were asked for.
+type keyLists map[string]*keyList
+
+type keyList struct {
+	limit int
+	ids   []string
+	seqs  []int64
+	full  bool // the query returned limit items: more may exist
+}
+
+// blockedFrom returns the Seq of the oldest live record of key k that is not
+// a claimable candidate; records of k after it must wait.
+func (kl keyLists) blockedFrom(k string, ok map[string]bool) int64 {
+	l := kl[k]
+	if l == nil {
+		return 1<<63 - 1
+	}
+	for i, id := range l.ids {
+		if !ok[id] {
+			return l.seqs[i]
+		}
+	}
+	if l.full {
+		// Only reachable when the index lags: be conservative.
+		return l.seqs[len(l.seqs)-1]
+	}
+	return 1<<63 - 1
+}
+
+// loadKeys queries the okey index for each ordering key among cands whose
+// cached list is missing or too short.
+func (s *Store) loadKeys(ctx context.Context, session string, cands []*candidate, kl keyLists) error {
+	need := make(map[string]int)
+	for _, c := range cands {
+		if k := c.rec.Envelope.Key; k != "" {
+			need[k]++
+		}
+	}
+	type result struct {
+		key string
+		l   *keyList
+	}
+	var todo []string
+	for k, n := range need {
+		if l := kl[k]; l == nil || l.limit < n+1 {
+			todo = append(todo, k)
+		}
+	}
+	res := make([]result, len(todo))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i, k := range todo {
+		g.Go(func() error {
+			lim := need[k] + 1
+			items, _, err := s.queryPage(ctx, &dynamodb.QueryInput{
+				TableName:                 aws.String(s.table),
+				IndexName:                 aws.String(idxOrderKey),
+				KeyConditionExpression:    aws.String("#k = :k"),
+				ExpressionAttributeNames:  map[string]string{"#k": aKeyPK},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":k": vS(keyPK(session, k))},
+			}, lim)
+			if err != nil {
+				return fmt.Errorf("query ordering key index: %w", err)
+			}
+			l := &keyList{limit: lim, full: len(items) >= lim}
+			for _, it := range items {
+				l.ids = append(l.ids, getS(it, aPK)+"\x00"+getS(it, aSK))
+				l.seqs = append(l.seqs, getN(it, aSeq))
+			}
+			res[i] = result{k, l}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, r := range res {
+		kl[r.key] = r.l
+	}
+	return nil
+}
+
+// queryPage runs a query until it has n items or the index is exhausted,
+// and returns the key to continue from (nil when exhausted).
+func (s *Store) queryPage(ctx context.Context, in *dynamodb.QueryInput, n int) ([]map[string]types.AttributeValue, map[string]types.AttributeValue, error) {
+	var items []map[string]types.AttributeValue
+	for {
+		in.Limit = aws.Int32(int32(min(n-len(items), 1000)))
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, nil, err
+		}
+		items = append(items, out.Items...)
+		if out.LastEvaluatedKey == nil || len(items) >= n {
+			return items, out.LastEvaluatedKey, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// claimChosen stamps the chosen records in transactions of up to 100 items.
+// Records whose index copy was stale are skipped, with the later records of
+// their ordering key.
+func (s *Store) claimChosen(ctx context.Context, req stores.ClaimRequest, chosen []*candidate) ([]stores.Record, error) {
+	var out []stores.Record
+	skipKey := make(map[string]bool)
+	for len(chosen) > 0 {
+		n := min(len(chosen), maxTxItems)
+		chunk := slices.DeleteFunc(slices.Clone(chosen[:n]), func(c *candidate) bool {
+			return c.rec.Envelope.Key != "" && skipKey[c.rec.Envelope.Key]
+		})
+		chosen = chosen[n:]
+		for len(chunk) > 0 {
+			items := make([]types.TransactWriteItem, len(chunk))
+			for i, c := range chunk {
+				items[i] = s.claimItem(req, c)
+			}
+			err := s.transact(ctx, items)
+			if err == nil {
+				for _, c := range chunk {
+					out = append(out, claimedRecord(req, c))
+				}
+				break
+			}
+			rs, ok := cancelReasons(err)
+			if !ok || len(rs) != len(chunk) {
+				return nil, err
+			}
+			failed := make(map[*candidate]bool)
+			for i, r := range rs {
+				if code := reasonCode(r); code != "" && code != codeNone {
+					failed[chunk[i]] = true
+					if k := chunk[i].rec.Envelope.Key; k != "" {
+						skipKey[k] = true
+					}
+				}
+			}
+			if len(failed) == 0 {
+				return nil, err
+			}
+			chunk = slices.DeleteFunc(chunk, func(c *candidate) bool {
+				return failed[c] || (c.rec.Envelope.Key != "" && skipKey[c.rec.Envelope.Key] && !failed[c])
+			})
+		}
+	}
+	slices.SortFunc(out, func(a, b stores.Record) int { return int64Cmp(a.Seq, b.Seq) })
+	return out, nil
+}
+
+// claimItem is the conditional update that claims c: it holds only if the
+// record is still in the state (and attempt) its index copy shows.
+func (s *Store) claimItem(req stores.ClaimRequest, c *candidate) types.TransactWriteItem {
+	r := &c.rec
+	cond := "#state = :was AND attempts = :a AND next_at <= :now"
+	if r.State == stores.Claimed {
+		cond = "#state = :was AND attempts = :a AND claim_until <= :now"
+	}
+	first := r.FirstAttemptAt
+	if first.IsZero() {
+		first = req.Now
+	}
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName: aws.String(s.table),
+		Key:       map[string]types.AttributeValue{aPK: c.item[aPK], aSK: c.item[aSK]},
+		UpdateExpression: aws.String("SET #state = :claimed, #token = :t, claim_until = :u, attempts = :a1, " +
+			"first_at = :first, timer_pk = part_pk, timer_at = :u REMOVE ready_pk, co_pk"),
+		ConditionExpression:      aws.String(cond),
+		ExpressionAttributeNames: map[string]string{"#state": aState, "#token": aToken},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":was": vS(string(r.State)), ":claimed": vS(string(stores.Claimed)),
+			":t": vN(req.Token), ":u": vT(req.Until), ":a": vN(int64(r.Attempts)),
+			":a1": vN(int64(r.Attempts + 1)), ":first": vT(first), ":now": vN(nanos(req.Now)),
+		},
+	}}
+}
+
+func claimedRecord(req stores.ClaimRequest, c *candidate) stores.Record {
+	r := c.rec
+	r.State = stores.Claimed
+	r.Token = req.Token
+	r.ClaimUntil = fromNanos(nanos(req.Until))
+	r.Attempts++
+	if r.FirstAttemptAt.IsZero() {
+		r.FirstAttemptAt = fromNanos(nanos(req.Now))
+	}
+	return r
+}
+
+func int64Cmp(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,158 @@
+package dynamodb
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// ownedCond holds while the record is claimed under :token in partition
+// :part (a wrong partition would corrupt the live counters).
+const ownedCond = "#state = :claimed AND #token = :token AND #part = :part"
+
+func ownedNames() map[string]string {
+	return map[string]string{"#state": aState, "#token": aToken, "#part": aPart}
+}
+
+func ownedValues(r *stores.Record) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		":claimed": vS(string(stores.Claimed)), ":token": vN(r.Token), ":part": vN(int64(r.Partition)),
+	}
+}
+
+func staleErr(r *stores.Record) error {
+	return fmt.Errorf("%w: record %s/%s/%s, token %d", stores.ErrStaleToken,
+		r.Session, r.Route, r.Envelope.ID, r.Token)
+}
+
+// Complete implements stores.Outbox. Records become key-only tombstones
+// (TTL removes them after Options.DoneRetention). It costs one
+// TransactWriteItems per chunk of up to 100 items (records plus one live
+// counter per session partition); a batch that fits one chunk is all or
+// nothing. A larger batch is split, each chunk atomic: when a later chunk
+// is stale, earlier chunks stay completed and the error is ErrStaleToken.
+func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
+	seen := make(map[stores.Key]bool, len(recs))
+	var uniq []stores.Record
+	for _, r := range recs {
+		if !seen[r.Key()] {
+			seen[r.Key()] = true
+			uniq = append(uniq, r)
+		}
+	}
+	for len(uniq) > 0 {
+		n, parts := 0, make(map[partRef]int64)
+		for n < len(uniq) {
+			p := partRef{uniq[n].Session, uniq[n].Partition}
+			extra := 0
+			if _, ok := parts[p]; !ok {
+				extra = 1
+			}
+			if n+len(parts)+1+extra > maxTxItems {
+				break
+			}
+			parts[p]--
+			n++
+		}
+		if err := s.completeChunk(ctx, uniq[:n], parts); err != nil {
+			return fmt.Errorf("dynamodb: complete: %w", err)
+		}
+		uniq = uniq[n:]
+	}
+	return nil
+}
+
+func (s *Store) completeChunk(ctx context.Context, recs []stores.Record, parts map[partRef]int64) error {
+	gc := time.Now().Add(s.opts.DoneRetention).Unix()
+	items := make([]types.TransactWriteItem, 0, len(recs)+len(parts))
+	for i := range recs {
+		r := &recs[i]
+		names, vals := ownedNames(), ownedValues(r)
+		names["#gc"] = aGC
+		vals[":done"], vals[":gc"] = vS(string(stores.Done)), vN(gc)
+		items = append(items, types.TransactWriteItem{Update: &types.Update{
+			TableName:                 aws.String(s.table),
+			Key:                       recordKey(r.Session, r.Route, r.Envelope.ID),
+			UpdateExpression:          aws.String(doneUpdate),
+			ConditionExpression:       aws.String(ownedCond),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: vals,
+		}})
+	}
+	for p, d := range parts {
+		items = append(items, counterItem(s.table, p, d))
+	}
+	err := s.transact(ctx, items)
+	if err == nil {
+		return nil
+	}
+	if rs, ok := cancelReasons(err); ok {
+		for i, r := range rs {
+			if reasonCode(r) == codeCondition && i < len(recs) {
+				return staleErr(&recs[i])
+			}
+		}
+	}
+	return err
+}
+
+// Release implements stores.Outbox with one conditional UpdateItem. The
+// record stays in the timer index, due at next.
+func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, lastError string) error {
+	names, vals := ownedNames(), ownedValues(&rec)
+	vals[":pending"], vals[":next"], vals[":err"] = vS(string(stores.Pending)), vT(next), vS(lastError)
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(s.table),
+		Key:                       recordKey(rec.Session, rec.Route, rec.Envelope.ID),
+		UpdateExpression:          aws.String("SET #state = :pending, next_at = :next, last_error = :err, timer_at = :next"),
+		ConditionExpression:       aws.String(ownedCond),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: vals,
+	})
+	if isConditionFailed(err) {
+		return fmt.Errorf("dynamodb: release: %w", staleErr(&rec))
+	}
+	if err != nil {
+		return fmt.Errorf("dynamodb: release: %w", err)
+	}
+	return nil
+}
+
+// DeadLetter implements stores.Outbox with one TransactWriteItems (the
+// record and its live counter).
+func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string) error {
+	deadAt := rec.DeadAt
+	if deadAt.IsZero() {
+		deadAt = time.Now()
+	}
+	names, vals := ownedNames(), ownedValues(&rec)
+	names["#route"], names["#seq"] = aRoute, aSeq
+	vals[":dead"], vals[":at"], vals[":why"] = vS(string(stores.Dead)), vT(deadAt), vS(reason)
+	vals[":all"], vals[":dsk"], vals[":seq"] = vS("dead"), vS(deadSK(deadAt, rec.Seq)), vN(rec.Seq)
+	items := []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName: aws.String(s.table),
+			Key:       recordKey(rec.Session, rec.Route, rec.Envelope.ID),
+			UpdateExpression: aws.String("SET #state = :dead, dead_at = :at, dead_reason = :why, dead_all = :all, " +
+				"dead_rpk = #route, dead_sk = :dsk REMOVE ready_pk, timer_pk, timer_at, live_pk, key_pk, co_pk"),
+			ConditionExpression:       aws.String(ownedCond + " AND #seq = :seq"),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: vals,
+		}},
+		counterItem(s.table, partRef{rec.Session, rec.Partition}, -1),
+	}
+	err := s.transact(ctx, items)
+	if rs, ok := cancelReasons(err); ok && len(rs) > 0 && reasonCode(rs[0]) == codeCondition {
+		return fmt.Errorf("dynamodb: dead-letter: %w", staleErr(&rec))
+	}
+	if err != nil {
+		return fmt.Errorf("dynamodb: dead-letter: %w", err)
+	}
+	return nil
+}
