@@ -3,10 +3,7 @@ package delivery
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"math"
 	"strconv"
 	"strings"
 )
@@ -350,97 +347,4 @@ func formatValue(v any) (string, error) {
 		return "", &FieldError{Placeholder: "payload", Reason: "value does not encode as JSON"}
 	}
 	return strings.TrimSuffix(buf.String(), "\n"), nil
-}
-
-// FormatFloat renders a JSON number without exponent notation in the common
-// range (1e6 is "1000000", 0.5 is "0.5"); very large or very small
-// magnitudes use the shortest exponent form.
-func FormatFloat(f float64) string {
-	if a := math.Abs(f); a == 0 || (a >= 1e-6 && a < 1e21) {
-		return strconv.FormatFloat(f, 'f', -1, 64)
-	}
-	return strconv.FormatFloat(f, 'g', -1, 64)
-}
-
-// ParsedPayload decodes one envelope's JSON payload at most once and shares
-// the result among templates and expressions. Numbers decode exactly: an
-// integer that fits in int64 becomes an int, larger integers stay a
-// json.Number (their exact text), and other numbers become float64.
-//
-// A ParsedPayload notices when it is asked about a different payload slice
-// (a processor assigned a new payload) and decodes again. The zero value is
-// ready to use; it is not safe for concurrent use. Call Reset before reusing
-// it for another message.
-type ParsedPayload struct {
-	src  []byte
-	done bool
-	val  any
-	err  error
-}
-
-// ErrNotJSON is returned by ParsedPayload.Value for a payload that is not a
-// single JSON value.
-var ErrNotJSON = errors.New("payload is not JSON")
-
-// Value returns payload decoded as JSON, or ErrNotJSON (with a nil value).
-func (p *ParsedPayload) Value(payload []byte) (any, error) {
-	if p.done && sameSlice(p.src, payload) {
-		return p.val, p.err
-	}
-	p.src, p.done = payload, true
-	p.val, p.err = decodeJSON(payload)
-	return p.val, p.err
-}
-
-// Reset forgets the decoded payload.
-func (p *ParsedPayload) Reset() { *p = ParsedPayload{} }
-
-func sameSlice(a, b []byte) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}
-
-func decodeJSON(b []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotJSON, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: trailing data", ErrNotJSON)
-	}
-	return convertNumbers(v), nil
-}
-
-// convertNumbers replaces json.Number values in place with int or float64,
-// keeping integers outside the int64 range as json.Number (exact text) rather
-// than rounding them: expr would compare a uint64 or rounded float64 wrongly.
-func convertNumbers(v any) any {
-	switch x := v.(type) {
-	case json.Number:
-		s := string(x)
-		if !strings.ContainsAny(s, ".eE") {
-			if n, err := strconv.ParseInt(s, 10, 0); err == nil {
-				return int(n)
-			}
-			return x
-		}
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return x
-		}
-		return f
-	case map[string]any:
-		for k, e := range x {
-			switch e.(type) {
-			case json.Number, map[string]any, []any:
-				x[k] = convertNumbers(e)
-			}
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = convertNumbers(e)
-		}
-	}
-	return v
 }
