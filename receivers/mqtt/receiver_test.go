@@ -334,3 +334,17 @@ func TestReceiver_RunTwice(t *testing.T) {
 		t.Fatalf("second Run = %v", err)
 	}
 }
+
+func TestReceiver_UnreachableBrokerIsRetriedAndReported(t *testing.T) {
+	t.Parallel()
+	r := newReceiver(t, config("tcp://127.0.0.1:1", "gobridge-unreachable", "a/#"), testsink.New(true))
+	rr := run(t, r)
+	testsink.Eventually(t, "connect failure reported", func() bool {
+		return strings.HasPrefix(r.Status().Reason, "connect to tcp://127.0.0.1:1")
+	})
+	t.Logf("status: %+v", r.Status())
+	rr.stop() // must return although paho is still retrying
+	if s := r.Status(); s.Connected || s.Reason != "stopped" {
+		t.Fatalf("status after stop = %+v", s)
+	}
+}
