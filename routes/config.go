@@ -58,7 +58,8 @@ type Bridge struct {
 // Admin configures the admin HTTP server.
 type Admin struct {
 	// Listen is the address of /healthz, /readyz, /metrics, /console and
-	// /api. Defaults to 127.0.0.1:9090; "" disables the server.
+	// /api. Defaults to 127.0.0.1:9090 (after loading it is never nil); ""
+	// disables the server.
 	Listen *string `yaml:"listen,omitempty"`
 	// Token, when set, is the bearer token required for mutating calls.
 	Token Secret `yaml:"token,omitempty"`
@@ -76,7 +77,8 @@ type Log struct {
 type Stores struct {
 	// Outbox is required when any route uses shared_outbox; nil otherwise.
 	Outbox *StoreConfig `yaml:"outbox,omitempty"`
-	// Lease defaults to {type: memory}.
+	// Lease defaults to {type: memory}; after loading it is never nil. A
+	// dynamodb outbox needs a dynamodb lease store.
 	Lease *StoreConfig `yaml:"lease,omitempty"`
 }
 
@@ -162,7 +164,7 @@ type TLS struct {
 type Subscription struct {
 	// Topic is an MQTT topic filter, optionally $share/GROUP/filter.
 	Topic string `yaml:"topic,omitempty" validate:"required"`
-	// QoS is 0, 1 or 2. Defaults to 1.
+	// QoS is 0, 1 or 2. Defaults to 1; after loading it is never nil.
 	QoS *int `yaml:"qos,omitempty" validate:"omitnil,min=0,max=2"`
 }
 
@@ -256,9 +258,11 @@ type Session struct {
 	// key (or envelope ID).
 	Partitions int `yaml:"partitions,omitempty" validate:"min=1,max=1024"`
 	// DrainInterval is shorthand for fixed_poll at that interval; never
-	// together with DrainStrategy.
+	// together with DrainStrategy. After loading it is folded into
+	// DrainStrategy and reads 0: the runtime reads DrainStrategy only.
 	DrainInterval Duration `yaml:"drain_interval,omitempty"`
-	// DrainStrategy defaults to fixed_poll every 1s.
+	// DrainStrategy defaults to fixed_poll every 1s. After loading it is
+	// never nil.
 	DrainStrategy *DrainStrategy `yaml:"drain_strategy,omitempty"`
 	// BatchSize is the records per claim. Defaults to 100.
 	BatchSize int `yaml:"batch_size,omitempty" validate:"min=1,max=10000"`
@@ -290,7 +294,7 @@ type Policy struct {
 	// pushes back. Defaults to 10000.
 	MaxOutboxDepth int `yaml:"max_outbox_depth,omitempty" validate:"min=1"`
 	// MaxReplayAttempts: a transiently failing record is poisoned only after
-	// more claims than this. Defaults to 5.
+	// more claims than this. Defaults to 5 (0 means the default).
 	MaxReplayAttempts int `yaml:"max_replay_attempts,omitempty" validate:"min=1"`
 	// ReplayBudget: ... and only after this long since its first attempt.
 	// Defaults to 15m.
@@ -299,7 +303,8 @@ type Policy struct {
 	SendTimeout Duration `yaml:"send_timeout,omitempty"`
 	// TTL: records older than this expire; 0 (the default): never.
 	TTL Duration `yaml:"ttl,omitempty"`
-	// OnExpired is dlq (default) or drop.
+	// OnExpired is dlq or drop. Defaults to dlq with an outbox store, drop
+	// without one (there is nowhere to keep dead letters).
 	OnExpired string `yaml:"on_expired,omitempty" validate:"oneof=dlq drop"`
 	// OnPermanentFailure is dlq or drop. Defaults to dlq with an outbox
 	// store, drop without one.

@@ -42,6 +42,7 @@ func (c *Config) checkReceivers(add func(Problem)) {
 				add(c.Errorf(path+".options.listen", "listen", "%s.options.listen: %v", path, err))
 			}
 		}
+		c.checkTLS(add, path+".options.tls", r.Options.TLS, r.Type == ReceiverMQTTListener)
 		feeds := c.routesOf(r.ID)
 		for j, s := range r.Topics {
 			tp := fmt.Sprintf("%s.topics[%d]", path, j)
@@ -65,6 +66,39 @@ func (c *Config) checkReceivers(add func(Problem)) {
 			add(c.Warnf(path+".options.clean_session", "clean-session",
 				"%s has clean_session: true and feeds route %q: the broker forgets what arrived while gobridge was away; use clean_session: false", path, feeds[0].ID))
 		}
+	}
+}
+
+// checkTLS checks that a certificate comes with its key. A server (the
+// embedded listener) has no use for ca_file or insecure_skip_verify.
+func (c *Config) checkTLS(add func(Problem), path string, t TLS, server bool) {
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		add(c.Errorf(path+".key_file", "tls", "%s: cert_file needs key_file", path))
+	case t.KeyFile != "" && t.CertFile == "":
+		add(c.Errorf(path+".cert_file", "tls", "%s: key_file needs cert_file", path))
+	}
+	if server && t.InsecureSkipVerify {
+		add(c.Errorf(path+".insecure_skip_verify", "option", "%s.insecure_skip_verify applies to clients only", path))
+	}
+}
+
+// checkListenConflicts reports two servers configured on one address.
+func (c *Config) checkListenConflicts(add func(Problem)) {
+	used := map[string]string{}
+	if l := c.Bridge.Admin.Listen; l != nil && *l != "" {
+		used[*l] = "bridge.admin.listen"
+	}
+	for i, r := range c.Receivers {
+		if r.Type != ReceiverMQTTListener || r.Options.Listen == "" {
+			continue
+		}
+		path := fmt.Sprintf("receivers[%d].options.listen", i)
+		if other, dup := used[r.Options.Listen]; dup {
+			add(c.Errorf(path, "listen", "%s: %s is already used by %s", path, r.Options.Listen, other))
+			continue
+		}
+		used[r.Options.Listen] = path
 	}
 }
 
@@ -118,6 +152,7 @@ func (c *Config) checkSenders(add func(Problem)) {
 				add(c.Errorf(op+".url", "url", "%s.url: %v", op, err))
 			}
 			c.checkTemplate(add, op+".url", s.Options.URL)
+			c.checkTLS(add, op+".tls", s.Options.TLS, false)
 			c.checkTemplateMap(add, op+".headers", s.Options.Headers)
 		}
 	}

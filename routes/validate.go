@@ -47,6 +47,7 @@ func (c *Config) Validate() Problems {
 	c.checkBridge(add)
 	c.checkStores(add)
 	c.checkReceivers(add)
+	c.checkListenConflicts(add)
 	c.checkSenders(add)
 	c.checkRoutes(add)
 	c.checkDivergentSessions(add)
