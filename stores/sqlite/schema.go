@@ -10,6 +10,10 @@ import (
 // user_version records how many have run. Append new ones; never edit one
 // that has shipped.
 //
+// The hot queries also name their index with INDEXED BY, so that statistics
+// (ANALYZE on unrepresentative data) can never turn them into table scans:
+// a query whose index cannot be used fails to prepare instead.
+//
 // Index notes (see DESIGN §9): SQLite uses a partial index only when the
 // query repeats its WHERE clause literally, so every query that must use one
 // spells out state='pending' (or the other literal) rather than binding it.
@@ -53,7 +57,7 @@ var migrations = []string{
 	-- Dead letters: list oldest first (all, or by route), get by ID.
 	CREATE INDEX outbox_dead ON outbox(dead_at, seq) WHERE state='dead';
 	CREATE INDEX outbox_dead_route ON outbox(route, dead_at, seq) WHERE state='dead';
-	CREATE INDEX outbox_dead_id ON outbox(id) WHERE state='dead';
+	CREATE INDEX outbox_dead_id ON outbox(id, dead_at, seq) WHERE state='dead';
 	-- Compaction: oldest done tombstones first.
 	CREATE INDEX outbox_done ON outbox(seq) WHERE state='done';
 

@@ -28,7 +28,7 @@ const (
 
 	sqlExists = `SELECT 1 FROM outbox WHERE session = ? AND route = ? AND id = ?`
 
-	sqlCoalesceFind = `SELECT seq, part, received_at FROM outbox
+	sqlCoalesceFind = `SELECT seq, part, received_at FROM outbox INDEXED BY outbox_coalesce
 		WHERE state='pending' AND ckey<>'' AND session = ? AND route = ? AND ckey = ?
 		ORDER BY seq DESC LIMIT 1`
 
@@ -40,7 +40,7 @@ const (
 	// sqlResetLapsed returns lapsed claims of one partition to pending, so
 	// that the claim below sees them through the pending index.
 	sqlResetLapsed = `UPDATE outbox SET state='pending'
-		WHERE seq IN (SELECT seq FROM outbox
+		WHERE seq IN (SELECT seq FROM outbox INDEXED BY outbox_claimed
 			WHERE state='claimed' AND session = ?1 AND part = ?2 AND claim_until <= ?3)`
 
 	// sqlClaim is the claim: one statement over the pending partial index
@@ -48,9 +48,9 @@ const (
 	// held back by an older live record of their ordering key.
 	sqlClaim = `UPDATE outbox SET state='claimed', token = ?1, claim_until = ?2, attempts = attempts + 1,
 			first_attempt_at = CASE first_attempt_at WHEN 0 THEN ?3 ELSE first_attempt_at END
-		WHERE seq IN (SELECT o.seq FROM outbox AS o
+		WHERE seq IN (SELECT o.seq FROM outbox AS o INDEXED BY outbox_pending
 			WHERE o.state='pending' AND o.session = ?4 AND o.part = ?5 AND o.next_at <= ?3
-			AND (o.okey = '' OR NOT EXISTS (SELECT 1 FROM outbox AS b
+			AND (o.okey = '' OR NOT EXISTS (SELECT 1 FROM outbox AS b INDEXED BY outbox_okey
 				WHERE b.state IN ('pending','claimed') AND b.okey<>''
 				AND b.session = o.session AND b.okey = o.okey AND b.seq < o.seq
 				AND ((b.state = 'pending' AND b.next_at > ?3) OR (b.state = 'claimed' AND b.claim_until > ?3))))
@@ -70,10 +70,10 @@ const (
 
 	sqlDepthRows = `SELECT part, live FROM depth WHERE session = ? AND live > 0`
 
-	sqlOldestPending = `SELECT seq, created_at FROM outbox WHERE state='pending' AND session = ? AND part = ?
+	sqlOldestPending = `SELECT seq, created_at FROM outbox INDEXED BY outbox_pending WHERE state='pending' AND session = ? AND part = ?
 		ORDER BY seq LIMIT 1`
 
-	sqlOldestClaimed = `SELECT seq, created_at FROM outbox WHERE state='claimed' AND session = ? AND part = ?
+	sqlOldestClaimed = `SELECT seq, created_at FROM outbox INDEXED BY outbox_claimed WHERE state='claimed' AND session = ? AND part = ?
 		ORDER BY seq LIMIT 1`
 
 	sqlListDead = `SELECT ` + columns + ` FROM outbox WHERE state='dead' AND (dead_at, seq) > (?, ?)

@@ -1,0 +1,86 @@
+package sqlite
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/stores"
+)
+
+// TestStore_QueryPlans checks that the hot queries use their indexes: no
+// full scan of the outbox and no temporary b-tree for ORDER BY, before and
+// after ANALYZE on a table where every row is pending (DESIGN §9).
+func TestStore_QueryPlans(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "outbox.db"), Options{Sync: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	t0 := time.Unix(1_700_000_000, 0)
+	var recs []stores.Record
+	for i := range 2000 {
+		key := ""
+		if i%2 == 0 {
+			key = fmt.Sprintf("k%d", i%7)
+		}
+		recs = append(recs, stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{
+			ID: delivery.NewID(), Topic: "t", Payload: []byte("p"), Key: key, ReceivedAt: t0,
+		}, CreatedAt: t0, NextAttemptAt: t0})
+	}
+	if err := s.Append(t.Context(), recs...); err != nil {
+		t.Fatal(err)
+	}
+	now := t0.UnixNano()
+	queries := []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"claim", sqlClaim, []any{int64(1), now, now, "s", 0, 100}},
+		{"reset lapsed", sqlResetLapsed, []any{"s", 0, now}},
+		{"complete", sqlComplete, []any{int64(1), "id", int64(1)}},
+		{"coalesce find", sqlCoalesceFind, []any{"s", "r", "c"}},
+		{"oldest pending", sqlOldestPending, []any{"s", 0}},
+		{"oldest claimed", sqlOldestClaimed, []any{"s", 0}},
+		{"list dead", sqlListDead, []any{int64(0), int64(0), 10}},
+		{"list dead by route", sqlListDeadRoute, []any{"r", int64(0), int64(0), 10}},
+		{"get dead", sqlGetDead, []any{"id"}},
+	}
+	for _, analyze := range []bool{false, true} {
+		if analyze {
+			if _, err := s.w.Exec(`ANALYZE`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, q := range queries {
+			rows, err := s.w.Query("EXPLAIN QUERY PLAN "+q.sql, q.args...)
+			if err != nil {
+				t.Fatalf("%s: %v", q.name, err)
+			}
+			var plan []string
+			for rows.Next() {
+				var id, parent, notused int
+				var detail string
+				if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, detail)
+			}
+			rows.Close()
+			text := strings.Join(plan, "\n")
+			for _, line := range plan {
+				fullScan := strings.HasPrefix(line, "SCAN ") && !strings.Contains(line, "INDEX")
+				if fullScan || strings.Contains(line, "TEMP B-TREE") {
+					t.Errorf("%s (analyze=%v): plan has %q:\n%s", q.name, analyze, line, text)
+				}
+			}
+			if testing.Verbose() {
+				t.Logf("%s (analyze=%v):\n%s", q.name, analyze, text)
+			}
+		}
+	}
+}
