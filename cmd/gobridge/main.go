@@ -48,6 +48,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = (&CheckCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
 	case "version":
 		err = (&VersionCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
+	case "run":
+		err = (&RunCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
 	// Other subcommands ("run", "dlq", "outbox") are added here, each in its
 	// own file with its own flag.FlagSet.
 	case "help", "-h", "-help", "--help":
@@ -77,6 +79,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `gobridge bridges MQTT messages to SQS, HTTP and stdout, at least once.
 
 Usage:
+  gobridge run -c FILE                          run the bridge until SIGINT/SIGTERM
   gobridge check -c FILE [--format text|json]   validate a config
   gobridge version                              print version and commit
   gobridge help                                 show this help

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/runtime"
+)
+
+// RunCommand runs the bridge: `gobridge run -c FILE`. It loads the config
+// exactly as `gobridge check` does and refuses to start on any error check
+// would report (printing the problems); warnings are logged. It runs until
+// ctx is done (SIGINT or SIGTERM, from main) and then shuts down gracefully
+// within bridge.shutdown_timeout; a clean shutdown returns nil (exit 0).
+type RunCommand struct {
+	Stdout, Stderr io.Writer
+}
+
+// Run parses args, loads the config and runs the bridge.
+func (c *RunCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	path := fs.String("c", "", "config `FILE` to run (required)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: gobridge run -c FILE
+
+Run loads FILE (as "gobridge check" does; any error stops it before it
+starts anything), then runs the bridge until SIGINT or SIGTERM, and shuts
+down gracefully within bridge.shutdown_timeout. Logs go to stderr; stdout
+senders write to stdout.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return errUsage
+	}
+	if *path == "" || fs.NArg() > 0 {
+		if *path == "" {
+			fmt.Fprintln(c.Stderr, "run: -c FILE is required")
+		} else {
+			fmt.Fprintf(c.Stderr, "run: unexpected argument %q\n", fs.Arg(0))
+		}
+		fs.Usage()
+		return errUsage
+	}
+	cfg, probs, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	if probs.HasErrors() {
+		_ = probs.WriteText(c.Stderr)
+		fmt.Fprintf(c.Stderr, "run: config invalid: %d errors; not starting\n", len(probs.Errors()))
+		return errInvalid
+	}
+	log := newLogger(c.Stderr, cfg.Bridge.Log)
+	for _, w := range probs.Warnings() {
+		log.Warn("config warning", "problem", w.String())
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rt, err := runtime.New(cfg, runtime.Options{Logger: log, Registerer: reg, Stdout: c.Stdout})
+	if err != nil {
+		log.Error("bridge failed to start", "error", err)
+		return err
+	}
+	if err := rt.Run(ctx); err != nil {
+		log.Error("bridge failed", "error", err)
+		return err
+	}
+	return nil
+}
+
+// newLogger builds the process logger from bridge.log.
+func newLogger(w io.Writer, lc routes.Log) *slog.Logger {
+	var level slog.Level
+	switch lc.Level {
+	case "debug":
+		level = slog.LevelDebug
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if lc.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+

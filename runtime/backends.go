@@ -1,0 +1,127 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/gobridge/gobridge/delivery"
+
+	"github.com/gobridge/gobridge/drainer"
+	"github.com/gobridge/gobridge/processors"
+	"github.com/gobridge/gobridge/receivers"
+	"github.com/gobridge/gobridge/receivers/listener"
+	"github.com/gobridge/gobridge/receivers/mqtt"
+	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders/http"
+	"github.com/gobridge/gobridge/senders/sqs"
+	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/sqlite"
+)
+
+// This file maps config types to the backend packages.
+
+// sqliteStores shares one *sqlite.Store per database file between the
+// outbox and the lease store.
+type sqliteStores map[string]*sqlite.Store
+
+// openSQLite opens the store file of c once; the runtime closes it.
+func (rt *Runtime) openSQLite(c routes.StoreConfig) (*sqlite.Store, error) {
+	s, opened, err := rt.sqlite.open(c)
+	if err != nil {
+		return nil, err
+	}
+	if opened {
+		rt.closers = append(rt.closers, s.Close)
+	}
+	return s, nil
+}
+
+func (ss sqliteStores) open(c routes.StoreConfig) (*sqlite.Store, bool, error) {
+	path := c.Options.Path
+	if path == "" {
+		path = "./data/outbox.db"
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	if s := ss[abs]; s != nil {
+		return s, false, nil
+	}
+	if err := ensureDir(filepath.Dir(abs)); err != nil {
+		return nil, false, err
+	}
+	s, err := sqlite.Open(path, sqlite.Options{Sync: c.Options.Sync})
+	if err != nil {
+		return nil, false, err
+	}
+	ss[abs] = s
+	return s, true, nil
+}
+
+func (rt *Runtime) openOutboxBackend(c routes.StoreConfig) (stores.Store, bool, error) {
+	switch c.Type {
+	case "sqlite":
+		st, err := rt.openSQLite(c)
+		return st, false, err
+	}
+	return nil, false, fmt.Errorf("outbox store type %q is not available in this build", c.Type)
+}
+
+func (rt *Runtime) openLeasesBackend(c routes.StoreConfig) (stores.Leases, bool, error) {
+	switch c.Type {
+	case "sqlite":
+		st, err := rt.openSQLite(c)
+		if err != nil {
+			return nil, false, err
+		}
+		return st.Leases(), false, nil
+	}
+	return nil, false, fmt.Errorf("lease store type %q is not available in this build", c.Type)
+}
+
+func newSenderBackend(c routes.SenderConfig, maxInFlight int, log *slog.Logger) (drainer.Sender, error) {
+	switch c.Type {
+	case routes.SenderHTTP:
+		return http.New(c, maxInFlight, log)
+	case routes.SenderSQS:
+		return sqs.New(context.Background(), c, log)
+	}
+	return nil, fmt.Errorf("unknown sender type %q", c.Type)
+}
+
+// compileProcessors compiles the route's processors and ordering key; the
+// chain sets env.Key from ordering_key.
+func compileProcessors(rc routes.RouteConfig) (processFunc, error) {
+	if len(rc.Processors) == 0 && rc.OrderingKey == "" {
+		return nil, nil
+	}
+	ch, err := processors.Compile(rc)
+	if err != nil {
+		return nil, fmt.Errorf("compile processors: %w", err)
+	}
+	return func(env *delivery.Envelope) (bool, string, error) {
+		res, err := ch.Process(env)
+		return res.Drop, res.CoalesceKey, err
+	}, nil
+}
+
+func newReceiverBackend(c routes.ReceiverConfig, bridgeID string, sink receivers.Sink, log *slog.Logger) (receiver, error) {
+	switch c.Type {
+	case routes.ReceiverMQTT:
+		return mqtt.New(c, bridgeID, sink, log)
+	case routes.ReceiverMQTTListener:
+		return listener.New(c, sink, log)
+	}
+	return nil, fmt.Errorf("unknown receiver type %q", c.Type)
+}
+
+func ensureDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create store directory: %w", err)
+	}
+	return nil
+}

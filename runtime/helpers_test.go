@@ -1,0 +1,215 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/gobridge/gobridge/routes"
+)
+
+// testLogger routes logs to t.Log (warn and above unless -v style debugging
+// is wanted).
+func testLogger(t testing.TB) *slog.Logger {
+	w := &tWriter{t: t}
+	t.Cleanup(func() { w.done.Store(true) })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// tWriter writes to t.Log until the test's cleanup ran (goroutines of a
+// stopped broker may still log).
+type tWriter struct {
+	t    testing.TB
+	done atomic.Bool
+}
+
+func (w *tWriter) Write(p []byte) (int, error) {
+	if !w.done.Load() {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// parseConfig loads a YAML config through the real loader (defaults and
+// validation) and fails the test on any error.
+func parseConfig(t testing.TB, yml string) *routes.Config {
+	t.Helper()
+	cfg, probs, err := routes.ParseWithEnv(strings.NewReader(yml), "test.yaml", func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if probs.HasErrors() {
+		t.Fatalf("config has errors:\n%v\n%s", probs.Errors(), yml)
+	}
+	return cfg
+}
+
+// startRuntime builds and runs a runtime; the cleanup stops it and checks
+// that Run returned nil.
+func startRuntime(t testing.TB, cfg *routes.Config) *Runtime {
+	t.Helper()
+	rt, err := New(cfg, Options{Logger: testLogger(t), Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- rt.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Errorf("Run returned %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return within 30s of cancel")
+		}
+	})
+	return rt
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not synchronisation
+	}
+}
+
+// sink is an HTTP target that records message bodies and can be switched
+// down (503) and up.
+type sink struct {
+	srv   *httptest.Server
+	down  atomic.Bool
+	mu    sync.Mutex
+	got   map[string]int // body -> deliveries
+	order []string
+	// hook, when set, runs before the answer (in the handler goroutine).
+	hook  func(body string)
+	total atomic.Int64
+}
+
+func newSink(t testing.TB) *sink {
+	s := &sink{got: map[string]int{}}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if s.down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		if s.hook != nil {
+			s.hook(string(b))
+		}
+		s.mu.Lock()
+		s.got[string(b)]++
+		s.order = append(s.order, string(b))
+		s.mu.Unlock()
+		s.total.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *sink) distinct() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.got)
+}
+
+func (s *sink) count(body string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.got[body]
+}
+
+// publisher connects a paho client to a broker URL.
+func publisher(t testing.TB, url, id string) paho.Client {
+	t.Helper()
+	o := paho.NewClientOptions().AddBroker(url).SetClientID(id).SetCleanSession(true).
+		SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).SetMaxResumePubInFlight(1000)
+	c := paho.NewClient(o)
+	var err error
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tok := c.Connect()
+		tok.Wait()
+		if err = tok.Error(); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connect publisher to %s: %v", url, err)
+		}
+		time.Sleep(20 * time.Millisecond) // the broker may still be starting
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	return c
+}
+
+// waitTokens waits for every token, failing on an error.
+func waitTokens(t testing.TB, toks []paho.Token, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for i, tok := range toks {
+		if !tok.WaitTimeout(time.Until(deadline)) {
+			t.Fatalf("token %d not complete after %s", i, timeout)
+		}
+		if err := tok.Error(); err != nil {
+			t.Fatalf("token %d: %v", i, err)
+		}
+	}
+}
+
+func tokenDone(tok paho.Token) bool {
+	select {
+	case <-tok.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// httpGet returns status and body of a GET.
+func httpGet(t testing.TB, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+var errTest = errors.New("test")
+
+func msgID(i int) string { return fmt.Sprintf("m-%05d", i) }

@@ -1,0 +1,160 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/receivers"
+	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/stores"
+)
+
+// ingest is the receivers.Sink of one receiver: it matches the message
+// against the receiver's routes, runs each route's processors and hands the
+// route's own envelope to its delivery mode. done is called once every
+// matched route has settled its delivery.
+type ingest struct {
+	rt       *Runtime
+	receiver string
+	routes   []*route
+}
+
+// settler calls done when the last of n deliveries settles.
+type settler struct {
+	left atomic.Int32
+	done func()
+}
+
+func (s *settler) settle() {
+	if s.left.Add(-1) == 0 {
+		s.done()
+	}
+}
+
+// Accept implements receivers.Sink. It blocks while a shared_outbox session
+// is at max_outbox_depth or a direct_hold route has max_in_flight sends
+// outstanding, and returns early (without calling done, so the message is
+// never acknowledged and the broker redelivers it) when ctx is done.
+func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) {
+	mt := in.rt.metrics
+	mt.received.WithLabelValues(in.receiver).Inc()
+	var matched []*route
+	for _, r := range in.routes {
+		if routes.Match(r.cfg.Topic, m.Topic) {
+			matched = append(matched, r)
+		}
+	}
+	acked := func() {
+		mt.acked.WithLabelValues(in.receiver).Inc()
+		done()
+	}
+	if len(matched) == 0 {
+		mt.unmatched.WithLabelValues(in.receiver).Inc()
+		acked()
+		return
+	}
+	s := &settler{done: acked}
+	s.left.Store(int32(len(matched)))
+	for _, r := range matched {
+		env := &delivery.Envelope{
+			ID: delivery.NewID(), Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, ReceivedAt: m.ReceivedAt,
+		}
+		if !in.rt.dispatch(ctx, r, env, s.settle) {
+			return
+		}
+	}
+}
+
+// dispatch delivers env on route r and arranges for settle to be called
+// when its delivery has settled. It returns false when ctx ended before the
+// delivery was accepted (settle will not be called).
+func (rt *Runtime) dispatch(ctx context.Context, r *route, env *delivery.Envelope, settle func()) bool {
+	mt := rt.metrics
+	mt.routeReceived.WithLabelValues(r.id).Inc()
+	settleRoute := func() {
+		mt.routeAcked.WithLabelValues(r.id).Inc()
+		settle()
+	}
+	var coalesceKey string
+	if r.process != nil {
+		drop, ck, err := r.process(env)
+		if err != nil {
+			return rt.failAtIngest(ctx, r, env, fmt.Sprintf("processor: %v", err), settleRoute)
+		}
+		if drop {
+			mt.filtered.WithLabelValues(r.id).Inc()
+			settleRoute()
+			return true
+		}
+		coalesceKey = ck
+	}
+	if env.ID == "" {
+		return rt.failAtIngest(ctx, r, env, "processor: empty envelope id", settleRoute)
+	}
+	if r.mode == routes.DirectHold {
+		return r.hold.submit(ctx, env, settleRoute)
+	}
+	rec := stores.Record{
+		Session:     r.session,
+		Partition:   stores.PartitionOf(partitionKey(env), r.partitions),
+		Route:       r.id,
+		Envelope:    *env,
+		CoalesceKey: coalesceKey,
+	}
+	if ttl := r.cfg.Policy.TTL.D(); ttl > 0 {
+		rec.ExpiresAt = env.ReceivedAt.Add(ttl)
+	}
+	return rt.commit.submit(ctx, r, rec, settleRoute)
+}
+
+func partitionKey(env *delivery.Envelope) string {
+	if env.Key != "" {
+		return env.Key
+	}
+	return env.ID
+}
+
+// failAtIngest settles a message that failed permanently before delivery (a
+// processor or ordering-key error) by the route's on_permanent_failure: dead
+// letter (retried until durable, or until ctx ends) or drop.
+func (rt *Runtime) failAtIngest(ctx context.Context, r *route, env *delivery.Envelope, reason string, settle func()) bool {
+	if env.ID == "" {
+		env.ID = delivery.NewID()
+	}
+	if !rt.settleFailure(ctx, r, env, reason) {
+		return false
+	}
+	settle()
+	return true
+}
+
+// settleFailure applies on_permanent_failure to env; it reports false only
+// when ctx ended before a dead letter was durable.
+func (rt *Runtime) settleFailure(ctx context.Context, r *route, env *delivery.Envelope, reason string) bool {
+	log := rt.log.With("route", r.id, "record_id", env.ID)
+	if !r.dlq {
+		rt.metrics.dropped.WithLabelValues(r.id).Inc()
+		log.Warn("permanent failure: message dropped", "error", reason)
+		return true
+	}
+	for attempt := 1; ; attempt++ {
+		err := rt.deadLetterDirect(ctx, r, env, reason)
+		if err == nil {
+			rt.metrics.deadLettered.WithLabelValues(r.id).Inc()
+			log.Warn("permanent failure: message dead-lettered", "error", reason)
+			return true
+		}
+		if errors.Is(err, stores.ErrInvalid) {
+			rt.metrics.dropped.WithLabelValues(r.id).Inc()
+			log.Error("permanent failure: dead letter rejected by the store; message dropped", "error", err)
+			return true
+		}
+		log.Warn("dead letter failed; retrying", "error", err, "attempt", attempt)
+		if !sleepCtx(ctx, backoffDelay(attempt, r.cfg.Policy.Backoff, 0)) {
+			return false
+		}
+	}
+}

@@ -1,0 +1,182 @@
+package runtime
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gobridge/gobridge/drainer"
+)
+
+// metrics are the runtime's Prometheus metrics. Labels are bounded: route,
+// session, receiver, outcome, reason; never topics or IDs. The README
+// section "operations" lists them.
+type metrics struct {
+	// ingest (per receiver)
+	received  *prometheus.CounterVec // gobridge_ingest_received_total{receiver}
+	acked     *prometheus.CounterVec // gobridge_ingest_acked_total{receiver}
+	unmatched *prometheus.CounterVec // gobridge_ingest_unmatched_total{receiver}
+
+	// routes
+	routeReceived *prometheus.CounterVec // gobridge_route_received_total{route}
+	routeAcked    *prometheus.CounterVec // gobridge_route_acked_total{route}
+	filtered      *prometheus.CounterVec // gobridge_route_filtered_total{route}
+	persisted     *prometheus.CounterVec // gobridge_route_persisted_total{route}
+
+	// delivery (both modes)
+	sent         *prometheus.CounterVec   // gobridge_delivery_sent_total{route}
+	retried      *prometheus.CounterVec   // gobridge_delivery_retried_total{route,outcome}
+	deadLettered *prometheus.CounterVec   // gobridge_delivery_dead_lettered_total{route}
+	dropped      *prometheus.CounterVec   // gobridge_delivery_dropped_total{route}
+	expired      *prometheus.CounterVec   // gobridge_delivery_expired_total{route}
+	stale        *prometheus.CounterVec   // gobridge_delivery_stale_total{route}
+	sendSeconds  *prometheus.HistogramVec // gobridge_delivery_send_seconds{route}
+	limit        *prometheus.GaugeVec     // gobridge_delivery_limit{route}
+	inFlight     *prometheus.GaugeVec     // gobridge_delivery_in_flight{route}
+
+	// outbox (per session)
+	pending       *prometheus.GaugeVec   // gobridge_outbox_pending{session}
+	oldestAge     *prometheus.GaugeVec   // gobridge_outbox_oldest_age_seconds{session}
+	backpressure  *prometheus.CounterVec // gobridge_outbox_backpressure_seconds_total{session}
+	appendSeconds prometheus.Histogram   // gobridge_outbox_append_seconds
+	appendBatch   prometheus.Histogram   // gobridge_outbox_append_batch_records
+	appendErrors  prometheus.Counter     // gobridge_outbox_append_errors_total
+
+	// receivers
+	connected  *prometheus.GaugeVec   // gobridge_receiver_connected{receiver}
+	subscribed *prometheus.GaugeVec   // gobridge_receiver_subscribed{receiver}
+	reconnects *prometheus.CounterVec // gobridge_receiver_reconnects_total{receiver}
+	ready      prometheus.Gauge       // gobridge_ready
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	counter := func(sub, name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gobridge", Subsystem: sub, Name: name, Help: help}, labels)
+	}
+	gauge := func(sub, name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gobridge", Subsystem: sub, Name: name, Help: help}, labels)
+	}
+	m := &metrics{
+		received:  counter("ingest", "received_total", "Messages handed to gobridge by a receiver.", "receiver"),
+		acked:     counter("ingest", "acked_total", "Messages settled on every matched route and released for acknowledgement.", "receiver"),
+		unmatched: counter("ingest", "unmatched_total", "Messages that matched no route (acknowledged at once).", "receiver"),
+
+		routeReceived: counter("route", "received_total", "Messages that matched the route.", "route"),
+		routeAcked:    counter("route", "acked_total", "Messages whose delivery on the route settled (persisted, sent, filtered, dead-lettered or dropped), releasing the source.", "route"),
+		filtered:      counter("route", "filtered_total", "Messages a filter processor dropped.", "route"),
+		persisted:     counter("route", "persisted_total", "Records committed to the outbox (shared_outbox).", "route"),
+
+		sent:         counter("delivery", "sent_total", "Messages the target accepted.", "route"),
+		retried:      counter("delivery", "retried_total", "Failed sends that will be retried, by outcome (transient, capacity).", "route", "outcome"),
+		deadLettered: counter("delivery", "dead_lettered_total", "Messages dead-lettered (permanent failure, poisoned, expired with on_expired: dlq).", "route"),
+		dropped:      counter("delivery", "dropped_total", "Messages dropped by policy (on_permanent_failure or on_expired: drop).", "route"),
+		expired:      counter("delivery", "expired_total", "Records past their ttl, settled by on_expired.", "route"),
+		stale:        counter("delivery", "stale_total", "Outcomes the store refused because the claim was lost.", "route"),
+		sendSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "gobridge", Subsystem: "delivery", Name: "send_seconds",
+			Help:    "Duration of one send to the target, in seconds.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"route"}),
+		limit:    gauge("delivery", "limit", "AIMD concurrency limit of the route's drainer.", "route"),
+		inFlight: gauge("delivery", "in_flight", "Sends in flight.", "route"),
+
+		pending:      gauge("outbox", "pending", "Records pending or claimed in the session.", "session"),
+		oldestAge:    gauge("outbox", "oldest_age_seconds", "Age of the oldest pending record of the session, in seconds (0: none).", "session"),
+		backpressure: counter("outbox", "backpressure_seconds_total", "Time ingest spent blocked because the session was at max_outbox_depth, in seconds.", "session"),
+		appendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "gobridge", Subsystem: "outbox", Name: "append_seconds",
+			Help:    "Duration of one group-commit append, in seconds.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		appendBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "gobridge", Subsystem: "outbox", Name: "append_batch_records",
+			Help:    "Records per group-commit append.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+		}),
+		appendErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "gobridge", Subsystem: "outbox", Name: "append_errors_total",
+			Help: "Failed group-commit appends (retried).",
+		}),
+
+		connected:  gauge("receiver", "connected", "1 when the receiver is connected (listener: accepting).", "receiver"),
+		subscribed: gauge("receiver", "subscribed", "1 when every subscription of the receiver was granted.", "receiver"),
+		reconnects: counter("receiver", "reconnects_total", "Times the receiver connected again after losing its connection.", "receiver"),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "gobridge", Name: "ready", Help: "1 when /readyz reports ready.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{
+		m.received, m.acked, m.unmatched,
+		m.routeReceived, m.routeAcked, m.filtered, m.persisted,
+		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.stale, m.sendSeconds, m.limit, m.inFlight,
+		m.pending, m.oldestAge, m.backpressure, m.appendSeconds, m.appendBatch, m.appendErrors,
+		m.connected, m.subscribed, m.reconnects, m.ready,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// initRoute makes a route's series visible at zero.
+func (m *metrics) initRoute(route string) {
+	for _, c := range []*prometheus.CounterVec{m.routeReceived, m.routeAcked, m.filtered, m.persisted,
+		m.sent, m.deadLettered, m.dropped, m.expired} {
+		c.WithLabelValues(route)
+	}
+	m.retried.WithLabelValues(route, "transient")
+	m.retried.WithLabelValues(route, "capacity")
+	m.inFlight.WithLabelValues(route)
+}
+
+func (m *metrics) initReceiver(id string) {
+	m.received.WithLabelValues(id)
+	m.acked.WithLabelValues(id)
+	m.unmatched.WithLabelValues(id)
+	m.connected.WithLabelValues(id)
+	m.subscribed.WithLabelValues(id)
+	m.reconnects.WithLabelValues(id)
+}
+
+// observer turns drainer events into metrics and stall-detection state.
+type observer struct{ rt *Runtime }
+
+var _ drainer.Observer = (*observer)(nil)
+
+// Delivered implements drainer.Observer.
+func (o *observer) Delivered(out drainer.Outcome) {
+	m := o.rt.metrics
+	switch out.Result {
+	case drainer.ResultOK:
+		m.sent.WithLabelValues(out.Route).Inc()
+	case drainer.ResultRetried:
+		m.retried.WithLabelValues(out.Route, "transient").Inc()
+	case drainer.ResultCapacity:
+		m.retried.WithLabelValues(out.Route, "capacity").Inc()
+	case drainer.ResultDeadLettered:
+		m.deadLettered.WithLabelValues(out.Route).Inc()
+	case drainer.ResultDropped:
+		m.dropped.WithLabelValues(out.Route).Inc()
+	case drainer.ResultExpired:
+		m.expired.WithLabelValues(out.Route).Inc()
+	case drainer.ResultStale:
+		m.stale.WithLabelValues(out.Route).Inc()
+	}
+	if out.Latency > 0 {
+		m.sendSeconds.WithLabelValues(out.Route).Observe(out.Latency.Seconds())
+	}
+}
+
+// Limit implements drainer.Observer.
+func (o *observer) Limit(route string, n int) {
+	o.rt.metrics.limit.WithLabelValues(route).Set(float64(n))
+}
+
+// InFlight implements drainer.Observer.
+func (o *observer) InFlight(route string, n int) {
+	o.rt.metrics.inFlight.WithLabelValues(route).Set(float64(n))
+}
+
+// Sent implements drainer.Observer.
+func (o *observer) Sent(session string, at time.Time) { o.rt.noteSent(session, at) }

@@ -1,0 +1,91 @@
+package runtime
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// listenerConfig is a config with an embedded listener on addr, a memory
+// outbox and the given senders and routes (YAML list items).
+func listenerConfig(addr, admin, store, senders, routesYAML string) string {
+	return fmt.Sprintf(`version: 1
+bridge:
+  id: test
+  admin: {listen: %q}
+  shutdown_timeout: 10s
+stores:
+  outbox: %s
+receivers:
+  - id: edge
+    type: mqtt_listener
+    options: {listen: %q}
+    topics: [{topic: "#", qos: 1}]
+senders:
+%s
+routes:
+%s
+`, admin, store, addr, senders, routesYAML)
+}
+
+func TestRuntime_FansOutToEveryMatchingRoute(t *testing.T) {
+	t.Parallel()
+	a, b := newSink(t), newSink(t)
+	addr := freeAddr(t)
+	cfg := parseConfig(t, listenerConfig(addr, "", "{type: memory}", fmt.Sprintf(`
+  - {id: a, type: http, options: {url: %q}}
+  - {id: b, type: http, options: {url: %q}}`, a.srv.URL, b.srv.URL), `
+  - id: outbox-all
+    receiver: edge
+    topic: "#"
+    sender: a
+    delivery_mode: shared_outbox
+    session: {id: s1, drain_strategy: {type: fixed_poll, interval: 50ms}}
+  - id: direct-plant
+    receiver: edge
+    topic: "plant/#"
+    sender: b
+  - id: filtered
+    receiver: edge
+    topic: "plant/#"
+    sender: b
+    processors: [{type: filter, expr: "false"}]`))
+	rt := startRuntime(t, cfg)
+	pub := publisher(t, "tcp://"+addr, "pub")
+	const n = 300
+	var toks []paho.Token
+	for i := range n {
+		topic := "other/x"
+		if i%2 == 0 {
+			topic = "plant/x"
+		}
+		toks = append(toks, pub.Publish(topic, 1, false, msgID(i)))
+	}
+	waitTokens(t, toks, 20*time.Second)
+	waitFor(t, 20*time.Second, "every message at sink a", func() bool { return a.distinct() == n })
+	waitFor(t, 20*time.Second, "plant messages at sink b", func() bool { return b.distinct() == n/2 })
+	for i := range n {
+		if i%2 == 0 && b.count(msgID(i)) == 0 {
+			t.Fatalf("plant message %d missing at b", i)
+		}
+		if i%2 == 1 && b.count(msgID(i)) != 0 {
+			t.Fatalf("other message %d delivered to b", i)
+		}
+	}
+	rec := httptest.NewRecorder()
+	rt.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, want := range []string{
+		`gobridge_route_filtered_total{route="filtered"} 150`,
+		`gobridge_route_persisted_total{route="outbox-all"} 300`,
+		`gobridge_ingest_acked_total{receiver="edge"} 300`,
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
