@@ -7,7 +7,7 @@ import (
 	"github.com/gobridge/gobridge/routes"
 )
 
-func TestMatch(t *testing.T) {
+func TestMatch_Wildcards(t *testing.T) {
 	cases := []struct {
 		filter, topic string
 		want          bool
@@ -55,7 +55,7 @@ func TestMatch_DoesNotAllocate(t *testing.T) {
 	}
 }
 
-func TestValidateFilter(t *testing.T) {
+func TestValidateFilter_Syntax(t *testing.T) {
 	valid := []string{"#", "+", "a/b", "a/+/c", "a/#", "/", "+/+/#", "$SYS/#", "$share/g/a/#", "$share/g/#"}
 	for _, f := range valid {
 		if err := routes.ValidateFilter(f); err != nil {
@@ -70,7 +70,7 @@ func TestValidateFilter(t *testing.T) {
 	}
 }
 
-func TestCovers(t *testing.T) {
+func TestCovers_Filters(t *testing.T) {
 	cases := []struct {
 		outer, inner string
 		want         bool
@@ -118,7 +118,7 @@ func TestCovers_AgreesWithMatch(t *testing.T) {
 	}
 }
 
-func TestOverlaps(t *testing.T) {
+func TestOverlaps_Filters(t *testing.T) {
 	cases := []struct {
 		a, b string
 		want bool

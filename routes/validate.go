@@ -80,6 +80,9 @@ func (c *Config) fieldProblems(add func(Problem)) {
 func (c *Config) fieldProblem(path string, fe validator.FieldError) Problem {
 	switch fe.Tag() {
 	case "required":
+		if fe.Kind() == reflect.Slice {
+			return c.Errorf(path, "required", "%s: at least one entry is required", path)
+		}
 		return c.Errorf(path, "required", "%s is required", path)
 	case "oneof":
 		opts := strings.Fields(fe.Param())

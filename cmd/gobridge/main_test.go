@@ -109,7 +109,7 @@ func TestRun_UsageErrors(t *testing.T) {
 	}
 }
 
-func TestVersion(t *testing.T) {
+func TestVersion_PrintsBuildInfo(t *testing.T) {
 	inRoot(t)
 	code, out, _ := gobridge(t, "version")
 	if code != exitOK || !strings.HasPrefix(out, "gobridge ") {
