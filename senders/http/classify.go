@@ -98,27 +98,26 @@ func printable(b []byte) string {
 	}, string(b)))
 }
 
+// MaxRetryAfter caps a Retry-After hint: a target asking for more is still
+// retried after a day.
+const MaxRetryAfter = 24 * time.Hour
+
 // RetryAfter parses a Retry-After header value: delay-seconds or an
 // HTTP-date (RFC 9110 §10.2.3) relative to now. It returns 0 for an empty,
-// malformed or past value.
+// malformed or past value, and at most MaxRetryAfter.
 func RetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
+	var d time.Duration
 	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
+		d = MaxRetryAfter
+		if secs < int64(MaxRetryAfter/time.Second) {
+			d = time.Duration(secs) * time.Second
 		}
-		if secs > int64(24*time.Hour/time.Second) {
-			secs = int64(24 * time.Hour / time.Second)
-		}
-		return time.Duration(secs) * time.Second
+	} else if t, err := nethttp.ParseTime(v); err == nil {
+		d = min(t.Sub(now), MaxRetryAfter)
 	}
-	if t, err := nethttp.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d
-		}
-	}
-	return 0
+	return max(d, 0)
 }

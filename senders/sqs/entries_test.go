@@ -11,7 +11,7 @@ import (
 	"github.com/gobridge/gobridge/routes"
 )
 
-func offlineSender(t *testing.T, o routes.SenderOptions) *Sender {
+func offlineSender(t testing.TB, o routes.SenderOptions) *Sender {
 	t.Helper()
 	t.Setenv("AWS_ACCESS_KEY_ID", "test")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")

@@ -35,7 +35,7 @@ type fauxqs struct {
 	queueURL string
 }
 
-func newQueue(t *testing.T, fifo bool) *fauxqs {
+func newQueue(t testing.TB, fifo bool) *fauxqs {
 	t.Helper()
 	endpoint := testservices.SQSEndpoint(t)
 	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint), Credentials: aws.AnonymousCredentials{}})
