@@ -3,7 +3,10 @@ package dynamodb
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -65,7 +68,7 @@ func (s *Store) choose(ctx context.Context, req stores.ClaimRequest) ([]*candida
 	byID := make(map[string]*candidate)
 	add := func(items []map[string]types.AttributeValue) {
 		for _, it := range items {
-			id := getS(it, aPK) + "\x00" + getS(it, aSK)
+			id := itemID(it)
 			if _, ok := byID[id]; !ok {
 				byID[id] = &candidate{rec: decode(it), item: it}
 			}
@@ -84,37 +87,67 @@ func (s *Store) choose(ctx context.Context, req stores.ClaimRequest) ([]*candida
 	add(timer)
 	keys := make(keyLists)
 	var start map[string]types.AttributeValue
-	var chosen []*candidate
+	var blocked []string
 	for page := 0; ; page++ {
-		ready, next, err := s.queryPage(ctx, &dynamodb.QueryInput{
+		in := &dynamodb.QueryInput{
 			TableName:                 aws.String(s.table),
 			IndexName:                 aws.String(idxReady),
 			KeyConditionExpression:    aws.String("#p = :p"),
 			ExpressionAttributeNames:  map[string]string{"#p": aReadyPK},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":p": vS(pp)},
 			ExclusiveStartKey:         start,
-		}, req.Limit)
+		}
+		var ready []map[string]types.AttributeValue
+		if page == 0 || len(blocked) == 0 {
+			ready, start, err = s.queryPage(ctx, in, req.Limit)
+		} else {
+			// Later pages skip the keys found held back, reading up to
+			// readAhead items in one request.
+			skipKeys(in, blocked)
+			in.Limit = aws.Int32(readAhead)
+			var out *dynamodb.QueryOutput
+			if out, err = s.db.Query(ctx, in); err == nil {
+				ready, start = out.Items, out.LastEvaluatedKey
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("query ready index: %w", err)
 		}
 		add(ready)
-		cands := slices.SortedFunc(func(yield func(*candidate) bool) {
-			for _, c := range byID {
-				if !yield(c) {
-					return
-				}
+		cands := slices.SortedFunc(maps.Values(byID), func(a, b *candidate) int { return int64Cmp(a.rec.Seq, b.rec.Seq) })
+		var chosen []*candidate
+		for {
+			var missing []string
+			chosen, missing, blocked = pick(cands, keys, now, req.Limit)
+			if len(missing) == 0 {
+				break
 			}
-		}, func(a, b *candidate) int { return int64Cmp(a.rec.Seq, b.rec.Seq) })
-		if err := s.loadKeys(ctx, req.Session, cands, keys); err != nil {
-			return nil, err
+			if err := s.loadKeys(ctx, req.Session, cands, missing, keys); err != nil {
+				return nil, err
+			}
 		}
-		chosen = pick(cands, keys, now, req.Limit)
-		start = next
 		if len(chosen) >= req.Limit || start == nil || page+1 == maxReadyPages {
 			return chosen, nil
 		}
 	}
 }
+
+// readAhead is how many ready-index items a follow-up page evaluates.
+const readAhead = 1000
+
+// skipKeys filters out records of the given ordering keys (up to 99).
+func skipKeys(in *dynamodb.QueryInput, keys []string) {
+	keys = keys[:min(len(keys), 99)]
+	ph := make([]string, len(keys))
+	for i, k := range keys {
+		ph[i] = ":k" + strconv.Itoa(i)
+		in.ExpressionAttributeValues[ph[i]] = vS(k)
+	}
+	in.ExpressionAttributeNames["#ok"] = aOrderKey
+	in.FilterExpression = aws.String("attribute_not_exists(#ok) OR NOT (#ok IN (" + strings.Join(ph, ", ") + "))")
+}
+
+func itemID(it map[string]types.AttributeValue) string { return getS(it, aPK) + "\x00" + getS(it, aSK) }
 
 func claimable(r *stores.Record, now int64) bool {
 	switch r.State {
@@ -128,27 +161,45 @@ func claimable(r *stores.Record, now int64) bool {
 
 // pick walks cands in Seq order like the memory store does: a record is
 // taken when claimable and when no older live record of its ordering key is
-// left behind (not claimable, or not among the candidates at all).
-func pick(cands []*candidate, keys keyLists, now int64, limit int) []*candidate {
+// left behind (not claimable, or not among the candidates at all). It
+// returns the ordering keys whose live records it needs to know first
+// (missing) and the keys it found held back.
+func pick(cands []*candidate, keys keyLists, now int64, limit int) (out []*candidate, missing, held []string) {
 	ok := make(map[string]bool, len(cands)) // claimable candidates by item id
+	count := make(map[string]int)           // candidates per ordering key
 	for _, c := range cands {
 		if claimable(&c.rec, now) {
-			ok[getS(c.item, aPK)+"\x00"+getS(c.item, aSK)] = true
+			ok[itemID(c.item)] = true
+		}
+		if k := c.rec.Envelope.Key; k != "" {
+			count[k]++
 		}
 	}
 	blocked := make(map[string]bool)
-	var out []*candidate
+	asked := make(map[string]bool)
 	for _, c := range cands {
-		if len(out) == limit {
+		if len(out)+len(missing) >= limit {
 			break
 		}
 		can := claimable(&c.rec, now)
 		if k := c.rec.Envelope.Key; k != "" {
-			if blocked[k] {
+			if blocked[k] || asked[k] {
 				continue
 			}
-			if !can || c.rec.Seq > keys.blockedFrom(k, ok) {
+			if !can {
 				blocked[k] = true
+				held = append(held, k)
+				continue
+			}
+			l := keys[k]
+			if l == nil || l.limit < count[k]+1 {
+				asked[k] = true
+				missing = append(missing, k)
+				continue
+			}
+			if c.rec.Seq > l.blockedFrom(ok) {
+				blocked[k] = true
+				held = append(held, k)
 				continue
 			}
 		}
@@ -156,7 +207,7 @@ func pick(cands []*candidate, keys keyLists, now int64, limit int) []*candidate 
 			out = append(out, c)
 		}
 	}
-	return out
+	return out, missing, held
 }
 
 // keyLists caches, per ordering key, the oldest live records of the key
@@ -170,13 +221,9 @@ type keyList struct {
 	full  bool // the query returned limit items: more may exist
 }
 
-// blockedFrom returns the Seq of the oldest live record of key k that is not
-// a claimable candidate; records of k after it must wait.
-func (kl keyLists) blockedFrom(k string, ok map[string]bool) int64 {
-	l := kl[k]
-	if l == nil {
-		return 1<<63 - 1
-	}
+// blockedFrom returns the Seq of the oldest live record of the key that is
+// not a claimable candidate; records of the key after it must wait.
+func (l *keyList) blockedFrom(ok map[string]bool) int64 {
 	for i, id := range l.ids {
 		if !ok[id] {
 			return l.seqs[i]
@@ -189,26 +236,17 @@ func (kl keyLists) blockedFrom(k string, ok map[string]bool) int64 {
 	return 1<<63 - 1
 }
 
-// loadKeys queries the okey index for each ordering key among cands whose
-// cached list is missing or too short.
-func (s *Store) loadKeys(ctx context.Context, session string, cands []*candidate, kl keyLists) error {
+// loadKeys queries the okey index for the oldest live records of each of
+// the given ordering keys, as many as there are candidates of the key plus
+// one, in parallel.
+func (s *Store) loadKeys(ctx context.Context, session string, cands []*candidate, todo []string, kl keyLists) error {
 	need := make(map[string]int)
 	for _, c := range cands {
 		if k := c.rec.Envelope.Key; k != "" {
 			need[k]++
 		}
 	}
-	type result struct {
-		key string
-		l   *keyList
-	}
-	var todo []string
-	for k, n := range need {
-		if l := kl[k]; l == nil || l.limit < n+1 {
-			todo = append(todo, k)
-		}
-	}
-	res := make([]result, len(todo))
+	res := make([]*keyList, len(todo))
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for i, k := range todo {
@@ -226,18 +264,18 @@ func (s *Store) loadKeys(ctx context.Context, session string, cands []*candidate
 			}
 			l := &keyList{limit: lim, full: len(items) >= lim}
 			for _, it := range items {
-				l.ids = append(l.ids, getS(it, aPK)+"\x00"+getS(it, aSK))
+				l.ids = append(l.ids, itemID(it))
 				l.seqs = append(l.seqs, getN(it, aSeq))
 			}
-			res[i] = result{k, l}
+			res[i] = l
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	for _, r := range res {
-		kl[r.key] = r.l
+	for i, k := range todo {
+		kl[k] = res[i]
 	}
 	return nil
 }
