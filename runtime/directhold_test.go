@@ -26,7 +26,9 @@ type ackRecorder struct {
 
 func (h *ackRecorder) ID() string { return "ack-recorder" }
 
-func (h *ackRecorder) Provides(b byte) bool { return b == mochi.OnPacketSent || b == mochi.OnPacketRead }
+func (h *ackRecorder) Provides(b byte) bool {
+	return b == mochi.OnPacketSent || b == mochi.OnPacketRead
+}
 
 func (h *ackRecorder) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) {
 	if cl.ID == h.client && pk.FixedHeader.Type == packets.Publish && pk.FixedHeader.Qos > 0 && !pk.FixedHeader.Dup {

@@ -213,3 +213,13 @@ func httpGet(t testing.TB, url string) (int, string) {
 var errTest = errors.New("test")
 
 func msgID(i int) string { return fmt.Sprintf("m-%05d", i) }
+
+// httpStatus returns the status code of a GET, or the dial error.
+func httpStatus(url string) (int, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}

@@ -1,0 +1,77 @@
+package runtime
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+func TestOutbox_BackpressureBoundsDepthAndHoldsPublishers(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	s.down.Store(true)
+	addr := freeAddr(t)
+	cfg := parseConfig(t, listenerConfig(addr, "", "{type: memory}",
+		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
+  - id: buffered
+    receiver: edge
+    topic: "#"
+    sender: sink
+    delivery_mode: shared_outbox
+    session: {id: s1, drain_strategy: {type: fixed_poll, interval: 100ms}}
+    policy:
+      max_outbox_depth: 100
+      backoff: {initial_interval: 100ms, max_interval: 300ms}`))
+	rt := startRuntime(t, cfg)
+
+	const pubs, per = 5, 60 // 300 messages, three times the depth
+	var all []paho.Token
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for p := range pubs {
+		c := publisher(t, "tcp://"+addr, fmt.Sprintf("bp-%d", p))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				tok := c.Publish("line/x", 1, false, msgID(p*per+i))
+				mu.Lock()
+				all = append(all, tok)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+
+	maxPending, acked := 0, 0
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := rt.outbox.Stats(t.Context(), "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxPending = max(maxPending, st.Pending)
+		acked = 0
+		for _, tok := range all {
+			if tokenDone(tok) {
+				acked++
+			}
+		}
+		if st.Pending > 100 {
+			t.Fatalf("pending %d exceeds max_outbox_depth 100", st.Pending)
+		}
+		if acked > 100 {
+			t.Fatalf("%d messages acknowledged with the sink down and max_outbox_depth 100", acked)
+		}
+		time.Sleep(10 * time.Millisecond) // sampling interval
+	}
+	if maxPending != 100 || acked != 100 {
+		t.Fatalf("with the sink down: max pending %d, acknowledged %d; want both 100", maxPending, acked)
+	}
+	s.down.Store(false)
+	waitTokens(t, all, 30*time.Second)
+	waitFor(t, 30*time.Second, "every message delivered", func() bool { return s.distinct() == pubs*per })
+}

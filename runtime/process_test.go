@@ -1,0 +1,208 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/gobridge/gobridge/internal/testservices"
+)
+
+var buildOnce struct {
+	sync.Once
+	path string
+	err  error
+	out  []byte
+}
+
+// gobridgeBinary builds cmd/gobridge once per test process.
+func gobridgeBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gobridge-bin-")
+		if err != nil {
+			buildOnce.err = err
+			return
+		}
+		buildOnce.path = filepath.Join(dir, "gobridge")
+		cmd := exec.Command("go", "build", "-o", buildOnce.path, "../cmd/gobridge")
+		buildOnce.out, buildOnce.err = cmd.CombinedOutput()
+	})
+	if buildOnce.err != nil {
+		t.Fatalf("build gobridge: %v\n%s", buildOnce.err, buildOnce.out)
+	}
+	return buildOnce.path
+}
+
+// bridgeProc is one gobridge process.
+type bridgeProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func startBridge(t *testing.T, bin, cfgPath, logPath string) *bridgeProc {
+	t.Helper()
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "-c", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &bridgeProc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		_ = logf.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *bridgeProc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+}
+
+func tailFile(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestRun_ZeroLossAcrossKills publishes 5,000 QoS 1 messages through
+// Mosquitto into a shared_outbox route on SQLite while the gobridge process
+// is SIGKILLed and restarted; every message must reach the sink.
+func TestRun_ZeroLossAcrossKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills the gobridge binary")
+	}
+	mqttURL := testservices.MQTTURL(t)
+	bin := gobridgeBinary(t)
+	dir := t.TempDir()
+	s := newSink(t)
+	admin := freeAddr(t)
+	run := fmt.Sprintf("crash-%d", time.Now().UnixNano())
+	cfgPath := filepath.Join(dir, "bridge.yaml")
+	cfg := fmt.Sprintf(`version: 1
+bridge:
+  id: crash
+  admin: {listen: %q}
+  shutdown_timeout: 10s
+  log: {level: info, format: text}
+stores:
+  outbox: {type: sqlite, options: {path: %q}}
+receivers:
+  - id: plant
+    type: mqtt
+    options:
+      broker_urls: [%s]
+      client_id: gobridge-%s
+      clean_session: false
+      keep_alive: 5s
+      connect_timeout: 2s
+    topics: [{topic: "%s/#", qos: 1}]
+senders:
+  - {id: sink, type: http, options: {url: %q, timeout: 2s}}
+routes:
+  - id: crash
+    receiver: plant
+    topic: "%s/#"
+    sender: sink
+    delivery_mode: shared_outbox
+    session: {id: crash, drain_strategy: {type: fixed_poll, interval: 200ms}}
+    policy: {send_timeout: 1s, backoff: {initial_interval: 100ms, max_interval: 1s}}
+`, admin, filepath.Join(dir, "outbox.db"), mqttURL, run, run, s.srv.URL, run)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "bridge.log")
+	defer func() {
+		if t.Failed() {
+			t.Logf("bridge log tail:\n%s", tailFile(logPath, 40))
+		}
+	}()
+	waitUp := func() {
+		t.Helper()
+		waitFor(t, 20*time.Second, "bridge ready", func() bool {
+			c, err := httpStatus("http://" + admin + "/readyz")
+			return err == nil && c == 200
+		})
+	}
+	p := startBridge(t, bin, cfgPath, logPath)
+	waitUp()
+
+	const n = 5000
+	pub := publisher(t, mqttURL, "pub-"+run)
+	pubDone := make(chan []paho.Token)
+	go func() {
+		var toks []paho.Token
+		for i := range n {
+			toks = append(toks, pub.Publish(run+"/line", 1, false, msgID(i)))
+			if i%50 == 49 {
+				time.Sleep(10 * time.Millisecond) // pace: ~5k msg/s over the kills
+			}
+		}
+		pubDone <- toks
+	}()
+
+	const kills = 4
+	for k := range kills {
+		// Let some messages flow, then kill mid-stream.
+		target := int64((k + 1) * n / (kills + 2))
+		waitFor(t, 30*time.Second, fmt.Sprintf("sink reaching %d before kill %d", target, k+1), func() bool {
+			return s.total.Load() >= target
+		})
+		p.kill(t)
+		t.Logf("kill %d: sink had %d deliveries", k+1, s.total.Load())
+		p = startBridge(t, bin, cfgPath, logPath)
+	}
+	toks := <-pubDone
+	waitTokens(t, toks, 30*time.Second)
+
+	waitFor(t, 45*time.Second, "every message at the sink", func() bool { return s.distinct() == n })
+	s.mu.Lock()
+	dups := 0
+	for _, c := range s.got {
+		dups += c - 1
+	}
+	s.mu.Unlock()
+	t.Logf("%d messages, %d kills, %d duplicate deliveries (at-least-once)", n, kills, dups)
+
+	// A clean shutdown exits 0.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("gobridge did not exit within 15s of SIGTERM")
+	}
+	if p.err != nil {
+		t.Fatalf("gobridge exited with %v after SIGTERM", p.err)
+	}
+}

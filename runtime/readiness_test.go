@@ -1,0 +1,75 @@
+package runtime
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// readyz returns /readyz's status code and body from the admin listener.
+func readyz(t *testing.T, rt *Runtime) (int, string) {
+	t.Helper()
+	return httpGet(t, "http://"+rt.AdminAddr()+"/readyz")
+}
+
+func waitReadyz(t *testing.T, rt *Runtime, code int, contains string) {
+	t.Helper()
+	var last string
+	waitFor(t, 30*time.Second, fmt.Sprintf("/readyz %d %q (last: %s)", code, contains, last), func() bool {
+		c, body := readyz(t, rt)
+		last = body
+		return c == code && strings.Contains(body, contains)
+	})
+}
+
+func TestReadiness_FailsWhileTheBrokerIsGone(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	stop := startBroker(t, addr)
+	s := newSink(t)
+	cfg := parseConfig(t, mqttClientConfig(addr, "gobridge-ready", "127.0.0.1:0", s.srv.URL, ""))
+	rt := startRuntime(t, cfg)
+	waitReadyz(t, rt, 200, `"ready":true`)
+	if c, _ := httpGet(t, "http://"+rt.AdminAddr()+"/healthz"); c != 200 {
+		t.Fatalf("/healthz %d", c)
+	}
+
+	stop()
+	waitReadyz(t, rt, 503, "receiver plant")
+
+	startBroker(t, addr)
+	waitReadyz(t, rt, 200, `"ready":true`)
+}
+
+func TestReadiness_FailsWhileASessionStalls(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	s.down.Store(true)
+	addr := freeAddr(t)
+	cfg := parseConfig(t, listenerConfig(addr, "127.0.0.1:0", "{type: memory}",
+		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
+  - id: buffered
+    receiver: edge
+    topic: "#"
+    sender: sink
+    delivery_mode: shared_outbox
+    session: {id: s1, stall_after: 1s, drain_strategy: {type: fixed_poll, interval: 100ms}}
+    policy: {backoff: {initial_interval: 100ms, max_interval: 200ms}}`))
+	rt := startRuntime(t, cfg)
+	waitReadyz(t, rt, 200, `"ready":true`)
+
+	pub := publisher(t, "tcp://"+addr, "stall")
+	tok := pub.Publish("line/x", 1, false, "one")
+	tok.Wait()
+	if err := tok.Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitReadyz(t, rt, 503, "session s1: stalled")
+
+	s.down.Store(false)
+	waitReadyz(t, rt, 200, `"ready":true`)
+	if s.distinct() != 1 {
+		t.Fatalf("sink got %d messages, want 1", s.distinct())
+	}
+}
