@@ -131,8 +131,8 @@ func (c *Chain) Len() int { return len(c.steps) }
 // Process stops at the first filter that rejects the message and returns
 // Result{Drop: true}. When a processor fails on the message it returns a
 // *delivery.PermanentError wrapping a *ProcessError (whose cause may be a
-// *delivery.FieldError); e may then be partly changed and must not be
-// delivered.
+// *delivery.FieldError), and leaves e as it was before Process, so that
+// the message is dead-lettered as it arrived.
 func (c *Chain) Process(e *delivery.Envelope) (Result, error) {
 	if len(c.steps) == 0 && c.orderingKey == nil {
 		return Result{}, nil
@@ -140,8 +140,10 @@ func (c *Chain) Process(e *delivery.Envelope) (Result, error) {
 	s := c.pool.Get().(*state)
 	s.e = e
 	defer c.release(s)
+	orig := envelopeFields{id: e.ID, payload: e.Payload, headers: e.Headers, key: e.Key}
 	for i, st := range c.steps {
 		if err := st(s); err != nil {
+			orig.restore(e)
 			return Result{}, delivery.Permanent(&ProcessError{Index: i, Type: c.types[i], Err: err})
 		}
 		if s.res.Drop {
@@ -151,11 +153,27 @@ func (c *Chain) Process(e *delivery.Envelope) (Result, error) {
 	if c.orderingKey != nil {
 		key, err := c.orderingKey.RenderWith(e, &s.payload)
 		if err != nil {
+			orig.restore(e)
 			return Result{}, delivery.Permanent(&ProcessError{Index: -1, Err: err})
 		}
 		e.Key = key
 	}
 	return s.res, nil
+}
+
+// envelopeFields are the fields a chain may change, saved so that a failed
+// message is settled (dead-lettered) as it arrived. Payload slices are never
+// written into and set_headers copies the headers map before its first
+// write, so restoring the references restores the message.
+type envelopeFields struct {
+	id      string
+	payload []byte
+	headers map[string]string
+	key     string
+}
+
+func (f envelopeFields) restore(e *delivery.Envelope) {
+	e.ID, e.Payload, e.Headers, e.Key = f.id, f.payload, f.headers, f.key
 }
 
 func (c *Chain) release(s *state) {
@@ -176,6 +194,9 @@ type state struct {
 	envHave varSet // variables already in env for this message
 	rawSrc  []byte // the payload slice env["raw"] was made from
 
+	// ownHeaders: e.Headers is a map this Process made, safe to write.
+	ownHeaders bool
+
 	// idempotency_key hash: scratch hasher and buffers.
 	hasher hash.Hash
 	sum    [32]byte
@@ -189,6 +210,7 @@ func (s *state) reset() {
 	clear(s.env)
 	s.envHave = 0
 	s.rawSrc = nil
+	s.ownHeaders = false
 }
 
 func compileProcessor(i int, pc routes.ProcessorConfig) (step, CompileErrors) {

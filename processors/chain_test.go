@@ -241,3 +241,24 @@ func TestSetHeaders_KeepsExistingAndRendersFromOldValues(t *testing.T) {
 		}
 	}
 }
+
+func TestChain_FailureLeavesEnvelopeAsItArrived(t *testing.T) {
+	t.Parallel()
+	c := compile(t, "",
+		routes.ProcessorConfig{Type: TypeTransform, Expr: "{'v': 1}"},
+		routes.ProcessorConfig{Type: TypeSetHeaders, Headers: map[string]string{"a": "x", "b": "y"}},
+		routes.ProcessorConfig{Type: TypeIdempotencyKey, Hash: true},
+		routes.ProcessorConfig{Type: TypeCoalesce, Key: "{payload.missing}"},
+	)
+	headers := map[string]string{"a": "orig"}
+	e := envelope(telemetry)
+	e.Headers = headers
+	_, err := c.Process(e)
+	permanent(t, err)
+	if string(e.Payload) != telemetry || e.ID != "orig-id" || e.Key != "" {
+		t.Errorf("envelope changed by a failed Process: %+v", e)
+	}
+	if len(headers) != 1 || headers["a"] != "orig" || len(e.Headers) != 1 || e.Headers["a"] != "orig" {
+		t.Errorf("headers changed by a failed Process: original %v, envelope %v", headers, e.Headers)
+	}
+}

@@ -61,8 +61,12 @@ func compileSetHeaders(i int, headers map[string]string) (step, CompileErrors) {
 			}
 			values = append(values, v)
 		}
-		if s.e.Headers == nil {
-			s.e.Headers = make(map[string]string, len(hs))
+		if !s.ownHeaders { // copy on first write: a failed Process restores the original
+			own := make(map[string]string, len(s.e.Headers)+len(hs))
+			for k, v := range s.e.Headers {
+				own[k] = v
+			}
+			s.e.Headers, s.ownHeaders = own, true
 		}
 		for j, h := range hs {
 			s.e.Headers[h.name] = values[j]
