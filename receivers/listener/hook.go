@@ -21,7 +21,7 @@ type hook struct {
 func (h *hook) ID() string { return "gobridge-listener" }
 
 func (h *hook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPublish}, []byte{b})
+	return bytes.Contains([]byte{mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPublish, mochi.OnDisconnect}, []byte{b})
 }
 
 // OnConnectAuthenticate allows everyone when no users are configured, and
@@ -41,11 +41,23 @@ func (h *hook) OnConnectAuthenticate(_ *mochi.Client, pk packets.Packet) bool {
 // OnACLCheck lets every authenticated client publish and subscribe.
 func (h *hook) OnACLCheck(*mochi.Client, string, bool) bool { return true }
 
-// OnPublish runs in the publisher's read loop, before mochi writes the
-// PUBACK/PUBREC. It hands a matching message to the sink and returns only
-// once the sink called done; if Run's ctx ends first it drops the
-// publisher's connection and rejects the packet, so no acknowledgement is
-// sent.
+// OnPublish runs in the publisher's read loop, before mochi would write
+// the PUBACK/PUBREC.
+//
+// QoS 0 and 1: it queues the message on the connection's pubAcker (waiting
+// while PublisherWindow messages are unsettled), hands it to the sink and
+// rejects the packet, so mochi writes no PUBACK and routes nothing; the
+// pubAcker writes the PUBACK after done, in arrival order, and routes the
+// message to the embedded broker's subscribers. The read loop moves on to
+// the next message at once, so one publisher can have many messages in
+// flight.
+//
+// QoS 2: it waits for done and returns, and mochi then writes the PUBREC
+// and runs the PUBREL/PUBCOMP exchange; one QoS 2 message per publisher is
+// in flight at a time.
+//
+// If Run's ctx ends first, the publisher's connection is dropped and the
+// packet rejected, so no acknowledgement is sent for an unsettled message.
 func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	l := h.l
 	if cl.Net.Inline {
@@ -76,6 +88,25 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	// done may be called from any goroutine, exactly once; a second call is
 	// ignored rather than a panic on a closed channel.
 	settle := func() { once.Do(func() { close(done) }) }
+
+	if pk.FixedHeader.Qos < 2 {
+		a := l.acker(cl)
+		if a == nil || ctx.Err() != nil {
+			cl.Stop(errShutdown)
+			return pk, packets.ErrRejectPacket
+		}
+		select {
+		case a.queue <- &pendingPub{pk: pk, done: done}:
+		case <-ctx.Done():
+			cl.Stop(errShutdown)
+			return pk, packets.ErrRejectPacket
+		}
+		l.received.Add(1)
+		l.inFlight.Add(1)
+		l.sink.Accept(ctx, m, settle)
+		return pk, packets.ErrRejectPacket // the pubAcker acknowledges and routes
+	}
+
 	l.received.Add(1)
 	l.inFlight.Add(1)
 	defer l.inFlight.Add(-1)
@@ -96,5 +127,16 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 			"client", cl.ID, "topic", pk.TopicName)
 		cl.Stop(errShutdown)
 		return pk, packets.ErrRejectPacket
+	}
+}
+
+// OnDisconnect ends the connection's pubAcker.
+func (h *hook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
+	h.l.mu.Lock()
+	a := h.l.ackers[cl]
+	delete(h.l.ackers, cl)
+	h.l.mu.Unlock()
+	if a != nil {
+		a.close()
 	}
 }

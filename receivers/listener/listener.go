@@ -2,23 +2,31 @@
 // publishers connect to gobridge itself.
 //
 // A PUBLISH whose topic matches one of the receiver's topics is handed to
-// the sink from mochi's OnPublish hook, which then waits for the sink's
-// done. mochi writes the PUBACK (QoS 1) or PUBREC (QoS 2) only after
-// OnPublish returns, in that client's read loop, so a publisher is
-// acknowledged only after its message is settled, in the order it sent its
-// messages, and a slow sink holds back only that publisher.
+// the sink from mochi's OnPublish hook, in the publisher's read loop, so
+// messages reach the sink in the order each publisher sent them.
 //
-// Messages are also routed to the embedded broker's own subscribers, as
-// any broker would, after they are settled. Messages on topics that match
-// none of the receiver's topics are accepted and routed to subscribers only
-// (counted as Unrouted): they never reach the sink.
+//   - QoS 0 and 1: the hook queues the message on a per-connection acker
+//     (at most PublisherWindow unsettled; then the read loop waits and TCP
+//     holds the publisher back), hands it to the sink and returns
+//     packets.ErrRejectPacket, so mochi writes no PUBACK and routes
+//     nothing. The acker writes the PUBACK itself once done was called for
+//     that message and every earlier one of the same connection (arrival
+//     order, MQTT 3.1.1 §4.6), then routes the message to the embedded
+//     broker's subscribers through mochi's inline client. The hook ignores
+//     the inline client, so nothing is ingested twice.
+//   - QoS 2: the hook waits for done and returns; mochi then writes the
+//     PUBREC (after OnPublish returns) and runs PUBREL/PUBCOMP. One QoS 2
+//     message per publisher is in flight at a time.
 //
-// When Run's ctx is done while a message waits for its done, the hook
-// closes that publisher's connection and tells mochi to reject the packet
-// (packets.ErrRejectPacket), so no PUBACK is sent for an unsettled
-// message and the publisher sends it again after reconnecting. mochi
-// ignores any other OnPublish error for an MQTT 3.1.1 client and PUBACKs
-// anyway, so the rejection is the only safe way out.
+// Messages on topics that match none of the receiver's topics are accepted
+// and routed to the embedded broker's subscribers only (counted as
+// Unrouted): they never reach the sink.
+//
+// When Run's ctx is done before a message is settled, the publisher's
+// connection is closed and no PUBACK is sent for it: the publisher sends it
+// again after reconnecting. (mochi ignores any OnPublish error other than
+// ErrRejectPacket/CodeSuccessIgnore for an MQTT 3.1.1 client and PUBACKs
+// anyway, so rejection is the only safe way to withhold the PUBACK.)
 package listener
 
 import (
@@ -72,10 +80,13 @@ type Listener struct {
 	ready chan struct{}
 	addr  atomic.Pointer[net.Addr]
 
-	// hooks counts OnPublish calls in progress; Run waits for them.
+	// hooks counts OnPublish calls in progress and running pubAckers; Run
+	// waits for them.
 	hooks   sync.WaitGroup
-	closing bool            // under mu: no new hook may enter
-	ctx     context.Context // Run's ctx, set before the server starts
+	closing bool                        // under mu: no new hook may enter
+	ackers  map[*mochi.Client]*pubAcker // under mu: one per publisher connection
+	srv     *mochi.Server               // set by Run before it serves
+	ctx     context.Context             // Run's ctx, set before the server starts
 
 	received, acked, unrouted, abandoned atomic.Uint64
 	inFlight                             atomic.Int64
@@ -157,7 +168,10 @@ func (l *Listener) Run(ctx context.Context) error {
 	srv := mochi.New(&mochi.Options{
 		Capabilities: caps,
 		Logger:       l.log.With("component", "mochi"),
+		InlineClient: true, // routes settled messages to embedded subscribers
 	})
+	l.srv = srv
+	l.ackers = make(map[*mochi.Client]*pubAcker)
 	if err := srv.AddHook(&hook{l: l}, nil); err != nil {
 		return fmt.Errorf("add listener hook: %w", err)
 	}
@@ -233,6 +247,24 @@ func (l *Listener) setStatus(s receivers.Status) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.status = s
+}
+
+// acker returns the publisher connection's pubAcker, starting it on first
+// use; nil once Run is stopping.
+func (l *Listener) acker(cl *mochi.Client) *pubAcker {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if a, ok := l.ackers[cl]; ok {
+		return a
+	}
+	if l.closing {
+		return nil
+	}
+	a := &pubAcker{l: l, srv: l.srv, cl: cl, queue: make(chan *pendingPub, PublisherWindow), gone: make(chan struct{})}
+	l.ackers[cl] = a
+	l.hooks.Add(1)
+	go a.run(l.ctx)
+	return a
 }
 
 // enter registers a hook call in progress; false once Run is stopping.

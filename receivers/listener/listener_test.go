@@ -128,53 +128,68 @@ func waitToken(t *testing.T, tok paho.Token) {
 	}
 }
 
+func (h *ackRecorder) snapshot() []uint16 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.acks)
+}
+
 func TestListener_PubackOnlyAfterDone(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testsink.New(false), nil)
 	pub := publisher(t, b.url, nil)
 
 	tok1 := pub.Publish("factory/1/telemetry", 1, false, "one")
-	d1 := b.sink.Next(t)
 	tok2 := pub.Publish("factory/1/telemetry", 1, false, "two")
-	if string(d1.Msg.Payload) != "one" || d1.Msg.QoS != 1 || d1.Msg.Receiver != "edge" {
-		t.Fatalf("got %+v", d1.Msg)
+	d1, d2 := b.sink.Next(t), b.sink.Next(t)
+	if string(d1.Msg.Payload) != "one" || d1.Msg.QoS != 1 || d1.Msg.Receiver != "edge" || string(d2.Msg.Payload) != "two" {
+		t.Fatalf("got %+v then %+v", d1.Msg, d2.Msg)
 	}
-	// The hook holds this publisher's read loop until done: no PUBACK yet,
-	// and the second message cannot even reach the sink.
-	select {
-	case <-tok1.Done():
+	// The second message is settled first: it must wait for the first.
+	// (A bounded wait for something that must not happen.)
+	d2.Done()
+	if tok2.WaitTimeout(300 * time.Millisecond) {
+		t.Fatal("publisher got the second PUBACK before the first message was settled")
+	}
+	if tok1.WaitTimeout(0) {
 		t.Fatal("publisher got a PUBACK before the message was settled")
-	case d := <-b.sink.C:
-		t.Fatalf("second message %q reached the sink before the first was settled", d.Msg.Payload)
-	default:
 	}
-	if n := b.acks.count(); n != 0 {
-		t.Fatalf("broker wrote %d PUBACKs before done", n)
+	if acks := b.acks.snapshot(); len(acks) != 0 {
+		t.Fatalf("broker wrote PUBACKs %v before the first message was settled", acks)
 	}
 
 	d1.Done()
 	waitToken(t, tok1)
-	d2 := b.sink.Next(t)
-	if string(d2.Msg.Payload) != "two" {
-		t.Fatalf("second message = %q", d2.Msg.Payload)
-	}
-	select {
-	case <-tok2.Done():
-		t.Fatal("second PUBACK before its done")
-	default:
-	}
-	d2.Done()
 	waitToken(t, tok2)
+	if acks := b.acks.snapshot(); !slices.Equal(acks, []uint16{1, 2}) {
+		t.Fatalf("PUBACKs %v, want [1 2]", acks)
+	}
 	if s := b.l.Stats(); s.Received != 2 || s.Acked != 2 || s.InFlight != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestListener_QoS2PubrecOnlyAfterDone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(false), nil)
+	pub := publisher(t, b.url, nil)
+	tok := pub.Publish("factory/1/telemetry", 2, false, "exactly")
+	d := b.sink.Next(t)
+	if d.Msg.QoS != 2 {
+		t.Fatalf("qos = %d", d.Msg.QoS)
+	}
+	if tok.WaitTimeout(300 * time.Millisecond) {
+		t.Fatal("QoS 2 flow completed before done")
+	}
+	d.Done()
+	waitToken(t, tok)
+	if s := b.l.Stats(); s.Acked != 1 || s.InFlight != 0 {
 		t.Fatalf("stats = %+v", s)
 	}
 }
 
 func TestListener_AcksInArrivalOrder(t *testing.T) {
 	t.Parallel()
-	// The sink settles from other goroutines in reverse order of a batch it
-	// collected; the hook design makes that impossible beyond one message
-	// per publisher, so PUBACK order is publish order.
 	sink := testsink.New(false)
 	b := setup(t, sink, nil)
 	pub := publisher(t, b.url, nil)
@@ -183,25 +198,66 @@ func TestListener_AcksInArrivalOrder(t *testing.T) {
 	for i := range n {
 		toks = append(toks, pub.Publish("factory/1/seq", 1, false, fmt.Sprint(i)))
 	}
+	var ds []testsink.Delivery
 	for i := range n {
 		d := sink.Next(t)
 		if string(d.Msg.Payload) != fmt.Sprint(i) {
 			t.Fatalf("message %d arrived as %q", i, d.Msg.Payload)
 		}
-		go d.Done()
+		ds = append(ds, d)
+	}
+	// All n are in flight at once; settle them last first, from other
+	// goroutines.
+	for i := n - 1; i >= 0; i-- {
+		go ds[i].Done()
 	}
 	for _, tok := range toks {
 		waitToken(t, tok)
 	}
-	b.acks.mu.Lock()
-	defer b.acks.mu.Unlock()
-	if len(b.acks.acks) != n {
-		t.Fatalf("%d PUBACKs, want %d", len(b.acks.acks), n)
+	acks := b.acks.snapshot()
+	if len(acks) != n {
+		t.Fatalf("%d PUBACKs, want %d", len(acks), n)
 	}
-	want := slices.Clone(b.acks.acks)
-	slices.Sort(want) // paho numbers a fresh client's messages 1, 2, 3, ...
-	if !slices.Equal(b.acks.acks, want) {
-		t.Fatalf("PUBACKs out of order: %v", b.acks.acks)
+	if !slices.IsSorted(acks) { // paho numbers a fresh client's messages 1, 2, 3, ...
+		t.Fatalf("PUBACKs out of order: %v", acks)
+	}
+}
+
+func TestListener_RoutesSettledMessagesToSubscribersOnce(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New(false)
+	b := setup(t, sink, nil)
+	got := make(chan string, 10)
+	sub := publisher(t, b.url, func(o *paho.ClientOptions) {
+		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) })
+	})
+	waitToken(t, sub.Subscribe("factory/#", 1, nil))
+	pub := publisher(t, b.url, nil)
+	tok := pub.Publish("factory/5/telemetry", 1, false, "fan-out")
+	d := sink.Next(t)
+	select {
+	case p := <-got:
+		t.Fatalf("subscriber got %q before the message was settled", p)
+	default:
+	}
+	d.Done()
+	waitToken(t, tok)
+	select {
+	case p := <-got:
+		if p != "fan-out" {
+			t.Fatalf("subscriber got %q", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("subscriber got nothing")
+	}
+	// A second publish is a barrier: once it reached the sink, a duplicate
+	// ingestion of the first (through the inline re-publication) would have too.
+	waitToken(t, pub.Publish("factory/5/telemetry", 0, false, "barrier"))
+	if d := sink.Next(t); string(d.Msg.Payload) != "barrier" {
+		t.Fatalf("sink got %q again", d.Msg.Payload)
+	}
+	if s := b.l.Stats(); s.Received != 2 {
+		t.Fatalf("stats = %+v", s)
 	}
 }
 
