@@ -91,6 +91,7 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 		}
 		s.unlink(e)
 		s.markDone(e)
+		s.countDone(e)
 	}
 	return nil
 }

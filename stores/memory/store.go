@@ -50,6 +50,9 @@ type Store struct {
 	dead     []*entry // sorted by (DeadAt, Seq)
 	done     []stores.Key
 	doneHead int // done[doneHead:] are the remembered done keys, oldest first
+
+	doneCounts map[doneKey]int // completions per route and minute (Inspect)
+	doneMinute int64           // the newest minute counted
 }
 
 type partKey struct {

@@ -61,10 +61,22 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 	var tombstoned int64
 	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
 		tombstoned = 0
-		ins := tx.StmtContext(ctx, s.stmts.insert)
+		var chunk []any // args of up to insertChunk plain records, in order
+		rows := 0
+		flush := func() error {
+			if rows == 0 {
+				return nil
+			}
+			err := s.insertRows(ctx, tx, chunk, rows, depth)
+			chunk, rows = chunk[:0], 0
+			return err
+		}
 		for i := range recs {
 			r := &recs[i]
 			if r.CoalesceKey != "" {
+				if err := flush(); err != nil {
+					return err
+				}
 				n, err := s.coalesce(ctx, tx, r, now, depth)
 				if err != nil {
 					return err
@@ -72,15 +84,19 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 				tombstoned += n
 				continue
 			}
-			inserted, err := s.insertRow(ctx, ins, r, stores.Pending, now)
+			args, err := rowArgs(r, stores.Pending, now)
 			if err != nil {
 				return err
 			}
-			if inserted {
-				depth[partKey{r.Session, r.Partition}]++
+			chunk = append(chunk, args...)
+			rows++
+			if rows == insertChunk {
+				if err := flush(); err != nil {
+					return err
+				}
 			}
 		}
-		return nil
+		return flush()
 	})
 	if err != nil {
 		return fmt.Errorf("append %d records: %w", len(recs), err)
@@ -103,12 +119,46 @@ func validate(r *stores.Record) error {
 	return nil
 }
 
-// insertRow inserts r in state unless its key exists; it reports whether it
-// did.
-func (s *Store) insertRow(ctx context.Context, ins *sql.Stmt, r *stores.Record, state stores.State, now time.Time) (bool, error) {
+// insertRows inserts rows plain records whose arguments are in args: a full
+// chunk in one statement, fewer one by one. New rows count in depth.
+func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, args []any, rows int, depth map[partKey]int) error {
+	if rows == insertChunk {
+		res, err := tx.StmtContext(ctx, s.stmts.insertChunk).QueryContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		defer res.Close()
+		for res.Next() {
+			var k partKey
+			if err := res.Scan(&k.session, &k.part); err != nil {
+				return err
+			}
+			depth[k]++
+		}
+		return res.Err()
+	}
+	ins := tx.StmtContext(ctx, s.stmts.insert)
+	n := len(args) / rows
+	for i := 0; i < rows; i++ {
+		row := args[i*n : (i+1)*n]
+		res, err := ins.ExecContext(ctx, row...)
+		if err != nil {
+			return err
+		}
+		if k, err := res.RowsAffected(); err != nil {
+			return err
+		} else if k == 1 {
+			depth[partKey{row[0].(string), row[1].(int)}]++
+		}
+	}
+	return nil
+}
+
+// rowArgs returns the arguments of sqlInsert for r in state.
+func rowArgs(r *stores.Record, state stores.State, now time.Time) ([]any, error) {
 	headers, err := encodeHeaders(r.Envelope.Headers)
 	if err != nil {
-		return false, fmt.Errorf("encode headers of %s: %w", r.Envelope.ID, err)
+		return nil, fmt.Errorf("encode headers of %s: %w", r.Envelope.ID, err)
 	}
 	created := r.CreatedAt
 	if created.IsZero() {
@@ -120,10 +170,20 @@ func (s *Store) insertRow(ctx context.Context, ins *sql.Stmt, r *stores.Record, 
 	} else if payload == nil {
 		payload = []byte{}
 	}
-	res, err := ins.ExecContext(ctx, r.Session, r.Partition, r.Route, r.Envelope.ID, r.Envelope.Topic,
+	return []any{r.Session, r.Partition, r.Route, r.Envelope.ID, r.Envelope.Topic,
 		payload, headers, r.Envelope.QoS, nanos(r.Envelope.ReceivedAt), r.Envelope.Key, r.CoalesceKey,
 		r.CausationID, string(state), r.Attempts, nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt),
-		r.LastError, nanos(created), nanos(r.ExpiresAt))
+		r.LastError, nanos(created), nanos(r.ExpiresAt)}, nil
+}
+
+// insertRow inserts r in state unless its key exists; it reports whether it
+// did.
+func (s *Store) insertRow(ctx context.Context, ins *sql.Stmt, r *stores.Record, state stores.State, now time.Time) (bool, error) {
+	args, err := rowArgs(r, state, now)
+	if err != nil {
+		return false, err
+	}
+	res, err := ins.ExecContext(ctx, args...)
 	if err != nil {
 		return false, err
 	}

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -61,25 +62,69 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
+	// One statement per token (normally one per batch).
+	type group struct {
+		seqs []int64
+		want map[int64]string // seq -> envelope ID
+	}
+	var (
+		groups = map[int64]*group{}
+		order  []int64
+	)
+	for i := range recs {
+		r := &recs[i]
+		g := groups[r.Token]
+		if g == nil {
+			g = &group{want: map[int64]string{}}
+			groups[r.Token] = g
+			order = append(order, r.Token)
+		}
+		if _, dup := g.want[r.Seq]; !dup {
+			g.seqs = append(g.seqs, r.Seq)
+			g.want[r.Seq] = r.Envelope.ID
+		}
+	}
 	done := 0
 	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
 		done = 0
 		st := tx.StmtContext(ctx, s.stmts.complete)
-		for i := range recs {
-			r := &recs[i]
-			var k partKey
-			err := st.QueryRowContext(ctx, r.Seq, r.Envelope.ID, r.Token).Scan(&k.session, &k.part)
-			if errors.Is(err, sql.ErrNoRows) {
-				if slices.ContainsFunc(recs[:i], func(o stores.Record) bool { return o.Seq == r.Seq && o.Token == r.Token }) {
-					continue // named twice in the batch
-				}
-				return stale(r)
-			}
+		for _, token := range order {
+			g := groups[token]
+			seqs, err := json.Marshal(g.seqs)
 			if err != nil {
 				return err
 			}
-			depth[k]--
-			done++
+			rows, err := st.QueryContext(ctx, string(seqs), token)
+			if err != nil {
+				return err
+			}
+			got := 0
+			for rows.Next() {
+				var (
+					seq int64
+					id  string
+					k   partKey
+				)
+				if err := rows.Scan(&seq, &id, &k.session, &k.part); err != nil {
+					rows.Close()
+					return err
+				}
+				if g.want[seq] != id {
+					rows.Close()
+					return fmt.Errorf("%w: seq %d holds %s, not %s", stores.ErrStaleToken, seq, id, g.want[seq])
+				}
+				depth[k]--
+				got++
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if got != len(g.seqs) {
+				return fmt.Errorf("%w: %d of %d records are no longer claimed under token %d",
+					stores.ErrStaleToken, len(g.seqs)-got, len(g.seqs), token)
+			}
+			done += got
 		}
 		return nil
 	})

@@ -4,16 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 )
 
 // stmts are the prepared statements of a Store. Writer statements are
 // prepared on the single writer connection and bound into transactions with
 // tx.StmtContext; reader statements are prepared on the read pool.
 type stmts struct {
-	insert, exists, coalesceFind, tombstone, depthAdd *sql.Stmt
-	resetLapsed, claim                                *sql.Stmt
-	complete, release, dead                           *sql.Stmt
-	deadByID                                          *sql.Stmt
+	insert, insertChunk, exists, coalesceFind, tombstone, depthAdd *sql.Stmt
+	resetLapsed, claim                                             *sql.Stmt
+	complete, release, dead                                        *sql.Stmt
+	deadByID                                                       *sql.Stmt
 
 	depthRows, oldestPending, oldestClaimed *sql.Stmt
 	listDead, listDeadRoute, getDead        *sql.Stmt
@@ -25,6 +26,10 @@ const (
 		expires_at, token, claim_until, dead_at, dead_reason)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, 0, '')
 		ON CONFLICT (session, route, id) DO NOTHING`
+
+	// insertChunk rows go in one statement; RETURNING names the rows that
+	// were new (ON CONFLICT DO NOTHING returns nothing for the others).
+	insertChunk = 32
 
 	sqlExists = `SELECT 1 FROM outbox WHERE session = ? AND route = ? AND id = ?`
 
@@ -57,8 +62,11 @@ const (
 			ORDER BY o.seq LIMIT ?6)
 		RETURNING ` + columns
 
-	sqlComplete = `UPDATE outbox SET state='done', payload=NULL, headers=NULL
-		WHERE seq = ? AND id = ? AND state='claimed' AND token = ? RETURNING session, part`
+	// sqlComplete settles the records of one token in one statement; the
+	// seqs come as a JSON array.
+	sqlComplete = `UPDATE outbox NOT INDEXED SET state='done', payload=NULL, headers=NULL
+		WHERE seq IN (SELECT value FROM json_each(?1)) AND state='claimed' AND token = ?2
+		RETURNING seq, id, session, part`
 
 	sqlRelease = `UPDATE outbox SET state='pending', next_at = ?, last_error = ?
 		WHERE seq = ? AND id = ? AND state='claimed' AND token = ?`
@@ -83,6 +91,17 @@ const (
 		ORDER BY dead_at, seq LIMIT ?`
 )
 
+// sqlInsertRows is sqlInsert for n rows at once, returning the new ones.
+func sqlInsertRows(n int) string {
+	head, tail, _ := strings.Cut(sqlInsert, "VALUES (")
+	row, conflict, _ := strings.Cut(tail, ")\n")
+	rows := make([]string, n)
+	for i := range rows {
+		rows[i] = "(" + row + ")"
+	}
+	return head + "VALUES " + strings.Join(rows, ", ") + "\n" + conflict + " RETURNING session, part"
+}
+
 func (s *Store) prepare(ctx context.Context) error {
 	for _, p := range []struct {
 		db  *sql.DB
@@ -90,6 +109,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		sql string
 	}{
 		{s.w, &s.stmts.insert, sqlInsert},
+		{s.w, &s.stmts.insertChunk, sqlInsertRows(insertChunk)},
 		{s.w, &s.stmts.exists, sqlExists},
 		{s.w, &s.stmts.coalesceFind, sqlCoalesceFind},
 		{s.w, &s.stmts.tombstone, sqlTombstone},
@@ -117,7 +137,7 @@ func (s *Store) prepare(ctx context.Context) error {
 }
 
 func (st *stmts) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.exists, st.coalesceFind, st.tombstone, st.depthAdd,
+	for _, s := range []*sql.Stmt{st.insert, st.insertChunk, st.exists, st.coalesceFind, st.tombstone, st.depthAdd,
 		st.resetLapsed, st.claim, st.complete, st.release, st.dead, st.deadByID,
 		st.depthRows, st.oldestPending, st.oldestClaimed, st.listDead, st.listDeadRoute, st.getDead} {
 		if s != nil {
