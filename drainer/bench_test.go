@@ -54,18 +54,7 @@ func BenchmarkDrainer(b *testing.B) {
 				for b.Loop() {
 					b.StopTimer()
 					store := be.open(b)
-					recs := make([]stores.Record, 0, 1000)
-					for i := range records {
-						id := delivery.NewID()
-						recs = append(recs, stores.Record{Session: "s", Partition: stores.PartitionOf(id, parts),
-							Route: "r", Envelope: delivery.Envelope{ID: id, Topic: "t", Payload: []byte(`{"temp":21}`)}})
-						if len(recs) == cap(recs) || i == records-1 {
-							if err := store.Append(context.Background(), recs...); err != nil {
-								b.Fatal(err)
-							}
-							recs = recs[:0]
-						}
-					}
+					fillStore(b, store, records, parts)
 					obs := &countdown{done: make(chan struct{})}
 					obs.left.Store(records)
 					pol := policyDefaults(routes.Policy{})
@@ -92,5 +81,57 @@ func BenchmarkDrainer(b *testing.B) {
 				b.ReportMetric(float64(records)*float64(b.N)/elapsed.Seconds(), "records/s")
 			})
 		}
+	}
+}
+
+func fillStore(b *testing.B, store stores.Outbox, records, parts int) {
+	b.Helper()
+	recs := make([]stores.Record, 0, 1000)
+	for i := range records {
+		id := delivery.NewID()
+		recs = append(recs, stores.Record{Session: "s", Partition: stores.PartitionOf(id, parts),
+			Route: "r", Envelope: delivery.Envelope{ID: id, Topic: "t", Payload: []byte(`{"temp":21}`)}})
+		if len(recs) == cap(recs) || i == records-1 {
+			if err := store.Append(context.Background(), recs...); err != nil {
+				b.Fatal(err)
+			}
+			recs = recs[:0]
+		}
+	}
+}
+
+// BenchmarkStoreBaseline drains the same 100k records with bare Claim and
+// Complete calls (batches of 100, one partition): the most any drainer can
+// get out of the store. Compare it with BenchmarkDrainer/*/partitions=1.
+func BenchmarkStoreBaseline(b *testing.B) {
+	const records = 100_000
+	for _, be := range benchBackends {
+		b.Run(be.name, func(b *testing.B) {
+			var elapsed time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				store := be.open(b)
+				fillStore(b, store, records, 1)
+				b.StartTimer()
+				start := time.Now()
+				for left := records; left > 0; {
+					now := time.Now()
+					recs, err := store.Claim(context.Background(), stores.ClaimRequest{Session: "s", Token: 1,
+						Limit: 100, Now: now, Until: now.Add(time.Minute)})
+					if err != nil || len(recs) == 0 {
+						b.Fatalf("claim: %d records, %v", len(recs), err)
+					}
+					if err := store.Complete(context.Background(), recs...); err != nil {
+						b.Fatal(err)
+					}
+					left -= len(recs)
+				}
+				elapsed += time.Since(start)
+				b.StopTimer()
+				store.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(records)*float64(b.N)/elapsed.Seconds(), "records/s")
+		})
 	}
 }
