@@ -8,16 +8,28 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gobridge/gobridge/delivery"
 	"github.com/gobridge/gobridge/routes"
 )
 
 // BenchmarkSender_Send measures requests/s against a local no-op server with
-// maxInFlight concurrent Send calls sharing one Sender.
-func BenchmarkSender_Send(b *testing.B) {
+// maxInFlight concurrent Send calls sharing one Sender; conns is how many
+// connections the server accepted.
+func BenchmarkSender_Send(b *testing.B) { benchmarkSend(b, 0) }
+
+// BenchmarkSender_SendSlowTarget is BenchmarkSender_Send against a target
+// that takes 1ms per request, where concurrency pays.
+func BenchmarkSender_SendSlowTarget(b *testing.B) { benchmarkSend(b, time.Millisecond) }
+
+func benchmarkSend(b *testing.B, latency time.Duration) {
 	var conns atomic.Int64
-	srv := httptest.NewUnstartedServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {}))
+	srv := httptest.NewUnstartedServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		if latency > 0 {
+			time.Sleep(latency) // the target's service time, not synchronisation
+		}
+	}))
 	srv.Config.ConnState = func(_ net.Conn, st nethttp.ConnState) {
 		if st == nethttp.StateNew {
 			conns.Add(1)
