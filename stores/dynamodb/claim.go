@@ -74,7 +74,7 @@ func (s *Store) choose(ctx context.Context, req stores.ClaimRequest) ([]*candida
 			}
 		}
 	}
-	timer, _, err := s.queryPage(ctx, &dynamodb.QueryInput{
+	timer, timerNext, err := s.queryPage(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.table),
 		IndexName:                 aws.String(idxTimer),
 		KeyConditionExpression:    aws.String("#p = :p AND #t <= :now"),
@@ -85,6 +85,7 @@ func (s *Store) choose(ctx context.Context, req stores.ClaimRequest) ([]*candida
 		return nil, fmt.Errorf("query timer index: %w", err)
 	}
 	add(timer)
+	view := &keyView{timerComplete: timerNext == nil}
 	keys := make(keyLists)
 	var start map[string]types.AttributeValue
 	var blocked []string
@@ -114,11 +115,20 @@ func (s *Store) choose(ctx context.Context, req stores.ClaimRequest) ([]*candida
 			return nil, fmt.Errorf("query ready index: %w", err)
 		}
 		add(ready)
+		view.readyBound = 1<<63 - 1
+		if start != nil {
+			view.readyBound = getN(start, aSeq)
+		}
+		if view.timerComplete && view.held == nil && !s.perKeyOnly && hasKeys(ready) {
+			if err := s.loadHeld(ctx, pp, now, view); err != nil {
+				return nil, err
+			}
+		}
 		cands := slices.SortedFunc(maps.Values(byID), func(a, b *candidate) int { return int64Cmp(a.rec.Seq, b.rec.Seq) })
 		var chosen []*candidate
 		for {
 			var missing []string
-			chosen, missing, blocked = pick(cands, keys, now, req.Limit)
+			chosen, missing, blocked = pick(cands, keys, view, now, req.Limit)
 			if len(missing) == 0 {
 				break
 			}
@@ -130,6 +140,63 @@ func (s *Store) choose(ctx context.Context, req stores.ClaimRequest) ([]*candida
 			return chosen, nil
 		}
 	}
+}
+
+// keyView is what a Claim knows about the partition's records that hold
+// back an ordering key. When the due part of the timer index was read to
+// its end, the not-due part (claimed and waiting records) was read to its
+// end too, and a candidate lies within the part of the ready index that was
+// read, the only older live records of its key that are not candidates
+// are the not-due ones: then held answers for every key at once, and no
+// per-key query is needed.
+type keyView struct {
+	timerComplete bool
+	readyBound    int64            // Seq of the last ready item read; max when all were read
+	held          map[string]int64 // oldest not-due Seq per ordering key; nil when unknown
+}
+
+func (v *keyView) knows(seq int64) bool {
+	return v.timerComplete && v.held != nil && seq <= v.readyBound
+}
+
+func hasKeys(items []map[string]types.AttributeValue) bool {
+	for _, it := range items {
+		if getS(it, aOrderKey) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// loadHeld reads the not-due part of the partition's timer index (claims
+// not lapsed, releases waiting for their next attempt) in one request of
+// up to readAhead items. When more are waiting, held stays unknown and
+// Claim falls back to one query per ordering key.
+func (s *Store) loadHeld(ctx context.Context, pp string, now int64, v *keyView) error {
+	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(s.table),
+		IndexName:                 aws.String(idxTimer),
+		KeyConditionExpression:    aws.String("#p = :p AND #t > :now"),
+		ProjectionExpression:      aws.String("#ok, #seq"),
+		ExpressionAttributeNames:  map[string]string{"#p": aTimerPK, "#t": aTimerAt, "#ok": aOrderKey, "#seq": aSeq},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":p": vS(pp), ":now": vN(now)},
+		Limit:                     aws.Int32(readAhead),
+	})
+	if err != nil {
+		return fmt.Errorf("query timer index: %w", err)
+	}
+	if out.LastEvaluatedKey != nil {
+		v.timerComplete = false // too many waiting: ask per key
+		return nil
+	}
+	v.held = make(map[string]int64)
+	for _, it := range out.Items {
+		k, seq := getS(it, aOrderKey), getN(it, aSeq)
+		if m, ok := v.held[k]; k != "" && (!ok || seq < m) {
+			v.held[k] = seq
+		}
+	}
+	return nil
 }
 
 // readAhead is how many ready-index items a follow-up page evaluates.
@@ -164,7 +231,7 @@ func claimable(r *stores.Record, now int64) bool {
 // left behind (not claimable, or not among the candidates at all). It
 // returns the ordering keys whose live records it needs to know first
 // (missing) and the keys it found held back.
-func pick(cands []*candidate, keys keyLists, now int64, limit int) (out []*candidate, missing, held []string) {
+func pick(cands []*candidate, keys keyLists, view *keyView, now int64, limit int) (out []*candidate, missing, held []string) {
 	ok := make(map[string]bool, len(cands)) // claimable candidates by item id
 	count := make(map[string]int)           // candidates per ordering key
 	for _, c := range cands {
@@ -189,6 +256,15 @@ func pick(cands []*candidate, keys keyLists, now int64, limit int) (out []*candi
 			if !can {
 				blocked[k] = true
 				held = append(held, k)
+				continue
+			}
+			if view.knows(c.rec.Seq) {
+				if m, ok := view.held[k]; ok && m < c.rec.Seq {
+					blocked[k] = true
+					held = append(held, k)
+					continue
+				}
+				out = append(out, c)
 				continue
 			}
 			l := keys[k]

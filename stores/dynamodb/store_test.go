@@ -133,6 +133,16 @@ func TestStore_Conformance(t *testing.T) {
 	}, newStore)
 }
 
+// TestStore_ConformancePerKeyClaims runs the suite again with ordering keys
+// checked by one query per key (Claim's fallback when many records wait).
+func TestStore_ConformancePerKeyClaims(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) stores.Store {
+		s := newStore(t).(*dynamodb.Store)
+		dynamodb.CheckKeysPerKey(s)
+		return s
+	})
+}
+
 func TestLeases_Conformance(t *testing.T) {
 	storetest.RunLeasesWith(t, storetest.Features{
 		ReopenLeases: func(t *testing.T, l stores.Leases) stores.Leases {
