@@ -27,7 +27,9 @@ func FormatFloat(f float64) string {
 // A ParsedPayload notices when it is asked about a different payload slice
 // (a processor assigned a new payload) and decodes again. The zero value is
 // ready to use; it is not safe for concurrent use. Call Reset before reusing
-// it for another message.
+// it for another message: a reused ParsedPayload (e.g. from a sync.Pool)
+// decodes with fewer allocations, as it keeps its buffers and interns object
+// keys.
 type ParsedPayload struct {
 	src     []byte
 	done    bool
@@ -101,9 +103,12 @@ type jsonDecoder struct {
 type jsonScratch struct {
 	members []jsonMember
 	elems   []any
-	// keys interns object keys: payloads of one route mostly share a
-	// schema, so after the first message its keys cost no allocation.
-	keys map[string]string
+	// keys interns object keys once the scratch is reused (after a Reset):
+	// payloads of one route mostly share a schema, so after the first
+	// message its keys cost no allocation. A one-shot decoding does not
+	// pay for the map.
+	keys   map[string]string
+	reused bool
 }
 
 const (
@@ -117,7 +122,7 @@ func (s *jsonScratch) key(raw []byte) string {
 		return k
 	}
 	k := string(raw)
-	if len(k) <= maxInternedKeyLen && len(s.keys) < maxInternedKeys {
+	if s.reused && len(k) <= maxInternedKeyLen && len(s.keys) < maxInternedKeys {
 		if s.keys == nil {
 			s.keys = make(map[string]string)
 		}
@@ -134,6 +139,7 @@ type jsonMember struct {
 // release drops the references the scratch buffers still hold, and the
 // buffers themselves when a large payload grew them.
 func (s *jsonScratch) release() {
+	s.reused = true
 	if cap(s.members) > 1024 || cap(s.elems) > 1024 {
 		s.members, s.elems = nil, nil
 		return

@@ -110,13 +110,34 @@ func TestFormatFloat(t *testing.T) {
 
 func BenchmarkDecodeJSON(b *testing.B) {
 	payload := []byte(samplePayload)
-	b.SetBytes(int64(len(payload)))
-	b.ReportAllocs()
-	var p ParsedPayload
-	for b.Loop() {
-		p.Reset()
-		if _, err := p.Value(payload); err != nil {
-			b.Fatal(err)
+	b.Run("reused", func(b *testing.B) {
+		b.SetBytes(int64(len(payload)))
+		b.ReportAllocs()
+		var p ParsedPayload
+		for b.Loop() {
+			p.Reset()
+			if _, err := p.Value(payload); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
+	b.Run("fresh", func(b *testing.B) {
+		b.SetBytes(int64(len(payload)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var p ParsedPayload
+			if _, err := p.Value(payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding_json", func(b *testing.B) { // the reference, for comparison
+		b.SetBytes(int64(len(payload)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := referenceDecode(payload); !ok {
+				b.Fatal("invalid")
+			}
+		}
+	})
 }
