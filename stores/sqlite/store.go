@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,8 +74,8 @@ type Store struct {
 	closeErr  error
 }
 
-// Open opens (creating if needed) the store at path and brings its schema up
-// to date.
+// Open opens (creating it and its directory if needed) the store at path and
+// brings its schema up to date.
 func Open(path string, opts Options) (*Store, error) {
 	switch opts.Sync {
 	case "":
@@ -93,6 +95,9 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := &Store{path: path, opts: opts}
 	ctx := context.Background()
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
 	var err error
 	if s.w, err = sql.Open("sqlite", s.dsn(false)); err != nil {
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
