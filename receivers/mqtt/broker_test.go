@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,8 +49,9 @@ func startMosquitto(t *testing.T, extra ...string) *privateMosquitto {
 	ln.Close()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "mosquitto.conf")
-	body := fmt.Sprintf("user root\nper_listener_settings false\nallow_anonymous true\npersistence false\n"+
-		"max_queued_messages 100000\nlog_dest stderr\nlistener %d 127.0.0.1\n", port)
+	body := fmt.Sprintf("user root\nper_listener_settings false\nallow_anonymous true\n"+
+		"persistence true\npersistence_location %s/\nautosave_interval 0\n"+
+		"max_queued_messages 100000\nlog_dest stderr\nlistener %d 127.0.0.1\n", dir, port)
 	for _, l := range extra {
 		body += l + "\n"
 	}
@@ -81,12 +83,21 @@ func (m *privateMosquitto) start() {
 	})
 }
 
-// stop kills the broker (it started it: by its own process) and waits.
+// stop kills the broker (it started it: by its own process) and waits;
+// the broker loses what it had not saved.
 func (m *privateMosquitto) stop() {
 	if m.cmd == nil {
 		return
 	}
 	m.cmd.Process.Kill()
+	<-m.exit
+	m.cmd = nil
+}
+
+// shutdown stops the broker gracefully (SIGTERM): it saves its sessions
+// and queued messages, and a restart restores them.
+func (m *privateMosquitto) shutdown() {
+	m.cmd.Process.Signal(syscall.SIGTERM)
 	<-m.exit
 	m.cmd = nil
 }
