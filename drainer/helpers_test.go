@@ -204,6 +204,12 @@ func eventually(t *testing.T, limit time.Duration, what string, cond func() bool
 	}
 }
 
+// advance lets d of fake time pass in the bubble (see eventually).
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
 func pending(t *testing.T, store stores.Outbox) int {
 	t.Helper()
 	st, err := store.Stats(context.Background(), "s")

@@ -130,7 +130,7 @@ func TestGroup_OnlyTheHolderSendsAndATakeoverFencesTheOldOwner(t *testing.T) {
 		tokenA := leaseToken(t, leases, PartitionLease("s", 0))
 
 		// While a holds the lease, b sends nothing, however long it waits.
-		eventually(t, 2*time.Second, "b idles", func() bool { return true })
+		advance(10 * time.Second)
 		if sb.total() != 0 || holders(t, leases)["b"] != 0 {
 			t.Fatalf("b sent %d records while a held the lease", sb.total())
 		}
@@ -178,6 +178,50 @@ func TestGroup_SharesPartitionsFairlyAndRebalances(t *testing.T) {
 		eventually(t, 10*time.Second, "a takes b's share back", func() bool { return holders(t, leases)["a"] == 4 })
 		if err := stopA(); err != nil {
 			t.Fatalf("Run a: %v", err)
+		}
+	})
+}
+
+func TestGroup_StopsAtOnceWhenItsLeaseIsLost(t *testing.T) {
+	backends(t, func(t *testing.T, store stores.Store) {
+		leases := memory.NewLeases()
+		snd := newScriptSender(1, func(ctx context.Context, _ *delivery.Envelope, _ int) error {
+			<-ctx.Done() // in flight until the drainer cancels it
+			return ctx.Err()
+		})
+		j := newJournal()
+		g := New(testConfig(t, snd, testPolicy(), j), store, leases)
+		appendRecords(t, store, 3, nil)
+		stop := running(t, g)
+		eventually(t, time.Second, "sending", func() bool { return snd.total() > 0 })
+		sentBefore := snd.total()
+
+		// Another owner takes the partition over (as after a long pause).
+		name := PartitionLease("s", 0)
+		ls, _ := leases.List(context.Background(), name, time.Now())
+		if err := leases.Release(context.Background(), ls[0]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := leases.Acquire(context.Background(), name, "x", time.Hour, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "stale outcomes", func() bool { return j.results()[ResultStale] == 3 })
+		advance(30 * time.Second)
+		if snd.total() != sentBefore {
+			t.Errorf("sent %d more records after losing the lease", snd.total()-sentBefore)
+		}
+		if r := j.results(); r[ResultRetried]+r[ResultOK] != 0 {
+			t.Errorf("outcomes %v recorded after losing the lease", r)
+		}
+		// The records are still claimed under the old token: nothing was
+		// released or completed by the old owner.
+		recs, err := store.Claim(context.Background(), stores.ClaimRequest{Session: "s", Token: 1 << 40,
+			Limit: 10, Now: time.Now(), Until: time.Now().Add(time.Minute)})
+		if err != nil || len(recs) != 3 {
+			t.Errorf("claim after the claim deadline: %d records, %v; want 3", len(recs), err)
+		}
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
 		}
 	})
 }
