@@ -167,25 +167,20 @@ func (c *committer) refresh(ctx context.Context, session string) {
 	c.metrics.pending.WithLabelValues(session).Set(float64(st.Pending))
 }
 
-// committed updates a session after a batch: its fresh pending count, n
-// fewer queued records.
-func (c *committer) committed(ctx context.Context, session string, n int) {
-	st, err := c.store.Stats(ctx, session)
+// committed updates a session after a batch: n fewer queued records, n
+// more pending. Only this committer appends to the session in this process,
+// and drainers only shrink it, so the estimate never undercounts here; the
+// store's count is re-read while ingest waits and by the monitor every
+// second (which also covers other instances appending to a shared store).
+func (c *committer) committed(session string, n int) {
 	d := c.depths[session]
 	d.mu.Lock()
 	d.queued -= n
-	if err == nil {
-		d.pending = st.Pending
-	} else {
-		d.pending += n // conservative until the next read
-	}
+	d.pending += n
 	d.version++
 	close(d.changed)
 	d.changed = make(chan struct{})
 	d.mu.Unlock()
-	if err == nil {
-		c.metrics.pending.WithLabelValues(session).Set(float64(st.Pending))
-	}
 }
 
 // run commits batches until stop (then it flushes what is queued) or abort.
@@ -290,7 +285,7 @@ func (c *committer) flush(batch []appendReq) bool {
 		}
 	}
 	for s, n := range perSession {
-		c.committed(ctx, s, n)
+		c.committed(s, n)
 	}
 	return true
 }

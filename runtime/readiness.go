@@ -103,6 +103,9 @@ func (rt *Runtime) monitor(ctx context.Context) {
 		}
 		now := time.Now()
 		for _, sid := range rt.sessionIDs() {
+			if rt.commit != nil {
+				rt.commit.refresh(ctx, sid)
+			}
 			st, err := rt.outbox.Stats(ctx, sid)
 			if err != nil {
 				continue

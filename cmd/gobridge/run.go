@@ -101,4 +101,3 @@ func newLogger(w io.Writer, lc routes.Log) *slog.Logger {
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
-
