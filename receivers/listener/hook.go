@@ -95,14 +95,15 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 			cl.Stop(errShutdown)
 			return pk, packets.ErrRejectPacket
 		}
+		l.inFlight.Add(1) // before the acker can see it, so it never goes negative
 		select {
 		case a.queue <- &pendingPub{pk: pk, done: done}:
 		case <-ctx.Done():
+			l.inFlight.Add(-1)
 			cl.Stop(errShutdown)
 			return pk, packets.ErrRejectPacket
 		}
 		l.received.Add(1)
-		l.inFlight.Add(1)
 		l.sink.Accept(ctx, m, settle)
 		return pk, packets.ErrRejectPacket // the pubAcker acknowledges and routes
 	}

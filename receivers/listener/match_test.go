@@ -1,6 +1,9 @@
 package listener
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestFilterMatches(t *testing.T) {
 	t.Parallel()
@@ -28,4 +31,19 @@ func TestFilterMatches(t *testing.T) {
 			t.Errorf("filterMatches(%q, %q) = %v, want %v", c.filter, c.topic, got, c.want)
 		}
 	}
+}
+
+func FuzzFilterMatches(f *testing.F) {
+	for _, s := range [][2]string{{"a/+/c", "a/b/c"}, {"#", "$SYS/x"}, {"$share/g/a/#", "a"}, {"", ""}, {"+/+", "/"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, filter, topic string) {
+		got := filterMatches(filter, topic) // must not panic
+		// A filter without wildcards matches exactly itself.
+		if !strings.ContainsAny(filter, "+#") && !strings.HasPrefix(filter, "$share/") {
+			if want := filter == topic; got != want {
+				t.Fatalf("filterMatches(%q, %q) = %v, want %v", filter, topic, got, want)
+			}
+		}
+	})
 }
