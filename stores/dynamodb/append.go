@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -320,12 +321,19 @@ func compareStrings(a, b string) int {
 const doneUpdate = "SET #state = :done, #gc = :gc REMOVE payload, headers, topic, ready_pk, timer_pk, timer_at, " +
 	"live_pk, key_pk, co_pk, dead_all, dead_rpk, dead_sk"
 
-// counterItem adds d to the live count of one session partition.
+// counterShards spreads the live counter of a session partition over
+// several items, so that concurrent transactions (appends from several
+// instances, the drainer's completes) rarely touch the same item and
+// conflict. Stats sums the shards.
+const counterShards = 8
+
+// counterItem adds d to the live count of one session partition, on a
+// random shard.
 func counterItem(table string, p partRef, d int64) types.TransactWriteItem {
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName: aws.String(table),
 		Key: map[string]types.AttributeValue{
-			aPK: vS(counterPK(p.session)), aSK: vS(counterSK(p.part)),
+			aPK: vS(counterPK(p.session)), aSK: vS(counterSK(p.part, rand.N(counterShards))),
 		},
 		UpdateExpression:          aws.String("ADD #v :d SET #part = :part"),
 		ExpressionAttributeNames:  map[string]string{"#v": aValue, "#part": aPart},

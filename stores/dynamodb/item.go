@@ -78,7 +78,7 @@ func partPK(session string, part int) string  { return enc(session) + "#" + strc
 func keyPK(session, key string) string        { return enc(session) + "#" + key }
 func coPK(session, route, ckey string) string { return enc(session) + "|" + enc(route) + "|" + ckey }
 func counterPK(session string) string         { return "s#" + session }
-func counterSK(part int) string               { return fmt.Sprintf("part#%010d", part) }
+func counterSK(part, shard int) string        { return fmt.Sprintf("part#%010d#%d", part, shard) }
 func deadSK(deadAt time.Time, seq int64) string {
 	return fmt.Sprintf("%020d.%020d", nanos(deadAt), seq)
 }

@@ -3,6 +3,8 @@ package dynamodb
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -12,9 +14,10 @@ import (
 )
 
 // Stats implements stores.Outbox without scanning: one strongly consistent
-// Query of the session's live counters (one item per partition, updated in
-// the same transactions as appends and settles), then one Query (Limit 1)
-// of the live index per partition with live records for the oldest one.
+// Query of the session's live counters (a few shard items per partition,
+// updated in the same transactions as appends and settles), then one Query
+// (Limit 1) of the live index per partition with live records for the
+// oldest one.
 func (s *Store) Stats(ctx context.Context, session string) (stores.SessionStats, error) {
 	var st stores.SessionStats
 	in := &dynamodb.QueryInput{
@@ -24,17 +27,14 @@ func (s *Store) Stats(ctx context.Context, session string) (stores.SessionStats,
 		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": vS(counterPK(session))},
 		ConsistentRead:            aws.Bool(true),
 	}
-	var parts []int
+	live := make(map[int]int64)
 	for {
 		out, err := s.db.Query(ctx, in)
 		if err != nil {
 			return st, fmt.Errorf("dynamodb: stats: query counters: %w", err)
 		}
 		for _, it := range out.Items {
-			if n := getN(it, aValue); n > 0 {
-				st.Pending += int(n)
-				parts = append(parts, int(getN(it, aPart)))
-			}
+			live[int(getN(it, aPart))] += getN(it, aValue)
 		}
 		if out.LastEvaluatedKey == nil {
 			break
@@ -42,7 +42,11 @@ func (s *Store) Stats(ctx context.Context, session string) (stores.SessionStats,
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
 	oldestSeq := int64(-1)
-	for _, p := range parts {
+	for _, p := range slices.Sorted(maps.Keys(live)) {
+		if live[p] <= 0 {
+			continue
+		}
+		st.Pending += int(live[p])
 		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 			TableName:                 aws.String(s.table),
 			IndexName:                 aws.String(idxLive),
