@@ -82,6 +82,27 @@ var migrations = []string{
 		token INTEGER NOT NULL
 	);
 	INSERT INTO lease_token (id, token) VALUES (1, 0);`,
+
+	// 2: completions per route and minute, for "done in the last hour"
+	// (stores.Inspector). Done rows are compacted, so they cannot be counted
+	// later; a trigger counts each claimed -> done change in the same
+	// transaction (one small upsert per completed row) and forgets minutes
+	// older than 61.
+	`CREATE TABLE done_count (
+		minute  INTEGER NOT NULL,
+		session TEXT    NOT NULL,
+		route   TEXT    NOT NULL,
+		n       INTEGER NOT NULL,
+		PRIMARY KEY (minute, session, route)
+	) WITHOUT ROWID;
+	CREATE TRIGGER outbox_done_count AFTER UPDATE OF state ON outbox
+		WHEN OLD.state = 'claimed' AND NEW.state = 'done'
+	BEGIN
+		INSERT INTO done_count (minute, session, route, n)
+			VALUES (CAST(strftime('%s', 'now') AS INTEGER) / 60, NEW.session, NEW.route, 1)
+			ON CONFLICT (minute, session, route) DO UPDATE SET n = n + 1;
+		DELETE FROM done_count WHERE minute < CAST(strftime('%s', 'now') AS INTEGER) / 60 - 61;
+	END;`,
 }
 
 // migrate brings the schema up to date.

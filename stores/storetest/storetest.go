@@ -49,6 +49,7 @@ func RunWith(t *testing.T, f Features, newStore func(t *testing.T) stores.Store)
 	t.Run("Coalesce", s.coalesce)
 	t.Run("Stats", s.stats)
 	t.Run("Concurrency", s.concurrency)
+	t.Run("Inspect", s.inspect)
 	if f.Reopen != nil {
 		t.Run("Reopen", s.reopen)
 	}

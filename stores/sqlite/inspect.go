@@ -1,0 +1,97 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+var _ stores.Inspector = (*Store)(nil)
+
+// sqlInspect groups live and dead rows by session, route and state. It scans
+// the table (done tombstones included): an operator query, never a hot one.
+const sqlInspect = `SELECT session, route, state, count(*), coalesce(sum(next_at <= ?), 0), min(created_at)
+	FROM outbox WHERE state IN ('pending', 'claimed', 'dead')
+	GROUP BY session, route, state`
+
+// sqlDoneCount sums the done counters of minutes (from, to].
+const sqlDoneCount = `SELECT session, route, sum(n) FROM done_count
+	WHERE minute > ? AND minute <= ? GROUP BY session, route`
+
+// Inspect implements stores.Inspector on the read pool, so it works while
+// another process (a running bridge) writes to the same file.
+func (s *Store) Inspect(ctx context.Context, now time.Time) ([]stores.RouteStats, error) {
+	type rk struct{ session, route string }
+	by := map[rk]*stores.RouteStats{}
+	get := func(session, route string) *stores.RouteStats {
+		k := rk{session, route}
+		if by[k] == nil {
+			by[k] = &stores.RouteStats{Session: session, Route: route}
+		}
+		return by[k]
+	}
+	rows, err := s.r.QueryContext(ctx, sqlInspect, nanos(now))
+	if err != nil {
+		return nil, fmt.Errorf("inspect: %w", mapErr(err))
+	}
+	for rows.Next() {
+		var (
+			session, route, state string
+			n, due, oldest        int64
+		)
+		if err := rows.Scan(&session, &route, &state, &n, &due, &oldest); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("inspect: %w", err)
+		}
+		st := get(session, route)
+		switch stores.State(state) {
+		case stores.Pending:
+			st.Pending, st.Due = int(n), int(due)
+		case stores.Claimed:
+			st.Claimed = int(n)
+		case stores.Dead:
+			st.Dead = int(n)
+			continue
+		}
+		if o := fromNanos(oldest); !o.IsZero() && (st.OldestPendingAt.IsZero() || o.Before(st.OldestPendingAt)) {
+			st.OldestPendingAt = o
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inspect: %w", err)
+	}
+	to := now.Unix() / 60
+	rows, err = s.r.QueryContext(ctx, sqlDoneCount, to-60, to)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: %w", mapErr(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			session, route string
+			n              int64
+		)
+		if err := rows.Scan(&session, &route, &n); err != nil {
+			return nil, fmt.Errorf("inspect: %w", err)
+		}
+		get(session, route).DoneLastHour = int(n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inspect: %w", err)
+	}
+	out := make([]stores.RouteStats, 0, len(by))
+	for _, st := range by {
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Session != out[j].Session {
+			return out[i].Session < out[j].Session
+		}
+		return out[i].Route < out[j].Route
+	})
+	return out, nil
+}
