@@ -1,0 +1,16 @@
+package stdout
+
+import (
+	"context"
+
+	"github.com/gobridge/gobridge/delivery"
+)
+
+// sender is the method set the drainer and the direct_hold path declare on
+// their side; the guard keeps this sender in step with it.
+type sender interface {
+	BatchSize() int
+	Send(ctx context.Context, envs []*delivery.Envelope) []error
+}
+
+var _ sender = (*Sender)(nil)
