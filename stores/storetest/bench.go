@@ -43,7 +43,7 @@ func BenchAppend(b *testing.B, s stores.Store, batch int) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
-	for b.Loop() {
+	for range b.N {
 		b.StopTimer()
 		rs := benchRecs("bench", batch)
 		b.StartTimer()
@@ -81,7 +81,7 @@ func BenchClaimBacklog(b *testing.B, s stores.Store, backlog, batch int) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
-	for b.Loop() {
+	for range b.N { // not b.Loop: b.N sized the backlog above
 		claimComplete(b, ctx, s, 1, batch)
 	}
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rec/s")
@@ -96,6 +96,7 @@ func claimComplete(b *testing.B, ctx context.Context, s stores.Store, token int6
 		return
 	}
 	if len(got) == 0 {
+		b.Error("claim found nothing: the backlog ran out")
 		return
 	}
 	if err := s.Complete(ctx, got...); err != nil {
