@@ -18,6 +18,7 @@ import (
 	"github.com/gobridge/gobridge/senders/http"
 	"github.com/gobridge/gobridge/senders/sqs"
 	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/dynamodb"
 	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
@@ -67,6 +68,9 @@ func (rt *Runtime) openOutboxBackend(c routes.StoreConfig) (stores.Store, bool, 
 	case "sqlite":
 		st, err := rt.openSQLite(c)
 		return st, false, err
+	case "dynamodb":
+		st, err := dynamodb.Open(context.Background(), dynamoOptions(c))
+		return st, true, err
 	}
 	return nil, false, fmt.Errorf("outbox store type %q is not available in this build", c.Type)
 }
@@ -79,8 +83,21 @@ func (rt *Runtime) openLeasesBackend(c routes.StoreConfig) (stores.Leases, bool,
 			return nil, false, err
 		}
 		return st.Leases(), false, nil
+	case "dynamodb":
+		ls, err := dynamodb.OpenLeases(context.Background(), dynamoOptions(c))
+		return ls, true, err
 	}
 	return nil, false, fmt.Errorf("lease store type %q is not available in this build", c.Type)
+}
+
+// dynamoOptions maps store options to the DynamoDB backend. Tables are
+// created when missing only against an emulator (an endpoint is set); in
+// AWS they are created by infrastructure code (README "dynamodb").
+func dynamoOptions(c routes.StoreConfig) dynamodb.Options {
+	return dynamodb.Options{
+		Table: c.Options.Table, LeaseTable: c.Options.Table, Region: c.Options.Region,
+		Endpoint: c.Options.Endpoint, CreateTables: c.Options.Endpoint != "",
+	}
 }
 
 func newSenderBackend(c routes.SenderConfig, maxInFlight int, log *slog.Logger) (drainer.Sender, error) {

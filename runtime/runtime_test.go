@@ -9,6 +9,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/gobridge/gobridge/internal/testservices"
 )
 
 // listenerConfig is a config with an embedded listener on addr, a memory
@@ -88,4 +90,31 @@ func TestRuntime_FansOutToEveryMatchingRoute(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
+}
+
+func TestRuntime_SharedOutboxOnDynamoDB(t *testing.T) {
+	t.Parallel()
+	endpoint := testservices.DynamoDBEndpoint(t)
+	s := newSink(t)
+	addr := freeAddr(t)
+	suffix := time.Now().UnixNano()
+	store := fmt.Sprintf("{type: dynamodb, options: {table: rt_outbox_%d, region: us-east-1, endpoint: %q}}\n  lease: {type: dynamodb, options: {table: rt_leases_%d, region: us-east-1, endpoint: %q}}",
+		suffix, endpoint, suffix, endpoint)
+	cfg := parseConfig(t, listenerConfig(addr, "", store,
+		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
+  - id: ddb
+    receiver: edge
+    topic: "#"
+    sender: sink
+    delivery_mode: shared_outbox
+    session: {id: ddb, partitions: 2}`))
+	startRuntime(t, cfg)
+	pub := publisher(t, "tcp://"+addr, "ddb")
+	const n = 20
+	var toks []paho.Token
+	for i := range n {
+		toks = append(toks, pub.Publish(fmt.Sprintf("line/%d", i%4), 1, false, msgID(i)))
+	}
+	waitTokens(t, toks, 30*time.Second)
+	waitFor(t, 30*time.Second, "every message delivered from DynamoDB", func() bool { return s.distinct() == n })
 }
