@@ -39,7 +39,7 @@ type header struct {
 type Sender struct {
 	id      string
 	method  string
-	url     *delivery.Template
+	url     *urlTemplate
 	headers []header
 	hasCT   bool
 	client  *nethttp.Client
@@ -64,18 +64,22 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 	if o.URL == "" {
 		return nil, fmt.Errorf("http sender %q: url is required", cfg.ID)
 	}
-	u, err := delivery.ParseTemplate(o.URL)
+	u, err := parseURLTemplate(o.URL)
 	if err != nil {
 		return nil, fmt.Errorf("http sender %q: url: %w", cfg.ID, err)
 	}
-	if u.IsLiteral() {
+	if u.isLiteral() {
 		if _, err := parseURL(o.URL); err != nil {
 			return nil, fmt.Errorf("http sender %q: %w", cfg.ID, err)
 		}
 	}
+	method := strings.ToUpper(cmp.Or(o.Method, DefaultMethod))
+	if _, err := nethttp.NewRequest(method, "http://localhost/", nil); err != nil {
+		return nil, fmt.Errorf("http sender %q: method %q: %w", cfg.ID, o.Method, err)
+	}
 	s := &Sender{
 		id:     cfg.ID,
-		method: strings.ToUpper(cmp.Or(o.Method, DefaultMethod)),
+		method: method,
 		url:    u,
 		log:    logger.With("component", "sender", "sender", cfg.ID),
 	}
@@ -163,7 +167,7 @@ func (s *Sender) send(ctx context.Context, e *delivery.Envelope) error {
 // configured (a placeholder it cannot fill, a URL that does not parse).
 func (s *Sender) request(ctx context.Context, e *delivery.Envelope) (*nethttp.Request, error) {
 	var p delivery.ParsedPayload
-	raw, err := s.url.RenderWith(e, &p)
+	raw, err := s.url.render(e, &p)
 	if err != nil {
 		return nil, fmt.Errorf("url: %w", err)
 	}
