@@ -262,6 +262,7 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 		"bad header":       {URL: "http://x/", Headers: map[string]string{"A": "{header.}"}},
 		"missing ca":       {URL: "https://x/", TLS: routes.TLS{CAFile: "/nonexistent/ca.pem"}},
 		"cert without key": {URL: "https://x/", TLS: routes.TLS{CertFile: "/tmp/c.pem"}},
+		"bad method":       {URL: "http://x/", Method: "PO ST"},
 	} {
 		if _, err := New(routes.SenderConfig{ID: name, Options: o}, 1, nil); err == nil {
 			t.Errorf("%s: New accepted %+v", name, o)
