@@ -2,6 +2,9 @@ package runtime
 
 import (
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +14,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/gobridge/gobridge/stores"
 )
 
 // ackRecorder is a broker hook that records, for one client, the packet IDs
@@ -220,5 +225,58 @@ wait:
 	defer mu.Unlock()
 	if len(early) > 0 {
 		t.Fatalf("acknowledged before delivery: %v", early)
+	}
+}
+
+func TestDirectHold_PermanentFailuresAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	// The sink rejects "bad" with 400 (permanent); a processor fails on
+	// non-JSON payloads (no msg_id field).
+	var srvURL string
+	{
+		s := newSink(t)
+		srvURL = s.srv.URL
+		s.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			if strings.Contains(string(b), "bad") {
+				http.Error(w, "no", http.StatusBadRequest)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
+	}
+	addr := freeAddr(t)
+	cfg := parseConfig(t, listenerConfig(addr, "", "{type: memory}",
+		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, srvURL), `
+  - id: direct
+    receiver: edge
+    topic: "#"
+    sender: sink
+    processors: [{type: idempotency_key, from: "{payload.msg_id}"}]
+    policy: {on_permanent_failure: dlq}`))
+	rt := startRuntime(t, cfg)
+	pub := publisher(t, "tcp://"+addr, "perm")
+	toks := []paho.Token{
+		pub.Publish("line/x", 1, false, `{"msg_id": "good-1"}`),
+		pub.Publish("line/x", 1, false, `{"msg_id": "bad-1"}`),
+		pub.Publish("line/x", 1, false, `not json`),
+	}
+	waitTokens(t, toks, 10*time.Second)
+	dead, _, err := rt.outbox.ListDead(t.Context(), stores.DeadFilter{Route: "direct"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 2 {
+		t.Fatalf("%d dead letters, want 2: %+v", len(dead), dead)
+	}
+	byPayload := map[string]stores.Record{}
+	for _, d := range dead {
+		byPayload[string(d.Envelope.Payload)] = d
+	}
+	if d := byPayload[`{"msg_id": "bad-1"}`]; d.Envelope.ID != "bad-1" || d.DeadReason == "" {
+		t.Errorf("rejected message: dead letter %q (%q), want ID bad-1 with a reason", d.Envelope.ID, d.DeadReason)
+	}
+	if d := byPayload["not json"]; !strings.Contains(d.DeadReason, "processor") {
+		t.Errorf("non-JSON message: dead letter reason %q, want a processor reason", d.DeadReason)
 	}
 }
