@@ -130,6 +130,16 @@ func (p *partition) process(recs []stores.Record) {
 		case res := <-results:
 			inflight--
 			p.handle(res, ready)
+			// Take every result already waiting before launching again.
+			for more := true; more && inflight > 0; {
+				select {
+				case res := <-results:
+					inflight--
+					p.handle(res, ready)
+				default:
+					more = false
+				}
+			}
 		case <-wake:
 		case <-stopCh:
 			stopCh = nil // stop launching; collect what is in flight

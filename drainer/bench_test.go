@@ -48,8 +48,9 @@ var benchBackends = []struct {
 func BenchmarkDrainer(b *testing.B) {
 	const records = 100_000
 	for _, be := range benchBackends {
-		for _, parts := range []int{1, 4} {
-			b.Run(fmt.Sprintf("%s/partitions=%d", be.name, parts), func(b *testing.B) {
+		for _, shape := range []struct{ parts, batch int }{{1, 100}, {4, 100}, {1, 1000}} {
+			parts := shape.parts
+			b.Run(fmt.Sprintf("%s/partitions=%d/batch=%d", be.name, parts, shape.batch), func(b *testing.B) {
 				var elapsed time.Duration
 				for b.Loop() {
 					b.StopTimer()
@@ -59,7 +60,7 @@ func BenchmarkDrainer(b *testing.B) {
 					obs.left.Store(records)
 					pol := policyDefaults(routes.Policy{})
 					g := New(Config{
-						Session: "s", Partitions: parts, BatchSize: 100, Owner: "bench",
+						Session: "s", Partitions: parts, BatchSize: shape.batch, Owner: "bench",
 						Routes:   map[string]Route{"r": {Sender: nopSender{batch: 1}, Policy: pol}},
 						Observer: obs,
 					}, store, memory.NewLeases())
@@ -102,7 +103,7 @@ func fillStore(b *testing.B, store stores.Outbox, records, parts int) {
 
 // BenchmarkStoreBaseline drains the same 100k records with bare Claim and
 // Complete calls (batches of 100, one partition): the most any drainer can
-// get out of the store. Compare it with BenchmarkDrainer/*/partitions=1.
+// get out of the store. Compare it with BenchmarkDrainer/*/partitions=1/batch=100.
 func BenchmarkStoreBaseline(b *testing.B) {
 	const records = 100_000
 	for _, be := range benchBackends {
