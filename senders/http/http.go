@@ -51,9 +51,8 @@ type Sender struct {
 // method (default POST), headers (templates allowed), timeout (per request,
 // default 5s) and tls (ca_file: trust only that CA; cert_file and key_file: a
 // client certificate; insecure_skip_verify). maxInFlight sizes the keep-alive
-// pool: at most that many connections per host, all kept idle for reuse
-// (pass the route's max_in_flight; the sum when routes share a sender);
-// <= 0 means DefaultMaxInFlight. A nil
+// pool: up to that many idle connections per host are kept for reuse (pass
+// the route's max_in_flight); <= 0 means DefaultMaxInFlight. A nil
 // logger discards. It returns an error for a bad template, an unreadable TLS
 // file, or a half-configured client certificate.
 func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender, error) {
@@ -104,10 +103,9 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 	tr := nethttp.DefaultTransport.(*nethttp.Transport).Clone()
 	tr.MaxIdleConns = maxInFlight
 	tr.MaxIdleConnsPerHost = maxInFlight
-	// At most maxInFlight connections per host: with more concurrent sends
-	// than that they wait for a free connection rather than dial one that
-	// the idle pool would close again.
-	tr.MaxConnsPerHost = maxInFlight
+	// No MaxConnsPerHost: a sender shared by routes or partitions may have
+	// more sends in flight than one route's max_in_flight, and a request
+	// waiting for a connection would spend its timeout waiting.
 	tr.TLSClientConfig = tlsConf
 	s.tr = tr
 	s.client = &nethttp.Client{
