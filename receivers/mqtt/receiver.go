@@ -30,6 +30,10 @@ import (
 // session): a duplicate, never a loss.
 const ShutdownGrace = 2 * time.Second
 
+// disconnectQuiesce bounds how long a clean disconnect waits for queued
+// packets (acknowledgements) to be written.
+const disconnectQuiesce = 2 * time.Second
+
 // subscribeTimeout bounds the wait for a SUBACK.
 const subscribeTimeout = 30 * time.Second
 
@@ -111,7 +115,14 @@ func (r *Receiver) Run(ctx context.Context) error {
 
 	r.pipe.stop()
 	r.pipe.drain(ShutdownGrace)
-	client.Disconnect(250)
+	// paho writes the acknowledgements already handed to it before the
+	// DISCONNECT, and waits up to quiesce for that; then it closes the
+	// connection anyway (acks not yet written are lost: duplicates later).
+	quiesce := uint(disconnectQuiesce / time.Millisecond)
+	if !client.IsConnectionOpen() {
+		quiesce = 0 // nothing to flush; do not wait for a connection attempt
+	}
+	client.Disconnect(quiesce)
 	close(quitAck)
 	wg.Wait()
 	if n := r.pipe.inFlight(); n > 0 {
