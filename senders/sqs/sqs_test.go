@@ -91,6 +91,18 @@ func (q *fauxqs) receive(t *testing.T, n int) []types.Message {
 	return got
 }
 
+// requireEmpty fails when the queue still holds a visible message.
+func (q *fauxqs) requireEmpty(t *testing.T) {
+	t.Helper()
+	out, err := q.client.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.queueURL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+	if err != nil {
+		t.Fatalf("receive: %v", err)
+	}
+	if len(out.Messages) != 0 {
+		t.Fatalf("queue holds %d more messages, want none: first %q", len(out.Messages), aws.ToString(out.Messages[0].Body))
+	}
+}
+
 // wire is a reverse proxy in front of fauxqs that records the entry count
 // of every SendMessageBatch call.
 type wire struct {
@@ -240,6 +252,7 @@ func TestSender_FIFOGroupAndDeduplicationIDs(t *testing.T) {
 	requireAll(t, s.Send(t.Context(), envs[:1]), 1)
 
 	got := q.receive(t, 9)
+	q.requireEmpty(t) // the resent envelope was deduplicated
 	bodies := map[string][]string{}
 	for _, m := range got {
 		group := m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
