@@ -50,6 +50,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = (&VersionCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
 	case "run":
 		err = (&RunCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
+	case "dlq":
+		err = (&DLQCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
+	case "outbox":
+		err = (&OutboxCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
 	// Other subcommands ("run", "dlq", "outbox") are added here, each in its
 	// own file with its own flag.FlagSet.
 	case "help", "-h", "-help", "--help":
@@ -81,6 +85,8 @@ func usage(w io.Writer) {
 Usage:
   gobridge run -c FILE                          run the bridge until SIGINT/SIGTERM
   gobridge check -c FILE [--format text|json]   validate a config
+  gobridge dlq list|show|requeue|drop -c FILE   inspect, requeue or drop dead letters
+  gobridge outbox stats -c FILE                 per-route pending, due, oldest, dead, done
   gobridge version                              print version and commit
   gobridge help                                 show this help
 

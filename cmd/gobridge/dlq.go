@@ -1,0 +1,446 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// DLQCommand manages dead letters in the configured outbox store:
+// `gobridge dlq list|show|requeue|drop -c FILE ...`. It works while a bridge
+// runs on the same SQLite file (WAL) and while none does.
+type DLQCommand struct {
+	Stdout, Stderr io.Writer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+const dlqUsage = `Usage:
+  gobridge dlq list    -c FILE [--route R] [--since DURATION] [--limit N] [--after CURSOR] [--format table|json]
+  gobridge dlq show    -c FILE [--format text|json] ID
+  gobridge dlq requeue -c FILE (ID... | [--route R] --all [--yes])
+  gobridge dlq drop    -c FILE (ID... | [--route R] --all [--yes])
+
+Dead letters are records the drainer gave up on (a permanent failure, or
+poisoned after max_replay_attempts and replay_budget), or that expired with
+on_expired: dlq. They stay in the outbox store until requeued or dropped.
+
+list     prints dead letters oldest first (by the time they died), one page
+         of --limit (default 50); when there are more it prints the --after
+         CURSOR of the next page (to stderr for tables, as "next" in JSON).
+         --since 24h lists only those that died in the last 24 hours.
+show     prints one dead letter with everything stored: envelope, headers,
+         attempts, times, reason, last error, and the payload (as text when
+         it is UTF-8, else base64).
+requeue  puts dead letters back to pending under a new envelope ID with
+         attempts reset (the old ID is kept as causation_id). A running
+         bridge picks them up on its next poll of the session.
+drop     deletes dead letters for good.
+         With IDs, requeue and drop act on those at once. With --all (every
+         dead letter, or those of --route R) they print what they would do
+         and change nothing unless --yes is given.
+
+Exit status: 0 done, 1 failure (an ID not found, a store error, an invalid
+config), 2 usage error.
+`
+
+// Run dispatches to the dlq subcommands.
+func (c *DLQCommand) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(c.Stderr, dlqUsage)
+		return errUsage
+	}
+	sub, rest := args[0], args[1:]
+	switch sub {
+	case "list":
+		return c.list(ctx, rest)
+	case "show":
+		return c.show(ctx, rest)
+	case "requeue", "drop":
+		return c.act(ctx, sub, rest)
+	}
+	if isHelp(sub) {
+		fmt.Fprint(c.Stdout, dlqUsage)
+		return flag.ErrHelp
+	}
+	fmt.Fprintf(c.Stderr, "dlq: unknown subcommand %q\n\n%s", sub, dlqUsage)
+	return errUsage
+}
+
+func (c *DLQCommand) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
+}
+
+func (c *DLQCommand) flags(name string) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("dlq "+name, flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), dlqUsage+"\nFlags of dlq "+name+":\n"); fs.PrintDefaults() }
+	return fs, fs.String("c", "", "config `FILE` naming the outbox store (required)")
+}
+
+// parseInterleaved parses flags that may come before or after positional
+// arguments (`dlq requeue ID -c FILE` as well as `-c FILE ID`).
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, parseErr(err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func (c *DLQCommand) list(ctx context.Context, args []string) error {
+	fs, path := c.flags("list")
+	route := fs.String("route", "", "list only dead letters of `ROUTE`")
+	since := fs.Duration("since", 0, "list only dead letters that died within `DURATION` (e.g. 1h)")
+	limit := fs.Int("limit", 50, "page size (`N`, 1..1000)")
+	after := fs.String("after", "", "continue after `CURSOR` (printed by the previous page)")
+	format := fs.String("format", "table", "output `format`: table or json")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *path == "":
+		return usageErr(fs, c.Stderr, "dlq list: -c FILE is required")
+	case len(pos) > 0:
+		return usageErr(fs, c.Stderr, fmt.Sprintf("dlq list: unexpected argument %q", pos[0]))
+	case *limit < 1 || *limit > 1000:
+		return usageErr(fs, c.Stderr, fmt.Sprintf("dlq list: --limit must be 1..1000, not %d", *limit))
+	case *since < 0:
+		return usageErr(fs, c.Stderr, "dlq list: --since must not be negative")
+	case *format != "table" && *format != "json":
+		return usageErr(fs, c.Stderr, fmt.Sprintf("dlq list: --format must be table or json, not %q", *format))
+	}
+	_, st, err := openConfiguredStore(ctx, *path, c.Stderr)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	now := c.now()
+	var cutoff time.Time
+	if *since > 0 {
+		cutoff = now.Add(-*since)
+	}
+	recs, next, err := listSince(ctx, st, stores.DeadFilter{Route: *route, After: *after, Limit: *limit}, cutoff)
+	if err != nil {
+		return fmt.Errorf("dlq list: %w", err)
+	}
+	if *format == "json" {
+		out := struct {
+			DeadLetters []deadLetterJSON `json:"dead_letters"`
+			Next        string           `json:"next"`
+		}{DeadLetters: make([]deadLetterJSON, len(recs)), Next: next}
+		for i := range recs {
+			out.DeadLetters[i] = toJSON(&recs[i], now, false)
+		}
+		enc := json.NewEncoder(c.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tROUTE\tATTEMPTS\tFIRST ATTEMPT\tDIED\tAGE\tREASON")
+	for i := range recs {
+		r := &recs[i]
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Envelope.ID, r.Route, r.Attempts,
+			stamp(r.FirstAttemptAt), stamp(r.DeadAt), age(now, r.CreatedAt), oneLine(r.DeadReason, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != "" {
+		fmt.Fprintf(c.Stderr, "more: gobridge dlq list -c %s%s --limit %d --after %s\n", *path, routeFlag(*route), *limit, next)
+	}
+	return nil
+}
+
+// listSince returns one page of f whose records died at or after cutoff
+// (all when zero). Pages wholly older than cutoff are skipped (the list is
+// oldest first, so the rest of the page after the first match matches too).
+func listSince(ctx context.Context, st stores.DeadLetters, f stores.DeadFilter, cutoff time.Time) ([]stores.Record, string, error) {
+	for {
+		recs, next, err := st.ListDead(ctx, f)
+		if err != nil || cutoff.IsZero() {
+			return recs, next, err
+		}
+		for i := range recs {
+			if !recs[i].DeadAt.Before(cutoff) {
+				return recs[i:], next, nil
+			}
+		}
+		if next == "" {
+			return nil, "", nil
+		}
+		f.After = next
+	}
+}
+
+func (c *DLQCommand) show(ctx context.Context, args []string) error {
+	fs, path := c.flags("show")
+	format := fs.String("format", "text", "output `format`: text or json")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *path == "":
+		return usageErr(fs, c.Stderr, "dlq show: -c FILE is required")
+	case len(pos) != 1:
+		return usageErr(fs, c.Stderr, "dlq show: exactly one ID is required")
+	case *format != "text" && *format != "json":
+		return usageErr(fs, c.Stderr, fmt.Sprintf("dlq show: --format must be text or json, not %q", *format))
+	}
+	_, st, err := openConfiguredStore(ctx, *path, c.Stderr)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	r, err := st.GetDead(ctx, pos[0])
+	if err != nil {
+		return fmt.Errorf("dlq show: %w", err)
+	}
+	d := toJSON(&r, c.now(), true)
+	if *format == "json" {
+		enc := json.NewEncoder(c.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d)
+	}
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	line("id", d.ID)
+	line("session", fmt.Sprintf("%s (partition %d)", d.Session, d.Partition))
+	line("route", d.Route)
+	line("topic", d.Topic)
+	line("qos", fmt.Sprint(d.QoS))
+	if d.Key != "" {
+		line("ordering key", d.Key)
+	}
+	if d.CausationID != "" {
+		line("causation id", d.CausationID)
+	}
+	line("received", stamp(r.Envelope.ReceivedAt))
+	line("created", fmt.Sprintf("%s (age %s)", stamp(r.CreatedAt), age(c.now(), r.CreatedAt)))
+	line("attempts", fmt.Sprint(d.Attempts))
+	line("first attempt", stamp(r.FirstAttemptAt))
+	line("died", stamp(r.DeadAt))
+	if !r.ExpiresAt.IsZero() {
+		line("expires", stamp(r.ExpiresAt))
+	}
+	line("reason", d.Reason)
+	if d.LastError != "" && d.LastError != d.Reason {
+		line("last error", d.LastError)
+	}
+	for _, k := range sortedKeys(d.Headers) {
+		line("header "+k, d.Headers[k])
+	}
+	line("payload encoding", d.PayloadEncoding)
+	line("payload bytes", fmt.Sprint(len(r.Envelope.Payload)))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.Stdout, "payload:\n%s\n", d.Payload)
+	return nil
+}
+
+func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error {
+	fs, path := c.flags(verb)
+	route := fs.String("route", "", "with --all: only dead letters of `ROUTE`")
+	all := fs.Bool("all", false, "act on every dead letter (of --route when given)")
+	yes := fs.Bool("yes", false, "with --all: really do it (without it, only print what would be done)")
+	ids, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *path == "":
+		return usageErr(fs, c.Stderr, "dlq "+verb+": -c FILE is required")
+	case *all && len(ids) > 0:
+		return usageErr(fs, c.Stderr, "dlq "+verb+": give IDs or --all, not both")
+	case !*all && len(ids) == 0:
+		return usageErr(fs, c.Stderr, "dlq "+verb+": give one or more IDs, or --all (with --route R)")
+	case !*all && *route != "":
+		return usageErr(fs, c.Stderr, "dlq "+verb+": --route needs --all")
+	}
+	_, st, err := openConfiguredStore(ctx, *path, c.Stderr)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if *all {
+		if ids, err = allDeadIDs(ctx, st, *route); err != nil {
+			return fmt.Errorf("dlq %s: %w", verb, err)
+		}
+		scope := "every route"
+		if *route != "" {
+			scope = "route " + *route
+		}
+		if !*yes {
+			fmt.Fprintf(c.Stdout, "would %s %d dead letters of %s:\n", verb, len(ids), scope)
+			for i, id := range ids {
+				if i == 20 {
+					fmt.Fprintf(c.Stdout, "  ... and %d more\n", len(ids)-20)
+					break
+				}
+				fmt.Fprintf(c.Stdout, "  %s\n", id)
+			}
+			fmt.Fprintln(c.Stdout, "nothing changed; add --yes to do it")
+			return nil
+		}
+	}
+	var failed []error
+	n := 0
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			failed = append(failed, err)
+			break
+		}
+		if verb == "requeue" {
+			nr, err := st.Requeue(ctx, id, c.now())
+			if err != nil {
+				failed = append(failed, fmt.Errorf("requeue %s: %w", id, err))
+				continue
+			}
+			if !*all {
+				fmt.Fprintf(c.Stdout, "requeued %s as %s (route %s)\n", id, nr.Envelope.ID, nr.Route)
+			}
+		} else {
+			if err := st.DropDead(ctx, id); err != nil {
+				failed = append(failed, fmt.Errorf("drop %s: %w", id, err))
+				continue
+			}
+			if !*all {
+				fmt.Fprintf(c.Stdout, "dropped %s\n", id)
+			}
+		}
+		n++
+	}
+	past := map[string]string{"requeue": "requeued", "drop": "dropped"}[verb]
+	if *all || len(ids) > 1 {
+		fmt.Fprintf(c.Stdout, "%s %d of %d dead letters\n", past, n, len(ids))
+	}
+	if verb == "requeue" && n > 0 {
+		fmt.Fprintln(c.Stdout, "a running bridge delivers them on its next poll of their session")
+	}
+	if len(failed) > 0 {
+		return errors.Join(failed...)
+	}
+	return nil
+}
+
+// allDeadIDs lists the IDs of every dead letter (of route when set), page by
+// page, oldest first.
+func allDeadIDs(ctx context.Context, st stores.DeadLetters, route string) ([]string, error) {
+	var ids []string
+	f := stores.DeadFilter{Route: route, Limit: 1000}
+	for {
+		recs, next, err := st.ListDead(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for i := range recs {
+			ids = append(ids, recs[i].Envelope.ID)
+		}
+		if next == "" {
+			return ids, nil
+		}
+		f.After = next
+	}
+}
+
+// deadLetterJSON is the JSON form of a dead letter (dlq list/show).
+type deadLetterJSON struct {
+	ID             string            `json:"id"`
+	Session        string            `json:"session"`
+	Partition      int               `json:"partition"`
+	Route          string            `json:"route"`
+	Topic          string            `json:"topic"`
+	QoS            byte              `json:"qos"`
+	Key            string            `json:"key,omitempty"`
+	CausationID    string            `json:"causation_id,omitempty"`
+	Reason         string            `json:"reason"`
+	LastError      string            `json:"last_error,omitempty"`
+	Attempts       int               `json:"attempts"`
+	ReceivedAt     time.Time         `json:"received_at,omitzero"`
+	CreatedAt      time.Time         `json:"created_at"`
+	FirstAttemptAt time.Time         `json:"first_attempt_at,omitzero"`
+	DeadAt         time.Time         `json:"dead_at"`
+	ExpiresAt      time.Time         `json:"expires_at,omitzero"`
+	AgeSeconds     float64           `json:"age_seconds"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	// PayloadEncoding is "text" (UTF-8) or "base64"; Payload is set by show.
+	PayloadEncoding string `json:"payload_encoding,omitempty"`
+	Payload         string `json:"payload,omitempty"`
+}
+
+func toJSON(r *stores.Record, now time.Time, payload bool) deadLetterJSON {
+	d := deadLetterJSON{
+		ID: r.Envelope.ID, Session: r.Session, Partition: r.Partition, Route: r.Route,
+		Topic: r.Envelope.Topic, QoS: r.Envelope.QoS, Key: r.Envelope.Key, CausationID: r.CausationID,
+		Reason: r.DeadReason, LastError: r.LastError, Attempts: r.Attempts,
+		ReceivedAt: r.Envelope.ReceivedAt, CreatedAt: r.CreatedAt, FirstAttemptAt: r.FirstAttemptAt,
+		DeadAt: r.DeadAt, ExpiresAt: r.ExpiresAt, AgeSeconds: now.Sub(r.CreatedAt).Seconds(),
+	}
+	if payload {
+		d.Headers = r.Envelope.Headers
+		d.PayloadEncoding, d.Payload = "text", string(r.Envelope.Payload)
+		if !utf8.Valid(r.Envelope.Payload) {
+			d.PayloadEncoding, d.Payload = "base64", base64.StdEncoding.EncodeToString(r.Envelope.Payload)
+		}
+	}
+	return d
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// oneLine shortens s to one line of at most n runes for tables.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+func routeFlag(r string) string {
+	if r == "" {
+		return ""
+	}
+	return " --route " + r
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/sqlite"
+)
+
+// storeFixture is a config file naming a SQLite outbox, and that store open
+// in the test (as a running bridge would hold it) while the commands run.
+type storeFixture struct {
+	cfg string
+	st  *sqlite.Store
+}
+
+func newStoreFixture(t *testing.T, storeType string) *storeFixture {
+	t.Helper()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "outbox.db")
+	cfg := filepath.Join(dir, "bridge.yaml")
+	store := fmt.Sprintf("{type: sqlite, options: {path: %q}}", db)
+	if storeType != "sqlite" {
+		store = "{type: " + storeType + "}"
+	}
+	yaml := fmt.Sprintf(`version: 1
+bridge: {id: test, admin: {listen: ""}}
+stores:
+  outbox: %s
+receivers:
+  - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0"}, topics: [{topic: "#", qos: 1}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: alarms, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: plant}}
+  - {id: telemetry, receiver: edge, topic: "t/#", sender: out, delivery_mode: shared_outbox, session: {id: plant}}
+`, store)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fx := &storeFixture{cfg: cfg}
+	if storeType == "sqlite" {
+		st, err := sqlite.Open(db, sqlite.Options{Sync: "normal"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		fx.st = st
+	}
+	return fx
+}
+
+// dead appends n records of route with payload and dead-letters them with
+// reason, one second apart starting at base; it returns their IDs.
+func (fx *storeFixture) dead(t *testing.T, route string, n int, payload []byte, reason string, base time.Time) []string {
+	t.Helper()
+	ctx := t.Context()
+	recs := make([]stores.Record, n)
+	ids := make([]string, n)
+	for i := range recs {
+		ids[i] = delivery.NewID()
+		recs[i] = stores.Record{Session: "plant", Route: route, CreatedAt: base, NextAttemptAt: base,
+			Envelope: delivery.Envelope{ID: ids[i], Topic: "a/1", Payload: payload, QoS: 1, ReceivedAt: base,
+				Headers: map[string]string{"site": "7"}}}
+	}
+	if err := fx.st.Append(ctx, recs...); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := fx.st.Claim(ctx, stores.ClaimRequest{Session: "plant", Token: 1, Limit: n, Now: base, Until: base.Add(time.Minute)})
+	if err != nil || len(claimed) != n {
+		t.Fatalf("claim: %d, %v", len(claimed), err)
+	}
+	for i := range claimed {
+		claimed[i].DeadAt = base.Add(time.Duration(i) * time.Second)
+		if err := fx.st.DeadLetter(ctx, claimed[i], reason); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+func TestDLQ_ListPagesOldestFirst(t *testing.T) {
+	fx := newStoreFixture(t, "sqlite")
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	ids := fx.dead(t, "alarms", 5, []byte(`{"t":1}`), "permanent: 400 bad request", base)
+	fx.dead(t, "telemetry", 2, []byte(`{}`), "poisoned", base.Add(10*time.Second))
+
+	code, out, errOut := gobridge(t, "dlq", "list", "-c", fx.cfg, "--route", "alarms", "--limit", "2")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") || !strings.HasPrefix(lines[1], ids[0]) || !strings.HasPrefix(lines[2], ids[1]) {
+		t.Fatalf("page 1:\n%s", out)
+	}
+	if !strings.Contains(lines[1], "permanent: 400 bad request") || !strings.Contains(lines[1], "alarms") {
+		t.Errorf("row lacks reason or route: %q", lines[1])
+	}
+	_, cursor, ok := strings.Cut(strings.TrimSpace(errOut), "--after ")
+	if !ok {
+		t.Fatalf("no next cursor on stderr: %q", errOut)
+	}
+	code, out, _ = gobridge(t, "dlq", "list", "-c", fx.cfg, "--route", "alarms", "--limit", "2", "--after", cursor, "--format", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	var page struct {
+		DeadLetters []deadLetterJSON `json:"dead_letters"`
+		Next        string           `json:"next"`
+	}
+	if err := json.Unmarshal([]byte(out), &page); err != nil {
+		t.Fatalf("json: %v\n%s", err, out)
+	}
+	if len(page.DeadLetters) != 2 || page.DeadLetters[0].ID != ids[2] || page.DeadLetters[1].ID != ids[3] || page.Next == "" {
+		t.Fatalf("page 2 = %+v", page)
+	}
+	if d := page.DeadLetters[0]; d.Attempts != 1 || d.Reason != "permanent: 400 bad request" || d.Payload != "" {
+		t.Errorf("page 2 row = %+v (list never includes payloads)", d)
+	}
+
+	t.Run("since skips older dead letters", func(t *testing.T) {
+		since := time.Since(base.Add(2500 * time.Millisecond)) // cutoff between ids[2] and ids[3]
+		code, out, _ := gobridge(t, "dlq", "list", "-c", fx.cfg, "--since", since.String(), "--format", "json", "--limit", "2")
+		if code != exitOK {
+			t.Fatalf("exit %d", code)
+		}
+		var p struct {
+			DeadLetters []deadLetterJSON `json:"dead_letters"`
+		}
+		_ = json.Unmarshal([]byte(out), &p)
+		if len(p.DeadLetters) == 0 || p.DeadLetters[0].ID != ids[3] {
+			t.Fatalf("--since %s: %s", since, out)
+		}
+	})
+}
+
+func TestDLQ_ShowPrintsEverything(t *testing.T) {
+	fx := newStoreFixture(t, "sqlite")
+	base := time.Now().Add(-time.Minute)
+	text := fx.dead(t, "alarms", 1, []byte(`{"temp": 21}`), "permanent: schema", base)[0]
+	bin := fx.dead(t, "alarms", 1, []byte{0xff, 0x00, 0xfe}, "permanent: binary", base)[0]
+
+	code, out, errOut := gobridge(t, "dlq", "show", "-c", fx.cfg, text)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{text, "plant", "alarms", "a/1", "permanent: schema", "header site:", "payload encoding:  text", `{"temp": 21}`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = gobridge(t, "dlq", "show", bin, "-c", fx.cfg, "--format", "json")
+	var d deadLetterJSON
+	if code != exitOK || json.Unmarshal([]byte(out), &d) != nil {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	if d.PayloadEncoding != "base64" || d.Payload != "/wD+" || d.Headers["site"] != "7" {
+		t.Errorf("binary payload = %+v", d)
+	}
+	code, _, errOut = gobridge(t, "dlq", "show", "-c", fx.cfg, "no-such-id")
+	if code != exitFailure || !strings.Contains(errOut, "not found") {
+		t.Errorf("missing ID: exit %d, %q", code, errOut)
+	}
+}
+
+func TestDLQ_RequeueAndDrop(t *testing.T) {
+	fx := newStoreFixture(t, "sqlite")
+	base := time.Now().Add(-time.Minute)
+	ids := fx.dead(t, "alarms", 3, []byte(`x`), "boom", base)
+	tele := fx.dead(t, "telemetry", 2, []byte(`y`), "boom", base)
+	ctx := t.Context()
+
+	code, out, errOut := gobridge(t, "dlq", "requeue", "-c", fx.cfg, ids[0])
+	if code != exitOK || !strings.Contains(out, "requeued "+ids[0]+" as ") {
+		t.Fatalf("requeue: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := fx.st.GetDead(ctx, ids[0]); !errors.Is(err, stores.ErrNotFound) {
+		t.Errorf("requeued dead letter still there: %v", err)
+	}
+	got, err := fx.st.Claim(ctx, stores.ClaimRequest{Session: "plant", Token: 2, Limit: 10, Now: time.Now(), Until: time.Now().Add(time.Minute)})
+	if err != nil || len(got) != 1 || got[0].CausationID != ids[0] || got[0].Attempts != 1 {
+		t.Fatalf("requeued record: %+v, %v", got, err)
+	}
+
+	code, out, _ = gobridge(t, "dlq", "drop", "-c", fx.cfg, ids[1], "missing-id")
+	if code != exitFailure || !strings.Contains(out, "dropped "+ids[1]) {
+		t.Errorf("drop with one missing ID: exit %d\n%s", code, out)
+	}
+
+	// Bulk without --yes only prints.
+	code, out, _ = gobridge(t, "dlq", "drop", "-c", fx.cfg, "--route", "telemetry", "--all")
+	if code != exitOK || !strings.Contains(out, "would drop 2 dead letters of route telemetry") || !strings.Contains(out, tele[1]) {
+		t.Fatalf("dry run: exit %d\n%s", code, out)
+	}
+	if recs, _, _ := fx.st.ListDead(ctx, stores.DeadFilter{Route: "telemetry"}); len(recs) != 2 {
+		t.Fatalf("dry run changed something: %d left", len(recs))
+	}
+	code, out, _ = gobridge(t, "dlq", "requeue", "-c", fx.cfg, "--route", "telemetry", "--all", "--yes")
+	if code != exitOK || !strings.Contains(out, "requeued 2 of 2") {
+		t.Fatalf("bulk requeue: exit %d\n%s", code, out)
+	}
+	left, _, _ := fx.st.ListDead(ctx, stores.DeadFilter{})
+	if len(left) != 1 || left[0].Envelope.ID != ids[2] {
+		t.Fatalf("left after bulk requeue: %d", len(left))
+	}
+}
+
+func TestDLQ_UsageAndStoreErrors(t *testing.T) {
+	fx := newStoreFixture(t, "sqlite")
+	for _, args := range [][]string{
+		{"dlq"},
+		{"dlq", "nope"},
+		{"dlq", "list"},
+		{"dlq", "list", "-c", fx.cfg, "--limit", "0"},
+		{"dlq", "list", "-c", fx.cfg, "--format", "xml"},
+		{"dlq", "show", "-c", fx.cfg},
+		{"dlq", "requeue", "-c", fx.cfg},
+		{"dlq", "drop", "-c", fx.cfg, "--all", "some-id"},
+		{"dlq", "drop", "-c", fx.cfg, "--route", "alarms", "some-id"},
+		{"outbox"},
+		{"outbox", "stats"},
+		{"outbox", "stats", "-c", fx.cfg, "--format", "yaml"},
+	} {
+		if code, _, _ := gobridge(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	for _, args := range [][]string{{"dlq", "-h"}, {"dlq", "list", "-h"}, {"outbox", "stats", "-h"}, {"outbox", "help"}} {
+		if code, _, _ := gobridge(t, args...); code != exitOK {
+			t.Errorf("%v: exit %d, want 0", args, code)
+		}
+	}
+	mem := newStoreFixture(t, "memory")
+	for _, args := range [][]string{{"dlq", "list", "-c", mem.cfg}, {"outbox", "stats", "-c", mem.cfg}} {
+		code, _, errOut := gobridge(t, args...)
+		if code != exitFailure || !strings.Contains(errOut, "memory") || !strings.Contains(errOut, "console") {
+			t.Errorf("%v on a memory store: exit %d, %q", args, code, errOut)
+		}
+	}
+}
