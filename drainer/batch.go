@@ -59,6 +59,7 @@ func (p *partition) process(recs []stores.Record) {
 	items := make([]*item, 0, len(recs))
 	ready := map[string][]*item{}
 	var order []string // routes in first-seen order, for fair launching
+	seen := map[string]bool{}
 	lastOfKey := map[string]*item{}
 	for _, rec := range recs {
 		it := &item{rec: rec}
@@ -80,6 +81,10 @@ func (p *partition) process(recs []stores.Record) {
 			}
 			continue
 		}
+		if !seen[r.ID] { // also for records that wait behind their key
+			seen[r.ID] = true
+			order = append(order, r.ID)
+		}
 		if k := rec.Envelope.Key; k != "" {
 			if prev := lastOfKey[k]; prev != nil {
 				prev.next = it
@@ -87,9 +92,6 @@ func (p *partition) process(recs []stores.Record) {
 				continue
 			}
 			lastOfKey[k] = it
-		}
-		if _, seen := ready[r.ID]; !seen {
-			order = append(order, r.ID)
 		}
 		ready[r.ID] = append(ready[r.ID], it)
 	}

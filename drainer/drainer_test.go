@@ -3,6 +3,7 @@ package drainer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -343,6 +344,39 @@ func TestGroup_ShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
 		}
 		if ls, _ := leases.List(context.Background(), "", time.Now()); len(ls) != 0 {
 			t.Errorf("leases still held after shutdown: %+v", ls)
+		}
+	})
+}
+
+func TestGroup_OrderingKeySpansRoutesOfASession(t *testing.T) {
+	backends(t, func(t *testing.T, store stores.Store) {
+		snd := newScriptSender(1, nil)
+		cfg := testConfig(t, snd, testPolicy(), nil)
+		cfg.Routes["r2"] = Route{Sender: snd, Policy: testPolicy()}
+		cfg.DrainStrategy = routes.DrainStrategy{Type: routes.DrainFixedPoll, Interval: routes.Duration(time.Hour)}
+		cfg.LeaseTTL = 3 * time.Hour
+		g := New(cfg, store, memory.NewLeases())
+		for i, route := range []string{"r", "r2", "r"} {
+			env := delivery.Envelope{ID: fmt.Sprintf("k%d", i), Topic: "t", Key: "k"}
+			if err := store.Append(t.Context(), stores.Record{Session: "s", Route: route, Envelope: env}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		stop := running(t, g)
+		synctest.Wait()
+		if n := pending(t, store); n != 0 || time.Since(start) != 0 {
+			t.Fatalf("pending %d after %v: a key's later record on another route waited for a poll", n, time.Since(start))
+		}
+		var got []string
+		for _, e := range snd.log {
+			got = append(got, e.ID)
+		}
+		if strings.Join(got, ",") != "k0,k1,k2" {
+			t.Errorf("send order %v, want k0,k1,k2", got)
+		}
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
 		}
 	})
 }
