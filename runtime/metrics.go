@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gobridge/gobridge/drainer"
+	"github.com/gobridge/gobridge/receivers"
 )
 
 // metrics are the runtime's Prometheus metrics. Labels are bounded: route,
@@ -43,10 +44,9 @@ type metrics struct {
 	appendErrors  prometheus.Counter     // gobridge_outbox_append_errors_total
 
 	// receivers
-	connected  *prometheus.GaugeVec   // gobridge_receiver_connected{receiver}
-	subscribed *prometheus.GaugeVec   // gobridge_receiver_subscribed{receiver}
-	reconnects *prometheus.CounterVec // gobridge_receiver_reconnects_total{receiver}
-	ready      prometheus.Gauge       // gobridge_ready
+	connected  *prometheus.GaugeVec // gobridge_receiver_connected{receiver}
+	subscribed *prometheus.GaugeVec // gobridge_receiver_subscribed{receiver}
+	ready      prometheus.Gauge     // gobridge_ready
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -100,7 +100,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 		connected:  gauge("receiver", "connected", "1 when the receiver is connected (listener: accepting).", "receiver"),
 		subscribed: gauge("receiver", "subscribed", "1 when every subscription of the receiver was granted.", "receiver"),
-		reconnects: counter("receiver", "reconnects_total", "Times the receiver connected again after losing its connection.", "receiver"),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "gobridge", Name: "ready", Help: "1 when /readyz reports ready.",
 		}),
@@ -110,7 +109,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.routeReceived, m.routeAcked, m.filtered, m.persisted,
 		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.stale, m.sendSeconds, m.limit, m.inFlight,
 		m.pending, m.oldestAge, m.backpressure, m.appendSeconds, m.appendBatch, m.appendErrors,
-		m.connected, m.subscribed, m.reconnects, m.ready,
+		m.connected, m.subscribed, m.ready,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -136,7 +135,50 @@ func (m *metrics) initReceiver(id string) {
 	m.unmatched.WithLabelValues(id)
 	m.connected.WithLabelValues(id)
 	m.subscribed.WithLabelValues(id)
-	m.reconnects.WithLabelValues(id)
+}
+
+// receiverStats is implemented by receivers that count their own events.
+type receiverStats interface {
+	Stats() receivers.Stats
+}
+
+// receiverCollector exports the receivers' own counters at scrape time.
+type receiverCollector struct{ rt *Runtime }
+
+var (
+	descReconnects = prometheus.NewDesc("gobridge_receiver_reconnects_total",
+		"Successful connections after the first (mqtt).", []string{"receiver"}, nil)
+	descDropped = prometheus.NewDesc("gobridge_receiver_dropped_total",
+		"QoS 0 messages dropped because the ingest queue was full (mqtt).", []string{"receiver"}, nil)
+	descAbandoned = prometheus.NewDesc("gobridge_receiver_abandoned_total",
+		"Messages left unacknowledged because the receiver stopped or lost its connection before they settled (they are sent again).", []string{"receiver"}, nil)
+	descUnrouted = prometheus.NewDesc("gobridge_receiver_unrouted_total",
+		"Messages the embedded listener accepted on topics none of its subscriptions match.", []string{"receiver"}, nil)
+	descRecvInFlight = prometheus.NewDesc("gobridge_receiver_in_flight",
+		"Messages received and not yet acknowledged.", []string{"receiver"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c receiverCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descReconnects, descDropped, descAbandoned, descUnrouted, descRecvInFlight} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, nr := range c.rt.receivers {
+		rs, ok := nr.r.(receiverStats)
+		if !ok {
+			continue
+		}
+		st := rs.Stats()
+		ch <- prometheus.MustNewConstMetric(descReconnects, prometheus.CounterValue, float64(st.Reconnects), nr.id)
+		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Dropped), nr.id)
+		ch <- prometheus.MustNewConstMetric(descAbandoned, prometheus.CounterValue, float64(st.Abandoned), nr.id)
+		ch <- prometheus.MustNewConstMetric(descUnrouted, prometheus.CounterValue, float64(st.Unrouted), nr.id)
+		ch <- prometheus.MustNewConstMetric(descRecvInFlight, prometheus.GaugeValue, float64(st.InFlight), nr.id)
+	}
 }
 
 // observer turns drainer events into metrics and stall-detection state.

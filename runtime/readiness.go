@@ -84,8 +84,6 @@ func (rt *Runtime) sessionIDs() []string {
 // monitor refreshes the receiver and outbox gauges every monitorInterval
 // until ctx is done. Run owns the goroutine that calls it.
 func (rt *Runtime) monitor(ctx context.Context) {
-	wasConnected := map[string]bool{}
-	everConnected := map[string]bool{}
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
 	for {
@@ -93,13 +91,6 @@ func (rt *Runtime) monitor(ctx context.Context) {
 			st := nr.r.Status()
 			rt.metrics.connected.WithLabelValues(nr.id).Set(b2f(st.Connected))
 			rt.metrics.subscribed.WithLabelValues(nr.id).Set(b2f(st.Subscribed))
-			if st.Connected && !wasConnected[nr.id] && everConnected[nr.id] {
-				rt.metrics.reconnects.WithLabelValues(nr.id).Inc()
-			}
-			if st.Connected {
-				everConnected[nr.id] = true
-			}
-			wasConnected[nr.id] = st.Connected
 		}
 		now := time.Now()
 		for _, sid := range rt.sessionIDs() {

@@ -40,6 +40,10 @@ func TestReadiness_FailsWhileTheBrokerIsGone(t *testing.T) {
 
 	startBroker(t, addr)
 	waitReadyz(t, rt, 200, `"ready":true`)
+	if _, body := httpGet(t, "http://"+rt.AdminAddr()+"/metrics"); !strings.Contains(body, `gobridge_receiver_reconnects_total{receiver="plant"} 1`) ||
+		!strings.Contains(body, `gobridge_receiver_connected{receiver="plant"}`) {
+		t.Errorf("metrics lack the reconnect of receiver plant")
+	}
 }
 
 func TestReadiness_FailsWhileASessionStalls(t *testing.T) {

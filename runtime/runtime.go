@@ -131,6 +131,11 @@ func New(cfg *routes.Config, opts Options) (*Runtime, error) {
 		rt.closeAll()
 		return nil, err
 	}
+	if err := reg.Register(receiverCollector{rt: rt}); err != nil {
+		holdCancel()
+		rt.closeAll()
+		return nil, fmt.Errorf("runtime: register receiver metrics: %w", err)
+	}
 	return rt, nil
 }
 
