@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -21,10 +22,39 @@ const maxTxItems = 100
 // maxTxBytes keeps a transaction under DynamoDB's 4 MB request limit.
 const maxTxBytes = 3 << 20
 
-// partRef names one (session, partition) live counter.
-type partRef struct {
-	session string
-	part    int
+// liveDelta is the change of one session's live count in a transaction,
+// with the partitions it touches.
+type liveDelta struct {
+	d     int64
+	parts map[int]bool
+}
+
+// liveDeltas collects liveDelta per session.
+type liveDeltas map[string]*liveDelta
+
+func (ld liveDeltas) add(session string, part int, d int64) {
+	x := ld[session]
+	if x == nil {
+		x = &liveDelta{parts: make(map[int]bool)}
+		ld[session] = x
+	}
+	x.d += d
+	if d > 0 {
+		x.parts[part] = true
+	}
+}
+
+// items returns one counter update per session, in a stable order.
+func (ld liveDeltas) items(table string) []types.TransactWriteItem {
+	var out []types.TransactWriteItem
+	for _, session := range slices.Sorted(maps.Keys(ld)) {
+		x := ld[session]
+		if x.d == 0 && len(x.parts) == 0 {
+			continue
+		}
+		out = append(out, counterItem(table, session, x.d, slices.Sorted(maps.Keys(x.parts))))
+	}
+	return out
 }
 
 // appendOp is one record of an Append with the coalesce replacement it
@@ -53,6 +83,9 @@ type holder struct {
 // into chunks, each atomic, committed in order: on error, earlier chunks
 // stay committed (re-appending the whole call is safe: it is idempotent).
 func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
+	if s.closed.Load() {
+		return errClosed
+	}
 	ops, err := s.planAppend(ctx, recs)
 	if err != nil {
 		return fmt.Errorf("dynamodb: append: %w", err)
@@ -178,31 +211,23 @@ func (s *Store) coalesceHolder(ctx context.Context, ck string) (*holder, error) 
 
 // chunkLen returns how many leading ops fit one transaction.
 func chunkLen(ops []*appendOp) int {
-	parts := make(map[partRef]bool)
+	sessions := make(map[string]bool)
 	items, bytes := 0, 0
 	for i, op := range ops {
 		add := 1
-		newParts := 0
-		if op.rec.State == stores.Pending && !parts[partRef{op.rec.Session, op.rec.Partition}] {
-			newParts++
-		}
 		if op.holder != nil {
 			add++
-			if !parts[partRef{op.holder.session, op.holder.part}] && op.holder.part != op.rec.Partition {
-				newParts++
-			}
 		}
-		if i > 0 && (items+add+newParts+len(parts) > maxTxItems || bytes+op.size > maxTxBytes) {
+		newSessions := 0
+		if !sessions[op.rec.Session] {
+			newSessions = 1
+		}
+		if i > 0 && (items+add+newSessions+len(sessions) > maxTxItems || bytes+op.size > maxTxBytes) {
 			return i
 		}
 		items += add
 		bytes += op.size
-		if op.rec.State == stores.Pending {
-			parts[partRef{op.rec.Session, op.rec.Partition}] = true
-		}
-		if op.holder != nil {
-			parts[partRef{op.holder.session, op.holder.part}] = true
-		}
+		sessions[op.rec.Session] = true
 	}
 	return len(ops)
 }
@@ -262,7 +287,7 @@ type itemOwner struct {
 func (s *Store) appendItems(ops []*appendOp) ([]types.TransactWriteItem, []itemOwner) {
 	var items []types.TransactWriteItem
 	var owner []itemOwner
-	delta := make(map[partRef]int64)
+	delta := make(liveDeltas)
 	gc := time.Now().Add(s.opts.DoneRetention).Unix()
 	for _, op := range ops {
 		items = append(items, types.TransactWriteItem{Put: &types.Put{
@@ -272,7 +297,7 @@ func (s *Store) appendItems(ops []*appendOp) ([]types.TransactWriteItem, []itemO
 		}})
 		owner = append(owner, itemOwner{op: op})
 		if op.rec.State == stores.Pending {
-			delta[partRef{op.rec.Session, op.rec.Partition}]++
+			delta.add(op.rec.Session, op.rec.Partition, 1)
 		}
 		if h := op.holder; h != nil {
 			items = append(items, types.TransactWriteItem{Update: &types.Update{
@@ -288,32 +313,14 @@ func (s *Store) appendItems(ops []*appendOp) ([]types.TransactWriteItem, []itemO
 				},
 			}})
 			owner = append(owner, itemOwner{op: op, isHolder: true})
-			delta[partRef{h.session, h.part}]--
+			delta.add(h.session, h.part, -1)
 		}
 	}
-	for _, p := range slices.SortedFunc(maps.Keys(delta), func(a, b partRef) int {
-		if a.session != b.session {
-			return compareStrings(a.session, b.session)
-		}
-		return a.part - b.part
-	}) {
-		if delta[p] == 0 {
-			continue
-		}
-		items = append(items, counterItem(s.table, p, delta[p]))
+	for _, it := range delta.items(s.table) {
+		items = append(items, it)
 		owner = append(owner, itemOwner{})
 	}
 	return items, owner
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // doneUpdate turns a record into a key-only tombstone that TTL removes.
@@ -321,23 +328,36 @@ func compareStrings(a, b string) int {
 const doneUpdate = "SET #state = :done, #gc = :gc REMOVE payload, headers, topic, ready_pk, timer_pk, timer_at, " +
 	"live_pk, key_pk, co_pk, dead_all, dead_rpk, dead_sk"
 
-// counterShards spreads the live counter of a session partition over
-// several items, so that concurrent transactions (appends from several
-// instances, the drainer's completes) rarely touch the same item and
-// conflict. Stats sums the shards.
+// counterShards spreads the live counter of a session over several items,
+// so that concurrent transactions (appends from several instances, the
+// drainers' completes) rarely touch the same item and conflict. Stats sums
+// the shards.
 const counterShards = 8
 
-// counterItem adds d to the live count of one session partition, on a
-// random shard.
-func counterItem(table string, p partRef, d int64) types.TransactWriteItem {
+// counterItem adds d to the live count of a session, on a random shard,
+// and records the partitions that received records (Stats looks for the
+// oldest record in each).
+func counterItem(table, session string, d int64, parts []int) types.TransactWriteItem {
+	expr := "ADD #v :d"
+	names := map[string]string{"#v": aValue}
+	vals := map[string]types.AttributeValue{":d": vN(d)}
+	if len(parts) > 0 {
+		ns := make([]string, len(parts))
+		for i, p := range parts {
+			ns[i] = strconv.Itoa(p)
+		}
+		expr += ", #parts :parts"
+		names["#parts"] = aParts
+		vals[":parts"] = &types.AttributeValueMemberNS{Value: ns}
+	}
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName: aws.String(table),
 		Key: map[string]types.AttributeValue{
-			aPK: vS(counterPK(p.session)), aSK: vS(counterSK(p.part, rand.N(counterShards))),
+			aPK: vS(counterPK(session)), aSK: vS(counterSK(rand.N(counterShards))),
 		},
-		UpdateExpression:          aws.String("ADD #v :d SET #part = :part"),
-		ExpressionAttributeNames:  map[string]string{"#v": aValue, "#part": aPart},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":d": vN(d), ":part": vN(int64(p.part))},
+		UpdateExpression:          aws.String(expr),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: vals,
 	}}
 }
 

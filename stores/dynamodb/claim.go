@@ -45,6 +45,9 @@ type candidate struct {
 // released records are due at once; records of one ordering key still go
 // out in Seq order.
 func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
+	if s.closed.Load() {
+		return nil, errClosed
+	}
 	if req.Session == "" || req.Partition < 0 || req.Limit < 1 {
 		return nil, fmt.Errorf("dynamodb: claim: %w: session %q, partition %d, limit %d",
 			stores.ErrInvalid, req.Session, req.Partition, req.Limit)

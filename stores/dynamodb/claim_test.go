@@ -290,3 +290,17 @@ func TestStore_ListDeadRejectsBadCursor(t *testing.T) {
 		}
 	}
 }
+
+func TestStore_CallsAfterCloseFail(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := b.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.s.Append(t.Context(), b.recs(1, "")...); err == nil {
+		t.Fatal("Append after Close succeeded")
+	}
+	if _, err := b.s.Claim(t.Context(), stores.ClaimRequest{Session: b.session, Limit: 1}); err == nil {
+		t.Fatal("Claim after Close succeeded")
+	}
+}

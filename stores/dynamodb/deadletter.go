@@ -19,6 +19,9 @@ var cursorRE = regexp.MustCompile(`^[0-9]{20}\.[0-9]{20}$`)
 // routes) or dead_route index, oldest first by (DeadAt, Seq). The cursor is
 // the index sort key of the last record returned.
 func (s *Store) ListDead(ctx context.Context, f stores.DeadFilter) ([]stores.Record, string, error) {
+	if s.closed.Load() {
+		return nil, "", errClosed
+	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 100
@@ -88,6 +91,9 @@ func (s *Store) deadItem(ctx context.Context, id string) (map[string]types.Attri
 
 // GetDead implements stores.DeadLetters.
 func (s *Store) GetDead(ctx context.Context, id string) (stores.Record, error) {
+	if s.closed.Load() {
+		return stores.Record{}, errClosed
+	}
 	it, err := s.deadItem(ctx, id)
 	if err != nil {
 		return stores.Record{}, fmt.Errorf("dynamodb: get dead letter: %w", err)
@@ -99,6 +105,9 @@ func (s *Store) GetDead(ctx context.Context, id string) (stores.Record, error) {
 // one TransactWriteItems (the dead letter becomes a tombstone, the new
 // record is put, the live counter grows).
 func (s *Store) Requeue(ctx context.Context, id string, now time.Time) (stores.Record, error) {
+	if s.closed.Load() {
+		return stores.Record{}, errClosed
+	}
 	it, err := s.deadItem(ctx, id)
 	if err != nil {
 		return stores.Record{}, fmt.Errorf("dynamodb: requeue dead letter: %w", err)
@@ -115,7 +124,7 @@ func (s *Store) Requeue(ctx context.Context, id string, now time.Time) (stores.R
 			Item:                item,
 			ConditionExpression: aws.String("attribute_not_exists(pk)"),
 		}},
-		counterItem(s.table, partRef{r.Session, r.Partition}, 1),
+		counterItem(s.table, r.Session, 1, []int{r.Partition}),
 	}
 	err = s.transact(ctx, items)
 	if rs, ok := cancelReasons(err); ok && len(rs) > 0 && reasonCode(rs[0]) == codeCondition {
@@ -130,6 +139,9 @@ func (s *Store) Requeue(ctx context.Context, id string, now time.Time) (stores.R
 // DropDead implements stores.DeadLetters: the dead letter becomes a done
 // tombstone, so re-appending its envelope stays a no-op.
 func (s *Store) DropDead(ctx context.Context, id string) error {
+	if s.closed.Load() {
+		return errClosed
+	}
 	it, err := s.deadItem(ctx, id)
 	if err != nil {
 		return fmt.Errorf("dynamodb: drop dead letter: %w", err)

@@ -52,6 +52,7 @@ const (
 	aDeadRoute = "dead_rpk" // GSI dead_route: (dead_rpk, dead_sk)
 	aDeadSK    = "dead_sk"  //   %020d DeadAt ns . %020d Seq
 	aValue     = "v"        // counter value
+	aParts     = "parts"    // partitions a session\'s records went to (NS)
 )
 
 // Index names.
@@ -78,7 +79,7 @@ func partPK(session string, part int) string  { return enc(session) + "#" + strc
 func keyPK(session, key string) string        { return enc(session) + "#" + key }
 func coPK(session, route, ckey string) string { return enc(session) + "|" + enc(route) + "|" + ckey }
 func counterPK(session string) string         { return "s#" + session }
-func counterSK(part, shard int) string        { return fmt.Sprintf("part#%010d#%d", part, shard) }
+func counterSK(shard int) string              { return "live#" + strconv.Itoa(shard) }
 func deadSK(deadAt time.Time, seq int64) string {
 	return fmt.Sprintf("%020d.%020d", nanos(deadAt), seq)
 }

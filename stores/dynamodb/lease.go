@@ -3,6 +3,7 @@ package dynamodb
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -26,8 +27,9 @@ const (
 // Leases is a stores.Leases on a DynamoDB table. It is safe for concurrent
 // use by many goroutines and processes.
 type Leases struct {
-	db    *dynamodb.Client
-	table string
+	db     *dynamodb.Client
+	table  string
+	closed atomic.Bool
 }
 
 // OpenLeases returns the lease store on opts.LeaseTable (else opts.Table,
@@ -55,8 +57,11 @@ func OpenLeases(ctx context.Context, opts Options) (*Leases, error) {
 	return &Leases{db: db, table: table}, nil
 }
 
-// Close implements stores.Leases; it is idempotent.
-func (l *Leases) Close() error { return nil }
+// Close implements stores.Leases: later calls fail. It is idempotent.
+func (l *Leases) Close() error {
+	l.closed.Store(true)
+	return nil
+}
 
 func leaseKey(name string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{aPK: vS(leasePK), aSK: vS(name)}
@@ -66,6 +71,9 @@ func leaseKey(name string) map[string]types.AttributeValue {
 // and a conditional update that holds when the lease is free, lapsed at
 // now, or already the owner's.
 func (l *Leases) Acquire(ctx context.Context, name, owner string, ttl time.Duration, now time.Time) (stores.Lease, error) {
+	if l.closed.Load() {
+		return stores.Lease{}, errClosed
+	}
 	if name == "" || owner == "" || ttl <= 0 {
 		return stores.Lease{}, fmt.Errorf("dynamodb: acquire lease: %w: name %q, owner %q, ttl %v", stores.ErrInvalid, name, owner, ttl)
 	}
@@ -105,6 +113,9 @@ func (l *Leases) Acquire(ctx context.Context, name, owner string, ttl time.Durat
 // Renew implements stores.Leases with one conditional update on the
 // owner and token.
 func (l *Leases) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, now time.Time) (stores.Lease, error) {
+	if l.closed.Load() {
+		return stores.Lease{}, errClosed
+	}
 	if ttl <= 0 {
 		return stores.Lease{}, fmt.Errorf("dynamodb: renew lease: %w: ttl %v", stores.ErrInvalid, ttl)
 	}
@@ -131,6 +142,9 @@ func (l *Leases) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, 
 // Release implements stores.Leases: the owner is cleared (the token stays,
 // so later tokens stay larger).
 func (l *Leases) Release(ctx context.Context, le stores.Lease) error {
+	if l.closed.Load() {
+		return errClosed
+	}
 	_, err := l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(l.table),
 		Key:                      leaseKey(le.Name),
@@ -154,6 +168,9 @@ func (l *Leases) Release(ctx context.Context, le stores.Lease) error {
 // lease partition (begins_with on the name), dropping lapsed and released
 // leases. Leases come sorted by name.
 func (l *Leases) List(ctx context.Context, prefix string, now time.Time) ([]stores.Lease, error) {
+	if l.closed.Load() {
+		return nil, errClosed
+	}
 	cond := "#pk = :pk"
 	vals := map[string]types.AttributeValue{":pk": vS(leasePK)}
 	if prefix != "" {

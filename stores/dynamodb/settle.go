@@ -12,17 +12,17 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// ownedCond holds while the record is claimed under :token in partition
-// :part (a wrong partition would corrupt the live counters).
-const ownedCond = "#state = :claimed AND #token = :token AND #part = :part"
+// ownedCond holds while the record is claimed under :token. Records are
+// named by their key (Session, Route, Envelope.ID) alone.
+const ownedCond = "#state = :claimed AND #token = :token"
 
 func ownedNames() map[string]string {
-	return map[string]string{"#state": aState, "#token": aToken, "#part": aPart}
+	return map[string]string{"#state": aState, "#token": aToken}
 }
 
 func ownedValues(r *stores.Record) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
-		":claimed": vS(string(stores.Claimed)), ":token": vN(r.Token), ":part": vN(int64(r.Partition)),
+		":claimed": vS(string(stores.Claimed)), ":token": vN(r.Token),
 	}
 }
 
@@ -38,6 +38,9 @@ func staleErr(r *stores.Record) error {
 // nothing. A larger batch is split, each chunk atomic: when a later chunk
 // is stale, earlier chunks stay completed and the error is ErrStaleToken.
 func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
+	if s.closed.Load() {
+		return errClosed
+	}
 	seen := make(map[stores.Key]bool, len(recs))
 	var uniq []stores.Record
 	for _, r := range recs {
@@ -47,20 +50,19 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 		}
 	}
 	for len(uniq) > 0 {
-		n, parts := 0, make(map[partRef]int64)
+		n, delta := 0, make(liveDeltas)
 		for n < len(uniq) {
-			p := partRef{uniq[n].Session, uniq[n].Partition}
 			extra := 0
-			if _, ok := parts[p]; !ok {
+			if _, ok := delta[uniq[n].Session]; !ok {
 				extra = 1
 			}
-			if n+len(parts)+1+extra > maxTxItems {
+			if n+len(delta)+extra+1 > maxTxItems {
 				break
 			}
-			parts[p]--
+			delta.add(uniq[n].Session, 0, -1)
 			n++
 		}
-		if err := s.completeChunk(ctx, uniq[:n], parts); err != nil {
+		if err := s.completeChunk(ctx, uniq[:n], delta); err != nil {
 			return fmt.Errorf("dynamodb: complete: %w", err)
 		}
 		uniq = uniq[n:]
@@ -68,9 +70,9 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 	return nil
 }
 
-func (s *Store) completeChunk(ctx context.Context, recs []stores.Record, parts map[partRef]int64) error {
+func (s *Store) completeChunk(ctx context.Context, recs []stores.Record, delta liveDeltas) error {
 	gc := time.Now().Add(s.opts.DoneRetention).Unix()
-	items := make([]types.TransactWriteItem, 0, len(recs)+len(parts))
+	items := make([]types.TransactWriteItem, 0, len(recs)+len(delta))
 	for i := range recs {
 		r := &recs[i]
 		names, vals := ownedNames(), ownedValues(r)
@@ -85,9 +87,7 @@ func (s *Store) completeChunk(ctx context.Context, recs []stores.Record, parts m
 			ExpressionAttributeValues: vals,
 		}})
 	}
-	for p, d := range parts {
-		items = append(items, counterItem(s.table, p, d))
-	}
+	items = append(items, delta.items(s.table)...)
 	err := s.transact(ctx, items)
 	if err == nil {
 		return nil
@@ -105,6 +105,9 @@ func (s *Store) completeChunk(ctx context.Context, recs []stores.Record, parts m
 // Release implements stores.Outbox with one conditional UpdateItem. The
 // record stays in the timer index, due at next.
 func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, lastError string) error {
+	if s.closed.Load() {
+		return errClosed
+	}
 	names, vals := ownedNames(), ownedValues(&rec)
 	vals[":pending"], vals[":next"], vals[":err"] = vS(string(stores.Pending)), vT(next), vS(lastError)
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -125,8 +128,29 @@ func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, 
 }
 
 // DeadLetter implements stores.Outbox with one TransactWriteItems (the
-// record and its live counter).
+// record and its live counter). A record named by its key alone (Seq zero)
+// costs one more, consistent, GetItem for its Seq, which orders the dead
+// letters.
 func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string) error {
+	if s.closed.Load() {
+		return errClosed
+	}
+	if rec.Seq == 0 {
+		out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName:                aws.String(s.table),
+			Key:                      recordKey(rec.Session, rec.Route, rec.Envelope.ID),
+			ProjectionExpression:     aws.String("#seq"),
+			ExpressionAttributeNames: map[string]string{"#seq": aSeq},
+			ConsistentRead:           aws.Bool(true),
+		})
+		if err != nil {
+			return fmt.Errorf("dynamodb: dead-letter: %w", err)
+		}
+		if out.Item == nil {
+			return fmt.Errorf("dynamodb: dead-letter: %w", staleErr(&rec))
+		}
+		rec.Seq = getN(out.Item, aSeq)
+	}
 	deadAt := rec.DeadAt
 	if deadAt.IsZero() {
 		deadAt = time.Now()
@@ -145,7 +169,7 @@ func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string
 			ExpressionAttributeNames:  names,
 			ExpressionAttributeValues: vals,
 		}},
-		counterItem(s.table, partRef{rec.Session, rec.Partition}, -1),
+		counterItem(s.table, rec.Session, -1, nil),
 	}
 	err := s.transact(ctx, items)
 	if rs, ok := cancelReasons(err); ok && len(rs) > 0 && reasonCode(rs[0]) == codeCondition {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -14,11 +15,14 @@ import (
 )
 
 // Stats implements stores.Outbox without scanning: one strongly consistent
-// Query of the session's live counters (a few shard items per partition,
-// updated in the same transactions as appends and settles), then one Query
-// (Limit 1) of the live index per partition with live records for the
-// oldest one.
+// Query of the session's live counter (8 shard items, updated in the same
+// transactions as appends and settles, which also record the partitions
+// used), then one Query (Limit 1) of the live index per partition for the
+// oldest record.
 func (s *Store) Stats(ctx context.Context, session string) (stores.SessionStats, error) {
+	if s.closed.Load() {
+		return stores.SessionStats{}, errClosed
+	}
 	var st stores.SessionStats
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(s.table),
@@ -27,26 +31,32 @@ func (s *Store) Stats(ctx context.Context, session string) (stores.SessionStats,
 		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": vS(counterPK(session))},
 		ConsistentRead:            aws.Bool(true),
 	}
-	live := make(map[int]int64)
+	parts := make(map[int]bool)
 	for {
 		out, err := s.db.Query(ctx, in)
 		if err != nil {
 			return st, fmt.Errorf("dynamodb: stats: query counters: %w", err)
 		}
 		for _, it := range out.Items {
-			live[int(getN(it, aPart))] += getN(it, aValue)
+			st.Pending += int(getN(it, aValue))
+			if ns, ok := it[aParts].(*types.AttributeValueMemberNS); ok {
+				for _, v := range ns.Value {
+					if p, err := strconv.Atoi(v); err == nil {
+						parts[p] = true
+					}
+				}
+			}
 		}
 		if out.LastEvaluatedKey == nil {
 			break
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
+	if st.Pending <= 0 {
+		return stores.SessionStats{}, nil
+	}
 	oldestSeq := int64(-1)
-	for _, p := range slices.Sorted(maps.Keys(live)) {
-		if live[p] <= 0 {
-			continue
-		}
-		st.Pending += int(live[p])
+	for _, p := range slices.Sorted(maps.Keys(parts)) {
 		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 			TableName:                 aws.String(s.table),
 			IndexName:                 aws.String(idxLive),

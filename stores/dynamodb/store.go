@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -83,9 +84,10 @@ func (o *Options) defaults() {
 // Store is a stores.Store on one DynamoDB table. It is safe for concurrent
 // use by many goroutines and many processes.
 type Store struct {
-	db    *dynamodb.Client
-	table string
-	opts  Options
+	db     *dynamodb.Client
+	table  string
+	opts   Options
+	closed atomic.Bool
 	// perKeyOnly makes Claim check ordering keys with one query per key
 	// always (tests exercise that path with it).
 	perKeyOnly bool
@@ -131,9 +133,15 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return &Store{db: db, table: opts.Table, opts: opts}, nil
 }
 
-// Close implements stores.Outbox. The SDK client holds no resources that
-// need closing; Close is idempotent.
-func (s *Store) Close() error { return nil }
+// errClosed is returned by calls after Close.
+var errClosed = errors.New("dynamodb: store closed")
+
+// Close implements stores.Outbox: later calls fail. The SDK client holds no
+// resources that need closing; Close is idempotent.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
 
 // Sentinel-mapping helpers. Errors are classified by the SDK's types,
 // never by their text.
