@@ -228,13 +228,17 @@ func (rt *Runtime) AdminAddr() string {
 
 // Run starts the receivers, the group committer, the drainer groups, the
 // monitor and the admin server, and blocks until ctx is done or a part fails.
-// Then it shuts down in order: it stops ingest (receivers first), flushes the
-// appends already accepted and calls their done callbacks, lets direct_hold
-// sends in flight finish, stops the drainers gracefully, closes the stores
-// and the admin server. Shutdown is bounded by bridge.shutdown_timeout. Run
-// returns nil after a clean shutdown, or the first part's failure. Every
-// goroutine Run starts has returned when Run returns, apart from sends the
-// drainer abandoned for ignoring their context.
+// Then it shuts down: it stops ingest (receivers first) and makes the
+// drainers stop claiming (they finish their in-flight sends and release what
+// they hold), flushes the appends already accepted and calls their done
+// callbacks, lets direct_hold sends in flight finish, and finally closes the
+// stores and the admin server. Shutdown is bounded by
+// bridge.shutdown_timeout: when it passes, what still runs is cancelled (an
+// unacknowledged message is redelivered later; nothing acknowledged is
+// lost). Run returns nil after a clean shutdown, the first part's failure,
+// or ErrShutdownTimeout when parts still ran 5s after the timeout. Every
+// goroutine Run starts has returned when Run returns nil, apart from sends
+// the drainer abandoned for ignoring their context.
 func (rt *Runtime) Run(ctx context.Context) error {
 	rt.startedAt = time.Now()
 	defer rt.closeAll()
@@ -308,24 +312,46 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	defer deadline.Stop()
 	close(rt.stopping)
 
-	// 1. Receivers stop taking messages.
-	_ = recv.Wait()
-	// 2. Accepted appends are committed and acknowledged; direct_hold sends
-	// in flight finish (their retries stop at once).
-	if rt.commit != nil {
-		rt.commit.stop()
-	}
-	<-commitDone
-	rt.holds.Wait()
-	// 3. Drainers stop claiming and finish their in-flight sends.
+	// The drainers stop claiming now too: they finish their in-flight sends
+	// while ingest flushes, so the whole shutdown fits in one timeout.
 	stopDrain()
-	// 4. The admin server and the monitor go last, so /healthz answers
-	// during the shutdown.
-	stopServe()
-	_ = bg.Wait()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		// 1. Receivers stop taking messages.
+		_ = recv.Wait()
+		// 2. Accepted appends are committed and acknowledged; direct_hold
+		// sends in flight finish (their retries stop at once).
+		if rt.commit != nil {
+			rt.commit.stop()
+		}
+		<-commitDone
+		rt.holds.Wait()
+		// 3. The admin server and the monitor go last, so /healthz answers
+		// during the shutdown; bg also waits for the drainers.
+		stopServe()
+		_ = bg.Wait()
+	}()
+	hardStop := time.NewTimer(rt.shutdownTimeout() + hardStopGrace)
+	defer hardStop.Stop()
+	select {
+	case <-finished:
+	case <-hardStop.C:
+		rt.log.Error("shutdown did not finish in time; exiting with parts still running",
+			"timeout", rt.shutdownTimeout()+hardStopGrace)
+		return errors.Join(failed, ErrShutdownTimeout)
+	}
 	rt.log.Info("bridge stopped")
 	return failed
 }
+
+// hardStopGrace is how long Run waits past shutdown_timeout, after
+// cancelling everything, before it gives up on parts that ignore it.
+const hardStopGrace = 5 * time.Second
+
+// ErrShutdownTimeout is returned by Run when parts were still running
+// shutdown_timeout plus a grace period after shutdown began.
+var ErrShutdownTimeout = errors.New("runtime: shutdown timed out")
 
 // closeAll closes stores and senders; it is safe to call more than once.
 func (rt *Runtime) closeAll() {
