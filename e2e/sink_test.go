@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// delivery is one request the sink accepted.
+type delivery struct {
+	key     string // Idempotency-Key (the envelope ID)
+	body    string
+	headers http.Header
+}
+
+// sink is an HTTP target that records what it accepted and can be switched
+// down (503 with a Retry-After) and up.
+type sink struct {
+	srv        *httptest.Server
+	down       atomic.Bool
+	retryAfter string
+	refused    atomic.Int64 // requests answered 503
+
+	mu    sync.Mutex
+	got   []delivery
+	byKey map[string]int
+}
+
+func newSink(t *testing.T) *sink {
+	t.Helper()
+	s := &sink{byKey: map[string]int{}, retryAfter: "1"}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if s.down.Load() {
+			s.refused.Add(1)
+			w.Header().Set("Retry-After", s.retryAfter)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		d := delivery{key: r.Header.Get("Idempotency-Key"), body: string(body), headers: r.Header.Clone()}
+		s.mu.Lock()
+		s.got = append(s.got, d)
+		s.byKey[d.key]++
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// deliveries returns a copy of everything accepted so far, in arrival order.
+func (s *sink) deliveries() []delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]delivery(nil), s.got...)
+}
+
+// counts returns the number of accepted requests and of distinct keys.
+func (s *sink) counts() (total, distinct int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.got), len(s.byKey)
+}
