@@ -29,21 +29,24 @@ type candidate struct {
 // Claim implements stores.Outbox.
 //
 // It reads the partition's ready index (pending records due at append, in
-// Seq order) and its timer index (released records and claims whose time
-// has come, in time order), both up to req.Limit items, and, for each
-// ordering key among them, the key's oldest live records from the okey
-// index, so that a record is handed out only when every older live record
-// of its key is handed out with it. The chosen records are claimed with one
-// conditional TransactWriteItems per 100 records; a record whose copy in the
-// index was stale (claimed, settled or changed meanwhile) is skipped with
-// the later records of its key.
+// Seq order) and the due part of its timer index (released records and
+// claims whose time has come), both up to req.Limit items. A record is
+// handed out only when every older live record of its ordering key is
+// handed out with it: when ready records carry ordering keys, Claim reads
+// the not-due part of the timer index (claims not lapsed, releases waiting)
+// once, which names every key held back; only when more than 1,000 records
+// wait does it fall back to one okey-index query per distinct key. Keys
+// found held back are skipped with filtered read-ahead pages (up to
+// maxReadyPages). The chosen records are claimed with one conditional
+// TransactWriteItems per 100 records; a record whose index copy was stale
+// (claimed, settled or changed meanwhile) is skipped with the later records
+// of its key.
 //
-// Cost: 2 queries + 1 query per distinct ordering key + 1 transaction per
-// 100 records, independent of the backlog. Records released with a backoff
-// are found by the timer index, so a Claim may prefer fresh records of the
-// ready index over a released one of lower Seq when more than req.Limit
-// released records are due at once; records of one ordering key still go
-// out in Seq order.
+// Cost: 2 or 3 queries + 1 transaction per 100 records, independent of the
+// backlog. Records released with a backoff are found by the timer index, so
+// when more than req.Limit released records are due at once a Claim may
+// take fresh records before a released one of lower Seq; records of one
+// ordering key still go out in Seq order.
 func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
 	if s.closed.Load() {
 		return nil, errClosed

@@ -7,6 +7,14 @@
 // TransactWriteItems per chunk; claims read sparse global secondary indexes
 // of one session partition, so they cost O(batch), not O(backlog). The table
 // layout is described in tables.go and in the README section "dynamodb".
+//
+// Store does not implement stores.Inspector: a per-route breakdown across
+// all sessions would need a scan of the whole table.
+//
+// From a routes.StoreConfig, the runtime opens the outbox with
+// Open(ctx, Options{Table: o.Table, Region: o.Region, Endpoint: o.Endpoint})
+// and the lease store with OpenLeases and the lease config's options the
+// same way (Table defaults per function).
 package dynamodb
 
 import (
