@@ -44,6 +44,8 @@ command -v mosquitto >/dev/null 2>&1 && command -v mosquitto_sub >/dev/null 2>&1
   || apt_install mosquitto mosquitto-clients
 command -v curl >/dev/null 2>&1 || apt_install curl
 command -v ss >/dev/null 2>&1 || apt_install iproute2
+# Headless browser for the admin console test (admin/console_browser_test.go).
+command -v chromium >/dev/null 2>&1 || apt_install chromium
 
 NODE_BIN=$(command -v node || true)
 node_major() { "$1" -e 'process.stdout.write(process.versions.node.split(".")[0])' 2>/dev/null || echo 0; }

@@ -1,0 +1,251 @@
+// Package admin is gobridge's operator surface over HTTP: a JSON API for
+// sessions, routes, the delivery journal and dead letters (list, get,
+// requeue, drop, bulk by route), and the console, one embedded HTML page
+// (vanilla JS and inline CSS, no CDN, no build step) that uses that API.
+//
+// Handler is mounted by the runtime on the admin listener under /api/ and
+// /console. Reads need no credentials. Mutations need "Authorization: Bearer
+// TOKEN" when a token is configured (401 otherwise); without a token they
+// are allowed only from loopback clients and only with the header
+// "X-Requested-By" (any value), which a cross-site form cannot send.
+//
+// Journal keeps the last outcomes per route in memory (never payloads); it
+// implements drainer.Observer.
+package admin
+
+import (
+	"cmp"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// Options are what a Handler serves.
+type Options struct {
+	// Store is the outbox store; nil when the bridge has none (the dead
+	// letter endpoints then answer 404 with an explanation).
+	Store stores.Store
+	// Journal holds the delivery outcomes; nil serves an empty journal.
+	Journal *Journal
+	// Sessions, when set, reports the sessions (the runtime knows their
+	// depth without a store query). Nil derives them from the journal's
+	// routes and Store.Stats.
+	Sessions func(ctx context.Context) []SessionInfo
+	// Token, when not empty, is required as "Authorization: Bearer TOKEN"
+	// for mutations.
+	Token string
+	// Wake, when set, is called after a requeue with the new record's
+	// session and partition, so its drainer claims it at once instead of
+	// at its next poll.
+	Wake func(session string, partition int)
+	// Logger defaults to a discarding logger. Mutations are logged at info.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// SessionInfo is one outbox session as the console shows it.
+type SessionInfo struct {
+	ID string `json:"id"`
+	// Pending counts records pending or claimed.
+	Pending int `json:"pending"`
+	// OldestAgeSeconds is the age of the oldest pending record (0: none).
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	// LastSentAt is the last successful send (nil: none since start).
+	LastSentAt *time.Time `json:"last_sent_at,omitempty"`
+	// Routes are the routes persisting into the session.
+	Routes []string `json:"routes"`
+}
+
+// Handler serves the admin API and the console. Build it with New.
+type Handler struct {
+	opts    Options
+	journal *Journal
+	log     *slog.Logger
+	mux     *http.ServeMux
+}
+
+// New returns a Handler serving opts.
+func New(opts Options) *Handler {
+	h := &Handler{opts: opts, journal: opts.Journal, mux: http.NewServeMux(),
+		log: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("component", "admin")}
+	if h.journal == nil {
+		h.journal = NewJournal(0)
+	}
+	if h.opts.Now == nil {
+		h.opts.Now = time.Now
+	}
+	m := h.mux
+	m.HandleFunc("GET /console", h.console)
+	m.HandleFunc("GET /console/", h.console)
+	m.HandleFunc("GET /api/overview", h.overview)
+	m.HandleFunc("GET /api/sessions", h.listSessions)
+	m.HandleFunc("GET /api/routes", h.listRoutes)
+	m.HandleFunc("GET /api/stats", h.stats)
+	m.HandleFunc("GET /api/journal", h.listJournal)
+	m.HandleFunc("GET /api/dead-letters", h.listDead)
+	m.HandleFunc("GET /api/dead-letters/{id}", h.getDead)
+	m.Handle("POST /api/dead-letters/{id}/requeue", h.mutating(h.requeue))
+	m.Handle("POST /api/dead-letters/{id}/drop", h.mutating(h.drop))
+	m.Handle("DELETE /api/dead-letters/{id}", h.mutating(h.drop))
+	m.Handle("POST /api/dead-letters/requeue", h.mutating(h.bulk))
+	m.Handle("POST /api/dead-letters/drop", h.mutating(h.bulk))
+	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+r.URL.Path)
+	})
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	h.mux.ServeHTTP(w, r)
+}
+
+// mutating wraps a state-changing endpoint with the authorization rule of
+// the package doc.
+func (h *Handler) mutating(next http.HandlerFunc) http.Handler {
+	want := []byte("Bearer " + h.opts.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.opts.Token != "" {
+			got := []byte(strings.TrimSpace(r.Header.Get("Authorization")))
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="gobridge"`)
+				writeError(w, http.StatusUnauthorized, "this action needs the admin token (Authorization: Bearer TOKEN)")
+				return
+			}
+			next(w, r)
+			return
+		}
+		if !loopback(r.RemoteAddr) {
+			writeError(w, http.StatusForbidden, "no admin token is configured (bridge.admin.token): actions are allowed only from loopback")
+			return
+		}
+		if r.Header.Get("X-Requested-By") == "" {
+			writeError(w, http.StatusForbidden, "actions without a token need the header X-Requested-By (cross-site protection)")
+			return
+		}
+		next(w, r)
+	})
+}
+
+// loopback reports whether addr (host:port) is a loopback address.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"now":            h.opts.Now().UTC(),
+		"token_required": h.opts.Token != "",
+		"has_store":      h.opts.Store != nil,
+		"sessions":       h.sessions(r.Context()),
+		"routes":         h.journal.Routes(),
+		"bucket_seconds": Bucket.Seconds(),
+	})
+}
+
+func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": h.sessions(r.Context())})
+}
+
+func (h *Handler) listRoutes(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"routes": h.journal.Routes()})
+}
+
+// sessions returns Options.Sessions, or derives them from the journal's
+// routes and the store's Stats.
+func (h *Handler) sessions(ctx context.Context) []SessionInfo {
+	if h.opts.Sessions != nil {
+		return h.opts.Sessions(ctx)
+	}
+	byID := map[string]*SessionInfo{}
+	for _, a := range h.journal.Routes() {
+		if a.Session == "" {
+			continue
+		}
+		if byID[a.Session] == nil {
+			byID[a.Session] = &SessionInfo{ID: a.Session}
+		}
+		byID[a.Session].Routes = append(byID[a.Session].Routes, a.Route)
+	}
+	lastSent := h.journal.sessions()
+	now := h.opts.Now()
+	out := make([]SessionInfo, 0, len(byID))
+	for id, si := range byID {
+		if t := lastSent[id]; !t.IsZero() {
+			si.LastSentAt = &t
+		}
+		if h.opts.Store != nil {
+			if st, err := h.opts.Store.Stats(ctx, id); err == nil {
+				si.Pending = st.Pending
+				if st.Pending > 0 && !st.OldestCreatedAt.IsZero() {
+					si.OldestAgeSeconds = now.Sub(st.OldestCreatedAt).Seconds()
+				}
+			}
+		}
+		out = append(out, *si)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	return out
+}
+
+func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
+	in, ok := h.opts.Store.(stores.Inspector)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "the outbox store does not support per-route inspection")
+		return
+	}
+	st, err := in.Inspect(r.Context(), h.opts.Now())
+	if err != nil {
+		h.storeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"routes": st})
+}
+
+func (h *Handler) listJournal(w http.ResponseWriter, r *http.Request) {
+	limit, ok := intParam(w, r, "limit", 100, 1, 10_000)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"entries": h.journal.Entries(r.URL.Query().Get("route"), limit)})
+}
+
+// storeError maps a store error to a status.
+func (h *Handler) storeError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, stores.ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, stores.ErrInvalid):
+		writeError(w, http.StatusBadRequest, err.Error())
+	default:
+		h.log.Error("admin store call failed", "error", err)
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}

@@ -1,0 +1,215 @@
+package admin
+
+import (
+	"encoding/base64"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// Page sizes of the dead-letter endpoints.
+const (
+	DefaultPage = 50
+	MaxPage     = 500
+	// MaxBulk is the most dead letters one bulk call changes; the caller
+	// repeats while the answer says "remaining".
+	MaxBulk = 1000
+)
+
+// DeadLetter is the JSON form of a dead letter (the API and `gobridge dlq`).
+type DeadLetter struct {
+	ID             string            `json:"id"`
+	Session        string            `json:"session"`
+	Partition      int               `json:"partition"`
+	Route          string            `json:"route"`
+	Topic          string            `json:"topic"`
+	QoS            byte              `json:"qos"`
+	Key            string            `json:"key,omitempty"`
+	CausationID    string            `json:"causation_id,omitempty"`
+	Reason         string            `json:"reason"`
+	LastError      string            `json:"last_error,omitempty"`
+	Attempts       int               `json:"attempts"`
+	ReceivedAt     time.Time         `json:"received_at,omitzero"`
+	CreatedAt      time.Time         `json:"created_at"`
+	FirstAttemptAt time.Time         `json:"first_attempt_at,omitzero"`
+	DeadAt         time.Time         `json:"dead_at"`
+	ExpiresAt      time.Time         `json:"expires_at,omitzero"`
+	AgeSeconds     float64           `json:"age_seconds"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	// PayloadEncoding is "text" (valid UTF-8) or "base64"; it and Payload
+	// are set only when the payload was asked for.
+	PayloadEncoding string `json:"payload_encoding,omitempty"`
+	Payload         string `json:"payload,omitempty"`
+	PayloadBytes    int    `json:"payload_bytes"`
+}
+
+// NewDeadLetter converts r (a dead record) at now; withPayload adds the
+// headers and payload.
+func NewDeadLetter(r *stores.Record, now time.Time, withPayload bool) DeadLetter {
+	d := DeadLetter{
+		ID: r.Envelope.ID, Session: r.Session, Partition: r.Partition, Route: r.Route,
+		Topic: r.Envelope.Topic, QoS: r.Envelope.QoS, Key: r.Envelope.Key, CausationID: r.CausationID,
+		Reason: r.DeadReason, LastError: r.LastError, Attempts: r.Attempts,
+		ReceivedAt: r.Envelope.ReceivedAt, CreatedAt: r.CreatedAt, FirstAttemptAt: r.FirstAttemptAt,
+		DeadAt: r.DeadAt, ExpiresAt: r.ExpiresAt, AgeSeconds: now.Sub(r.CreatedAt).Seconds(),
+		PayloadBytes: len(r.Envelope.Payload),
+	}
+	if withPayload {
+		d.Headers = r.Envelope.Headers
+		d.PayloadEncoding, d.Payload = "text", string(r.Envelope.Payload)
+		if !utf8.Valid(r.Envelope.Payload) {
+			d.PayloadEncoding, d.Payload = "base64", base64.StdEncoding.EncodeToString(r.Envelope.Payload)
+		}
+	}
+	return d
+}
+
+func (h *Handler) noStore(w http.ResponseWriter) bool {
+	if h.opts.Store != nil {
+		return false
+	}
+	writeError(w, http.StatusNotFound, "this bridge has no outbox store (stores.outbox), so it keeps no dead letters")
+	return true
+}
+
+// listDead serves GET /api/dead-letters?route=R&after=CURSOR&limit=N: one
+// page, oldest first, without payloads; "next" is the cursor of the next
+// page ("" at the end).
+func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) {
+	if h.noStore(w) {
+		return
+	}
+	limit, ok := intParam(w, r, "limit", DefaultPage, 1, MaxPage)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	recs, next, err := h.opts.Store.ListDead(r.Context(), stores.DeadFilter{Route: q.Get("route"), After: q.Get("after"), Limit: limit})
+	if err != nil {
+		h.storeError(w, err)
+		return
+	}
+	now := h.opts.Now()
+	out := make([]DeadLetter, len(recs))
+	for i := range recs {
+		out[i] = NewDeadLetter(&recs[i], now, false)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out, "next": next})
+}
+
+func (h *Handler) getDead(w http.ResponseWriter, r *http.Request) {
+	if h.noStore(w) {
+		return
+	}
+	rec, err := h.opts.Store.GetDead(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.storeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, NewDeadLetter(&rec, h.opts.Now(), true))
+}
+
+func (h *Handler) requeue(w http.ResponseWriter, r *http.Request) {
+	if h.noStore(w) {
+		return
+	}
+	id := r.PathValue("id")
+	n, err := h.opts.Store.Requeue(r.Context(), id, h.opts.Now())
+	if err != nil {
+		h.storeError(w, err)
+		return
+	}
+	h.wake(n.Session, n.Partition)
+	h.log.Info("dead letter requeued", "record_id", id, "new_id", n.Envelope.ID, "route", n.Route, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"requeued": id, "id": n.Envelope.ID, "route": n.Route, "session": n.Session})
+}
+
+func (h *Handler) drop(w http.ResponseWriter, r *http.Request) {
+	if h.noStore(w) {
+		return
+	}
+	id := r.PathValue("id")
+	if err := h.opts.Store.DropDead(r.Context(), id); err != nil {
+		h.storeError(w, err)
+		return
+	}
+	h.log.Info("dead letter dropped", "record_id", id, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"dropped": id})
+}
+
+func (h *Handler) wake(session string, partition int) {
+	if h.opts.Wake != nil {
+		h.opts.Wake(session, partition)
+	}
+}
+
+// bulk serves POST /api/dead-letters/{requeue,drop}?route=R&limit=N: it acts
+// on up to N (default and most MaxBulk) of the oldest dead letters of route
+// R (required) and answers {"done", "failed", "remaining"}; callers repeat
+// while remaining is true.
+func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
+	if h.noStore(w) {
+		return
+	}
+	verb := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
+	route := r.URL.Query().Get("route")
+	if route == "" {
+		writeError(w, http.StatusBadRequest, "bulk "+verb+" needs ?route=R")
+		return
+	}
+	limit, ok := intParam(w, r, "limit", MaxBulk, 1, MaxBulk)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	recs, next, err := h.opts.Store.ListDead(ctx, stores.DeadFilter{Route: route, Limit: limit})
+	if err != nil {
+		h.storeError(w, err)
+		return
+	}
+	done, failed := 0, []string{}
+	woken := map[[2]any]bool{}
+	for i := range recs {
+		id := recs[i].Envelope.ID
+		if verb == "requeue" {
+			var n stores.Record
+			if n, err = h.opts.Store.Requeue(ctx, id, h.opts.Now()); err == nil {
+				if k := [2]any{n.Session, n.Partition}; !woken[k] {
+					woken[k] = true
+					h.wake(n.Session, n.Partition)
+				}
+			}
+		} else {
+			err = h.opts.Store.DropDead(ctx, id)
+		}
+		if err != nil {
+			failed = append(failed, id+": "+err.Error())
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		done++
+	}
+	h.log.Info("dead letters "+verb+" in bulk", "route", route, "count", done, "failed", len(failed), "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"done": done, "failed": failed, "remaining": next != ""})
+}
+
+// intParam reads query parameter name (def when absent), answering 400 and
+// false when it is not an integer in [lo, hi].
+func intParam(w http.ResponseWriter, r *http.Request, name string, def, lo, hi int) (int, bool) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		writeError(w, http.StatusBadRequest, name+" must be an integer from "+strconv.Itoa(lo)+" to "+strconv.Itoa(hi))
+		return 0, false
+	}
+	return n, true
+}
