@@ -1,0 +1,230 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/internal/testservices"
+)
+
+// outboxBridgeConfig is a one-route bridge: Mosquitto -> SQLite outbox ->
+// the HTTP sink, with the given processors, sender headers and policy.
+func outboxBridgeConfig(run, admin, dbPath, mqttURL, sinkURL, processors, senderHeaders, policy string) string {
+	return fmt.Sprintf(`version: 1
+bridge:
+  id: %[1]s
+  admin: {listen: %[2]q}
+  shutdown_timeout: 10s
+  log: {level: info, format: text}
+stores:
+  outbox: {type: sqlite, options: {path: %[3]q}}
+receivers:
+  - id: plant
+    type: mqtt
+    options: {broker_urls: [%[4]q], client_id: %[1]s, clean_session: false, keep_alive: 5s, connect_timeout: 2s}
+    topics: [{topic: "%[1]s/#", qos: 1}]
+senders:
+  - id: sink
+    type: http
+    options:
+      url: %[5]q
+      timeout: 2s
+      headers: %[7]s
+routes:
+  - id: r
+    receiver: plant
+    topic: "%[1]s/#"
+    processors: %[6]s
+    sender: sink
+    delivery_mode: shared_outbox
+    session: {id: s, drain_strategy: {type: fixed_poll, interval: 200ms}}
+    policy: %[8]s
+`, run, admin, dbPath, mqttURL, sinkURL, processors, senderHeaders, policy)
+}
+
+// TestProcessors_ChainThroughRoute runs filter, transform, set_headers and
+// idempotency_key on a shared_outbox route in a gobridge process: filtered
+// messages never arrive, the transformed payload and a header set by
+// set_headers arrive, and republished messages (same msg_id), before and
+// after the first copy was delivered, are absorbed by the outbox.
+func TestProcessors_ChainThroughRoute(t *testing.T) {
+	needBinary(t)
+	mqttURL := testservices.MQTTURL(t)
+	run := runID(t, "e2e-chain")
+	s := newSink(t)
+	admin := freeAddr(t)
+	dir := t.TempDir()
+	cfg := outboxBridgeConfig(run, admin, dir+"/outbox.db", mqttURL, s.srv.URL,
+		`
+      - {type: filter, expr: "payload != nil && payload.kind != 'debug'"}
+      - {type: transform, expr: "{'temp_c': payload.temp, 'line': topic_segments[1], 'msg_id': payload.msg_id}"}
+      - {type: set_headers, headers: {site: "{topic.1}", msg: "{payload.msg_id}"}}
+      - {type: idempotency_key, from: "{payload.msg_id}"}`,
+		`{Content-Type: application/json, X-Site: "{header.site}"}`,
+		`{send_timeout: 2s}`)
+	b := startBridge(t, dir, "chain", admin, cfg)
+	b.waitReady(t, 30*time.Second)
+	pub := publisher(t, mqttURL, run+"-pub")
+
+	const good = 30
+	type msg struct {
+		Kind  string  `json:"kind"`
+		MsgID string  `json:"msg_id"`
+		Temp  float64 `json:"temp"`
+	}
+	var first, debug, again [][2]string
+	for i := range good {
+		topic := fmt.Sprintf("%s/line-%d/telemetry", run, i%3)
+		body, _ := json.Marshal(msg{Kind: "reading", MsgID: fmt.Sprintf("m-%03d", i), Temp: float64(i)})
+		first = append(first, [2]string{topic, string(body)})
+		if i%3 == 0 { // republished: same msg_id, a later reading of it
+			body, _ := json.Marshal(msg{Kind: "reading", MsgID: fmt.Sprintf("m-%03d", i), Temp: float64(i) + 0.5})
+			again = append(again, [2]string{topic, string(body)})
+		}
+		if i%5 == 0 {
+			body, _ := json.Marshal(msg{Kind: "debug", MsgID: fmt.Sprintf("d-%03d", i), Temp: -1})
+			debug = append(debug, [2]string{topic, string(body)})
+			debug = append(debug, [2]string{topic, "not json"})
+		}
+	}
+	// Republish half the duplicates in the same burst (absorbed while the
+	// first copy is pending or in flight) and the other half after every
+	// first copy was delivered (absorbed by the delivered record's tombstone).
+	burst := append(append(append([][2]string{}, first...), debug...), again[:len(again)/2]...)
+	publishAll(t, pub, burst, 20*time.Second)
+	waitFor(t, 20*time.Second, "every first copy delivered", func() bool {
+		_, distinct := s.counts()
+		return distinct >= good
+	})
+	publishAll(t, pub, again[len(again)/2:], 20*time.Second)
+
+	total := len(burst) + len(again) - len(again)/2
+	waitFor(t, 20*time.Second, "every message settled and the outbox empty", func() bool {
+		return b.metric("gobridge_route_acked_total", `route="r"`) == float64(total) &&
+			b.metric("gobridge_outbox_pending", `session="s"`) == 0
+	})
+	if sent := b.metric("gobridge_delivery_sent_total", `route="r"`); sent != good {
+		t.Errorf("gobridge_delivery_sent_total = %v, want %d", sent, good)
+	}
+	if f := b.metric("gobridge_route_filtered_total", `route="r"`); f != float64(len(debug)) {
+		t.Errorf("gobridge_route_filtered_total = %v, want %d", f, len(debug))
+	}
+
+	got := s.deliveries()
+	if len(got) != good {
+		t.Errorf("sink got %d deliveries, want %d (one per msg_id)", len(got), good)
+	}
+	seen := map[string]bool{}
+	for _, d := range got {
+		if seen[d.key] {
+			t.Errorf("msg_id %s delivered twice", d.key)
+		}
+		seen[d.key] = true
+		var p struct {
+			TempC float64 `json:"temp_c"`
+			Line  string  `json:"line"`
+			MsgID string  `json:"msg_id"`
+		}
+		if err := json.Unmarshal([]byte(d.body), &p); err != nil {
+			t.Errorf("delivered body %q is not the transformed JSON: %v", d.body, err)
+			continue
+		}
+		var i int
+		if _, err := fmt.Sscanf(p.MsgID, "m-%d", &i); err != nil || d.key != p.MsgID {
+			t.Errorf("delivered %q with Idempotency-Key %q: want a reading's msg_id as the key", d.body, d.key)
+			continue
+		}
+		wantLine := fmt.Sprintf("line-%d", i%3)
+		if p.Line != wantLine || p.TempC != float64(i) {
+			t.Errorf("delivered %s, want line %s and temp_c %d (the first copy, transformed)", d.body, wantLine, i)
+		}
+		if site := d.headers.Get("X-Site"); site != wantLine {
+			t.Errorf("%s: X-Site %q, want %q (set_headers site={topic.1})", p.MsgID, site, wantLine)
+		}
+	}
+}
+
+// TestCoalesce_SinkDown publishes many heartbeats for 3 keys while the HTTP
+// target answers 503 with Retry-After: 5. The first heartbeat of each key is
+// claimed at once, refused and released for 5 s; every later heartbeat
+// replaces the pending record of its key (coalesce key "{topic}", SQLite
+// outbox). When the target returns it gets exactly one delivery per key,
+// each the newest heartbeat, and it saw no request during its Retry-After
+// (a replacement must not turn a backed-off key into a due one).
+func TestCoalesce_SinkDown(t *testing.T) {
+	needBinary(t)
+	mqttURL := testservices.MQTTURL(t)
+	run := runID(t, "e2e-coalesce")
+	s := newSink(t)
+	s.retryAfter = "5" // seconds; the burst below takes well under a second
+	s.down.Store(true)
+	admin := freeAddr(t)
+	dir := t.TempDir()
+	cfg := outboxBridgeConfig(run, admin, dir+"/outbox.db", mqttURL, s.srv.URL,
+		`[{type: coalesce, key: "{topic}"}]`, `{}`,
+		`{send_timeout: 2s, backoff: {initial_interval: 100ms, max_interval: 1s}}`)
+	b := startBridge(t, dir, "coalesce", admin, cfg)
+	b.waitReady(t, 30*time.Second)
+	pub := publisher(t, mqttURL, run+"-pub")
+
+	keys := []string{run + "/dev-a/heartbeat", run + "/dev-b/heartbeat", run + "/dev-c/heartbeat"}
+	hb := func(key string, n int) [2]string { return [2]string{key, fmt.Sprintf(`{"dev":%q,"n":%d}`, key, n)} }
+	var firstHB [][2]string
+	for _, k := range keys {
+		firstHB = append(firstHB, hb(k, 0))
+	}
+	publishAll(t, pub, firstHB, 20*time.Second)
+	waitFor(t, 20*time.Second, "the first heartbeats refused by the sink", func() bool {
+		return b.metric("gobridge_delivery_retried_total", `route="r"`, `outcome="capacity"`) >= float64(len(keys))
+	})
+	refusedFirst := s.refused.Load()
+
+	const beats = 100
+	var burst [][2]string
+	for n := 1; n <= beats; n++ {
+		for _, k := range keys {
+			burst = append(burst, hb(k, n))
+		}
+	}
+	publishAll(t, pub, burst, 20*time.Second)
+	// Mosquitto acknowledged the publishes; gobridge has persisted them once
+	// the route settled every one.
+	waitFor(t, 20*time.Second, "every heartbeat persisted", func() bool {
+		return b.metric("gobridge_route_acked_total", `route="r"`) == float64(len(keys)*(beats+1))
+	})
+	refusedBurst := s.refused.Load() - refusedFirst
+	s.down.Store(false)
+
+	waitFor(t, 30*time.Second, "the outbox drained", func() bool {
+		total, _ := s.counts()
+		return total >= len(keys) && b.metric("gobridge_outbox_pending", `session="s"`) == 0
+	})
+	got := s.deliveries()
+	var bodies []string
+	for _, d := range got {
+		bodies = append(bodies, d.body)
+	}
+	t.Logf("%d heartbeats for %d keys while the sink was down (%d refused before the burst, %d during it) -> deliveries %q",
+		len(keys)*(beats+1), len(keys), refusedFirst, refusedBurst, bodies)
+	if refusedBurst != 0 {
+		t.Errorf("the sink got %d requests during its Retry-After (the burst): coalesced replacements were due at once", refusedBurst)
+	}
+	if len(got) != len(keys) {
+		t.Errorf("sink got %d deliveries, want %d: one per key", len(got), len(keys))
+	}
+	newest := map[string]bool{}
+	for _, k := range keys {
+		newest[hb(k, beats)[1]] = true
+	}
+	for _, d := range got {
+		if !newest[d.body] {
+			t.Errorf("delivered %s, not the newest heartbeat of its key", d.body)
+		}
+		delete(newest, d.body)
+	}
+	if len(newest) != 0 {
+		t.Errorf("newest heartbeats never delivered: %v", newest)
+	}
+}
