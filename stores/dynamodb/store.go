@@ -123,7 +123,9 @@ func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
 }
 
 // Open returns the outbox store on opts.Table, creating the table first
-// when opts.CreateTables is set.
+// when opts.CreateTables is set. It checks the table's key schema and
+// indexes (one DescribeTable) and fails with ErrLayout when they do not
+// match, so a misconfigured table is found at startup.
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	opts.defaults()
 	db := opts.Client
@@ -137,6 +139,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		if err := CreateOutboxTable(ctx, db, opts.Table); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkLayout(ctx, db, outboxTableInput(opts.Table)); err != nil {
+		return nil, err
 	}
 	return &Store{db: db, table: opts.Table, opts: opts}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"os"
 	"sync"
@@ -187,5 +188,25 @@ func TestOpen_CreatesTablesThatWork(t *testing.T) {
 	}
 	if _, err := l.Acquire(t.Context(), "s/0", "me", time.Minute, time.Now()); err != nil {
 		t.Fatalf("Acquire: %v", err)
+	}
+}
+
+func TestOpen_RejectsATableWithoutTheIndexes(t *testing.T) {
+	c := newClient(t, nil)
+	table := uniqueName("gobridge_bare_")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = dynamodb.DeleteTable(ctx, c, table)
+	})
+	// A lease-style table (keys only) is not an outbox table.
+	if err := dynamodb.CreateLeaseTable(t.Context(), c, table); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dynamodb.Open(t.Context(), dynamodb.Options{Table: table, Client: c}); !errors.Is(err, dynamodb.ErrLayout) {
+		t.Fatalf("Open on a table without indexes = %v, want ErrLayout", err)
+	}
+	if _, err := dynamodb.Open(t.Context(), dynamodb.Options{Table: uniqueName("gobridge_missing_"), Client: c}); err == nil {
+		t.Fatal("Open on a missing table succeeded")
 	}
 }

@@ -149,3 +149,47 @@ func DeleteTable(ctx context.Context, db *dynamodb.Client, name string) error {
 	}
 	return nil
 }
+
+// ErrLayout is returned by Open when the table exists but lacks an index
+// gobridge needs (it was created for another version or by hand).
+var ErrLayout = errors.New("dynamodb: table layout does not match")
+
+// checkLayout verifies that table has the key schema and the indexes of
+// outboxTableInput, so that a misconfigured table fails at startup and not
+// at the first claim.
+func checkLayout(ctx context.Context, db *dynamodb.Client, want *dynamodb.CreateTableInput) error {
+	name := aws.ToString(want.TableName)
+	out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: want.TableName})
+	if err != nil {
+		return fmt.Errorf("dynamodb: describe table %s: %w", name, err)
+	}
+	t := out.Table
+	if !sameKeys(t.KeySchema, want.KeySchema) {
+		return fmt.Errorf("%w: table %s needs key schema pk (HASH, S), sk (RANGE, S)", ErrLayout, name)
+	}
+	have := make(map[string][]types.KeySchemaElement)
+	for _, g := range t.GlobalSecondaryIndexes {
+		have[aws.ToString(g.IndexName)] = g.KeySchema
+	}
+	for _, g := range want.GlobalSecondaryIndexes {
+		ks, ok := have[aws.ToString(g.IndexName)]
+		if !ok || !sameKeys(ks, g.KeySchema) {
+			return fmt.Errorf("%w: table %s lacks index %s on (%s, %s); see the README section on DynamoDB for the layout",
+				ErrLayout, name, aws.ToString(g.IndexName),
+				aws.ToString(g.KeySchema[0].AttributeName), aws.ToString(g.KeySchema[1].AttributeName))
+		}
+	}
+	return nil
+}
+
+func sameKeys(a, b []types.KeySchemaElement) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if aws.ToString(a[i].AttributeName) != aws.ToString(b[i].AttributeName) || a[i].KeyType != b[i].KeyType {
+			return false
+		}
+	}
+	return true
+}
