@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/drainer"
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/routes"
@@ -65,7 +66,8 @@ type Runtime struct {
 	sessions  map[string]*sessionInfo
 	commit    *committer // nil without an outbox store
 	admin     *adminServer
-	deadMu    sync.Mutex // serialises ingest-side dead-lettering
+	journal   *admin.Journal // delivery outcomes, for the admin API and console
+	deadMu    sync.Mutex     // serialises ingest-side dead-lettering
 
 	// holdCtx bounds direct_hold sends; it is cancelled only when the
 	// shutdown deadline passes. stopping is closed when shutdown begins.
@@ -163,6 +165,7 @@ func (rt *Runtime) build(log *slog.Logger, stdout io.Writer) error {
 		return err
 	}
 	rt.admin = admin
+	rt.mountOperatorTools()
 	return nil
 }
 
@@ -202,7 +205,7 @@ func (rt *Runtime) buildGroups(log *slog.Logger) {
 			Owner:           rt.cfg.Bridge.ID,
 			ShutdownTimeout: rt.shutdownTimeout(),
 			Logger:          log,
-			Observer:        &observer{rt: rt},
+			Observer:        rt.drainObserver(),
 		}, rt.outbox, rt.leases)
 		si.group = g
 		rt.groups[sid] = g

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -14,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -151,11 +151,11 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	}
 	if *format == "json" {
 		out := struct {
-			DeadLetters []deadLetterJSON `json:"dead_letters"`
-			Next        string           `json:"next"`
-		}{DeadLetters: make([]deadLetterJSON, len(recs)), Next: next}
+			DeadLetters []admin.DeadLetter `json:"dead_letters"`
+			Next        string             `json:"next"`
+		}{DeadLetters: make([]admin.DeadLetter, len(recs)), Next: next}
 		for i := range recs {
-			out.DeadLetters[i] = toJSON(&recs[i], now, false)
+			out.DeadLetters[i] = admin.NewDeadLetter(&recs[i], now, false)
 		}
 		enc := json.NewEncoder(c.Stdout)
 		enc.SetIndent("", "  ")
@@ -222,7 +222,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("dlq show: %w", err)
 	}
-	d := toJSON(&r, c.now(), true)
+	d := admin.NewDeadLetter(&r, c.now(), true)
 	if *format == "json" {
 		enc := json.NewEncoder(c.Stdout)
 		enc.SetIndent("", "  ")
@@ -368,49 +368,6 @@ func allDeadIDs(ctx context.Context, st stores.DeadLetters, route string) ([]str
 		}
 		f.After = next
 	}
-}
-
-// deadLetterJSON is the JSON form of a dead letter (dlq list/show).
-type deadLetterJSON struct {
-	ID             string            `json:"id"`
-	Session        string            `json:"session"`
-	Partition      int               `json:"partition"`
-	Route          string            `json:"route"`
-	Topic          string            `json:"topic"`
-	QoS            byte              `json:"qos"`
-	Key            string            `json:"key,omitempty"`
-	CausationID    string            `json:"causation_id,omitempty"`
-	Reason         string            `json:"reason"`
-	LastError      string            `json:"last_error,omitempty"`
-	Attempts       int               `json:"attempts"`
-	ReceivedAt     time.Time         `json:"received_at,omitzero"`
-	CreatedAt      time.Time         `json:"created_at"`
-	FirstAttemptAt time.Time         `json:"first_attempt_at,omitzero"`
-	DeadAt         time.Time         `json:"dead_at"`
-	ExpiresAt      time.Time         `json:"expires_at,omitzero"`
-	AgeSeconds     float64           `json:"age_seconds"`
-	Headers        map[string]string `json:"headers,omitempty"`
-	// PayloadEncoding is "text" (UTF-8) or "base64"; Payload is set by show.
-	PayloadEncoding string `json:"payload_encoding,omitempty"`
-	Payload         string `json:"payload,omitempty"`
-}
-
-func toJSON(r *stores.Record, now time.Time, payload bool) deadLetterJSON {
-	d := deadLetterJSON{
-		ID: r.Envelope.ID, Session: r.Session, Partition: r.Partition, Route: r.Route,
-		Topic: r.Envelope.Topic, QoS: r.Envelope.QoS, Key: r.Envelope.Key, CausationID: r.CausationID,
-		Reason: r.DeadReason, LastError: r.LastError, Attempts: r.Attempts,
-		ReceivedAt: r.Envelope.ReceivedAt, CreatedAt: r.CreatedAt, FirstAttemptAt: r.FirstAttemptAt,
-		DeadAt: r.DeadAt, ExpiresAt: r.ExpiresAt, AgeSeconds: now.Sub(r.CreatedAt).Seconds(),
-	}
-	if payload {
-		d.Headers = r.Envelope.Headers
-		d.PayloadEncoding, d.Payload = "text", string(r.Envelope.Payload)
-		if !utf8.Valid(r.Envelope.Payload) {
-			d.PayloadEncoding, d.Payload = "base64", base64.StdEncoding.EncodeToString(r.Envelope.Payload)
-		}
-	}
-	return d
 }
 
 func stamp(t time.Time) string {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/delivery"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/sqlite"
@@ -113,8 +114,8 @@ func TestDLQ_ListPagesOldestFirst(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	var page struct {
-		DeadLetters []deadLetterJSON `json:"dead_letters"`
-		Next        string           `json:"next"`
+		DeadLetters []admin.DeadLetter `json:"dead_letters"`
+		Next        string             `json:"next"`
 	}
 	if err := json.Unmarshal([]byte(out), &page); err != nil {
 		t.Fatalf("json: %v\n%s", err, out)
@@ -133,7 +134,7 @@ func TestDLQ_ListPagesOldestFirst(t *testing.T) {
 			t.Fatalf("exit %d", code)
 		}
 		var p struct {
-			DeadLetters []deadLetterJSON `json:"dead_letters"`
+			DeadLetters []admin.DeadLetter `json:"dead_letters"`
 		}
 		_ = json.Unmarshal([]byte(out), &p)
 		if len(p.DeadLetters) == 0 || p.DeadLetters[0].ID != ids[3] {
@@ -158,7 +159,7 @@ func TestDLQ_ShowPrintsEverything(t *testing.T) {
 		}
 	}
 	code, out, _ = gobridge(t, "dlq", "show", bin, "-c", fx.cfg, "--format", "json")
-	var d deadLetterJSON
+	var d admin.DeadLetter
 	if code != exitOK || json.Unmarshal([]byte(out), &d) != nil {
 		t.Fatalf("exit %d: %s", code, out)
 	}
