@@ -9,10 +9,11 @@ import (
 // Requeued returns the pending record that requeueing dead letter d at now
 // makes, before the store stamps Seq: a new envelope ID, CausationID d's ID,
 // attempts and claim cleared, due and created at now, with the same time left
-// to live. Backends share it so that they agree.
+// to live, and no coalesce key. Backends share it so that they agree.
 func Requeued(d Record, now time.Time) Record {
 	r := d
 	r.Envelope.ID = delivery.NewID()
+	r.CoalesceKey = "" // an operator's requeue replaces nothing and is never absorbed
 	r.CausationID = d.Envelope.ID
 	r.State = Pending
 	r.Attempts = 0

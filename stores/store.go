@@ -119,10 +119,18 @@ type ClaimRequest struct {
 // of the same session and key is pending-but-not-due or claimed by a claim
 // that has not lapsed, so records of one key are handed out in persist order.
 //
-// Complete, Release and DeadLetter name the token the record was claimed
-// with and fail with ErrStaleToken when the record is now claimed under
-// another token or is no longer claimed; a batch call changes nothing when
-// any record in it is stale.
+// Complete, Release and DeadLetter name a record by its Key (Seq, when set
+// as Claim returned it, is a fast path) and the token it was claimed with,
+// and fail with ErrStaleToken when the record is now claimed under another
+// token, is no longer claimed, or does not exist; a batch call changes
+// nothing when any record in it is stale. Once a claim has lapsed its token
+// may be rejected at any time, even before another claim takes the record.
+//
+// Coalescing (Record.CoalesceKey) replaces the newest (highest Seq) pending
+// record of the same Session, Route and CoalesceKey: the new record takes a
+// new Seq and the old one becomes done. When that record was received later
+// than the new one (Envelope.ReceivedAt), the new one is absorbed as done
+// instead. Claimed records are never replaced.
 type Outbox interface {
 	// Append persists records atomically (all or none) with one durable
 	// commit. It is idempotent on (Session, Route, Envelope.ID): records

@@ -25,7 +25,7 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	if l == nil {
 		return nil, nil
 	}
-	var out []stores.Record
+	out := make([]stores.Record, 0, min(req.Limit, 256))
 	var blocked map[string]bool // ordering keys held back by an older record
 	for e := l.head; e != nil && len(out) < req.Limit; e = e.next {
 		r := &e.rec
@@ -111,7 +111,8 @@ func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, 
 	e.rec.LastError = lastError
 	if k := e.rec.CoalesceKey; k != "" {
 		ck := coalesceKey{e.rec.Session, e.rec.Route, k}
-		if _, ok := s.coalesce[ck]; !ok {
+		// The coalesce index names the newest pending record of a key.
+		if cur, ok := s.coalesce[ck]; !ok || cur.rec.Seq < e.rec.Seq {
 			s.coalesce[ck] = e
 		}
 	}

@@ -20,7 +20,7 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 		return nil, fmt.Errorf("claim: %w: session %q, partition %d, limit %d",
 			stores.ErrInvalid, req.Session, req.Partition, req.Limit)
 	}
-	var out []stores.Record
+	out := make([]stores.Record, 0, min(req.Limit, 256))
 	now := nanos(req.Now)
 	err := s.writeTx(ctx, func(tx *sql.Tx, _ map[partKey]int) error {
 		out = out[:0]
@@ -34,7 +34,7 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 		}
 		defer rows.Close()
 		for rows.Next() {
-			r, err := scanRecord(rows)
+			r, err := scanClaimed(rows, &req)
 			if err != nil {
 				return err
 			}
@@ -50,6 +50,31 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	return out, nil
 }
 
+// withSeqs returns recs with each zero Seq looked up by key, so that a
+// record rebuilt by the caller (not as Claim returned it) still settles. An
+// unknown key keeps Seq 0, which matches no row: ErrStaleToken.
+func (s *Store) withSeqs(ctx context.Context, tx *sql.Tx, recs []stores.Record) ([]stores.Record, error) {
+	for i := range recs {
+		if recs[i].Seq != 0 {
+			continue
+		}
+		recs = slices.Clone(recs)
+		for j := i; j < len(recs); j++ {
+			r := &recs[j]
+			if r.Seq != 0 {
+				continue
+			}
+			err := tx.QueryRowContext(ctx, `SELECT seq FROM outbox WHERE session = ? AND route = ? AND id = ?`,
+				r.Session, r.Route, r.Envelope.ID).Scan(&r.Seq)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return nil, err
+			}
+		}
+		break
+	}
+	return recs, nil
+}
+
 func stale(r *stores.Record) error {
 	return fmt.Errorf("%w: record %s/%s/%s (seq %d), token %d", stores.ErrStaleToken,
 		r.Session, r.Route, r.Envelope.ID, r.Seq, r.Token)
@@ -62,31 +87,35 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	// One statement per token (normally one per batch).
-	type group struct {
-		seqs []int64
-		want map[int64]string // seq -> envelope ID
-	}
-	var (
-		groups = map[int64]*group{}
-		order  []int64
-	)
-	for i := range recs {
-		r := &recs[i]
-		g := groups[r.Token]
-		if g == nil {
-			g = &group{want: map[int64]string{}}
-			groups[r.Token] = g
-			order = append(order, r.Token)
-		}
-		if _, dup := g.want[r.Seq]; !dup {
-			g.seqs = append(g.seqs, r.Seq)
-			g.want[r.Seq] = r.Envelope.ID
-		}
-	}
 	done := 0
 	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
 		done = 0
+		recs, err := s.withSeqs(ctx, tx, recs)
+		if err != nil {
+			return err
+		}
+		// One statement per token (normally one per batch).
+		type group struct {
+			seqs []int64
+			want map[int64]string // seq -> envelope ID
+		}
+		var (
+			groups = map[int64]*group{}
+			order  []int64
+		)
+		for i := range recs {
+			r := &recs[i]
+			g := groups[r.Token]
+			if g == nil {
+				g = &group{want: map[int64]string{}}
+				groups[r.Token] = g
+				order = append(order, r.Token)
+			}
+			if _, dup := g.want[r.Seq]; !dup {
+				g.seqs = append(g.seqs, r.Seq)
+				g.want[r.Seq] = r.Envelope.ID
+			}
+		}
 		st := tx.StmtContext(ctx, s.stmts.complete)
 		for _, token := range order {
 			g := groups[token]
@@ -138,6 +167,11 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 // Release implements stores.Outbox.
 func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, lastError string) error {
 	err := s.writeTx(ctx, func(tx *sql.Tx, _ map[partKey]int) error {
+		rs, err := s.withSeqs(ctx, tx, []stores.Record{rec})
+		if err != nil {
+			return err
+		}
+		rec := rs[0]
 		res, err := tx.StmtContext(ctx, s.stmts.release).ExecContext(ctx,
 			nanos(next), lastError, rec.Seq, rec.Envelope.ID, rec.Token)
 		if err != nil {
@@ -161,8 +195,13 @@ func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string
 		deadAt = time.Now()
 	}
 	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
+		rs, err := s.withSeqs(ctx, tx, []stores.Record{rec})
+		if err != nil {
+			return err
+		}
+		rec := rs[0]
 		var k partKey
-		err := tx.StmtContext(ctx, s.stmts.dead).QueryRowContext(ctx,
+		err = tx.StmtContext(ctx, s.stmts.dead).QueryRowContext(ctx,
 			nanos(deadAt), reason, rec.Seq, rec.Envelope.ID, rec.Token).Scan(&k.session, &k.part)
 		if errors.Is(err, sql.ErrNoRows) {
 			return stale(&rec)

@@ -112,7 +112,6 @@ func (s *Store) Requeue(ctx context.Context, id string, now time.Time) (stores.R
 			return err
 		}
 		n = stores.Requeued(d, now)
-		n.CoalesceKey = "" // a requeued record replaces nothing
 		if _, err := s.insertRow(ctx, tx.StmtContext(ctx, s.stmts.insert), &n, stores.Pending, now); err != nil {
 			return err
 		}

@@ -60,7 +60,7 @@ const (
 				AND b.session = o.session AND b.okey = o.okey AND b.seq < o.seq
 				AND ((b.state = 'pending' AND b.next_at > ?3) OR (b.state = 'claimed' AND b.claim_until > ?3))))
 			ORDER BY o.seq LIMIT ?6)
-		RETURNING ` + columns
+		RETURNING ` + claimColumns
 
 	// sqlComplete settles the records of one token in one statement; the
 	// seqs come as a JSON array.

@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,8 +140,12 @@ func (s *Store) dsn(readOnly bool) string {
 	} else {
 		q.Set("_txlock", "immediate")
 	}
-	return "file:" + s.path + "?" + q.Encode()
+	return "file:" + uriPath.Replace(s.path) + "?" + q.Encode()
 }
+
+// uriPath escapes what SQLite's URI file names would otherwise read as a
+// query ("?"), a fragment ("#") or an escape ("%").
+var uriPath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
 
 // Path returns the file the store lives in.
 func (s *Store) Path() string { return s.path }
@@ -189,6 +194,38 @@ func fromNanos(n int64) time.Time {
 const columns = `seq, session, part, route, id, topic, payload, headers, qos, received_at, okey, ckey,
 	causation_id, state, attempts, first_attempt_at, next_at, last_error, created_at, expires_at,
 	token, claim_until, dead_at, dead_reason`
+
+// claimColumns is what a claim returns: the columns scanClaimed cannot
+// know from the request.
+const claimColumns = `seq, route, id, topic, payload, headers, qos, received_at, okey, ckey,
+	causation_id, attempts, first_attempt_at, next_at, last_error, created_at, expires_at`
+
+// scanClaimed reads a row of claimColumns claimed by req.
+func scanClaimed(sc scanner, req *stores.ClaimRequest) (stores.Record, error) {
+	r := stores.Record{Session: req.Session, Partition: req.Partition, State: stores.Claimed,
+		Token: req.Token, ClaimUntil: fromNanos(nanos(req.Until))}
+	var (
+		headers                                 sql.NullString
+		received, first, next, created, expires int64
+	)
+	err := sc.Scan(&r.Seq, &r.Route, &r.Envelope.ID, &r.Envelope.Topic, &r.Envelope.Payload, &headers,
+		&r.Envelope.QoS, &received, &r.Envelope.Key, &r.CoalesceKey, &r.CausationID, &r.Attempts,
+		&first, &next, &r.LastError, &created, &expires)
+	if err != nil {
+		return r, err
+	}
+	if headers.Valid {
+		if err := json.Unmarshal([]byte(headers.String), &r.Envelope.Headers); err != nil {
+			return r, fmt.Errorf("decode headers of %s: %w", r.Envelope.ID, err)
+		}
+	}
+	r.Envelope.ReceivedAt = fromNanos(received)
+	r.FirstAttemptAt = fromNanos(first)
+	r.NextAttemptAt = fromNanos(next)
+	r.CreatedAt = fromNanos(created)
+	r.ExpiresAt = fromNanos(expires)
+	return r, nil
+}
 
 type scanner interface{ Scan(dest ...any) error }
 

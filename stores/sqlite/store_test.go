@@ -1,6 +1,8 @@
 package sqlite_test
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -61,4 +63,25 @@ func TestOpenLeases_Conformance(t *testing.T) {
 		t.Cleanup(func() { _ = l.Close() })
 		return l
 	})
+}
+
+func TestOpen_PathWithURICharacters(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "a #b?c%20d")
+	path := filepath.Join(dir, "out box.db")
+	s := open(t, path, "full")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the store is not at the path it was given: %v", err)
+	}
+}
+
+func TestOpen_RejectsUnknownSync(t *testing.T) {
+	t.Parallel()
+	_, err := sqlite.Open(filepath.Join(t.TempDir(), "outbox.db"), sqlite.Options{Sync: "off"})
+	if !errors.Is(err, stores.ErrInvalid) {
+		t.Fatalf("Open with sync off = %v, want ErrInvalid", err)
+	}
 }

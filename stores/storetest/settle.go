@@ -62,6 +62,28 @@ func (s suite) settle(t *testing.T) {
 		fx.checkStale(t, "other token", wrong[1])
 	})
 
+	t.Run("records are named by key and token", func(t *testing.T) {
+		fx := s.setup(t)
+		rs := fx.recs(3)
+		fx.append(rs...)
+		c := fx.claimAt(5, 10, t0)
+		if len(c) != 3 {
+			t.Fatalf("claimed %d, want 3", len(c))
+		}
+		// Rebuilt from the key alone, as a caller that kept only IDs would.
+		byKey := func(r stores.Record) stores.Record {
+			return stores.Record{Session: r.Session, Route: r.Route, Envelope: r.Envelope, Token: 5}
+		}
+		fx.complete(byKey(c[0]))
+		if err := fx.s.Release(t.Context(), byKey(c[1]), t0, "x"); err != nil {
+			t.Errorf("Release by key: %v", err)
+		}
+		if err := fx.s.DeadLetter(t.Context(), byKey(c[2]), "x"); err != nil {
+			t.Errorf("DeadLetter by key: %v", err)
+		}
+		wantIDs(t, "drain", fx.drain(), c[1].Envelope.ID)
+	})
+
 	t.Run("release keeps the poison bookkeeping", func(t *testing.T) {
 		fx := s.setup(t)
 		fx.append(fx.rec())
