@@ -102,37 +102,39 @@ func fillStore(b *testing.B, store stores.Outbox, records, parts int) {
 }
 
 // BenchmarkStoreBaseline drains the same 100k records with bare Claim and
-// Complete calls (batches of 100, one partition): the most any drainer can
+// Complete calls (one partition): the most any drainer can
 // get out of the store. Compare it with BenchmarkDrainer/*/partitions=1/batch=100.
 func BenchmarkStoreBaseline(b *testing.B) {
 	const records = 100_000
 	for _, be := range benchBackends {
-		b.Run(be.name, func(b *testing.B) {
-			var elapsed time.Duration
-			for b.Loop() {
-				b.StopTimer()
-				store := be.open(b)
-				fillStore(b, store, records, 1)
-				b.StartTimer()
-				start := time.Now()
-				for left := records; left > 0; {
-					now := time.Now()
-					recs, err := store.Claim(context.Background(), stores.ClaimRequest{Session: "s", Token: 1,
-						Limit: 100, Now: now, Until: now.Add(time.Minute)})
-					if err != nil || len(recs) == 0 {
-						b.Fatalf("claim: %d records, %v", len(recs), err)
+		for _, batch := range []int{100, 1000} {
+			b.Run(fmt.Sprintf("%s/batch=%d", be.name, batch), func(b *testing.B) {
+				var elapsed time.Duration
+				for b.Loop() {
+					b.StopTimer()
+					store := be.open(b)
+					fillStore(b, store, records, 1)
+					b.StartTimer()
+					start := time.Now()
+					for left := records; left > 0; {
+						now := time.Now()
+						recs, err := store.Claim(context.Background(), stores.ClaimRequest{Session: "s", Token: 1,
+							Limit: batch, Now: now, Until: now.Add(time.Minute)})
+						if err != nil || len(recs) == 0 {
+							b.Fatalf("claim: %d records, %v", len(recs), err)
+						}
+						if err := store.Complete(context.Background(), recs...); err != nil {
+							b.Fatal(err)
+						}
+						left -= len(recs)
 					}
-					if err := store.Complete(context.Background(), recs...); err != nil {
-						b.Fatal(err)
-					}
-					left -= len(recs)
+					elapsed += time.Since(start)
+					b.StopTimer()
+					store.Close()
+					b.StartTimer()
 				}
-				elapsed += time.Since(start)
-				b.StopTimer()
-				store.Close()
-				b.StartTimer()
-			}
-			b.ReportMetric(float64(records)*float64(b.N)/elapsed.Seconds(), "records/s")
-		})
+				b.ReportMetric(float64(records)*float64(b.N)/elapsed.Seconds(), "records/s")
+			})
+		}
 	}
 }
