@@ -93,7 +93,7 @@ type bridge struct {
 	done    chan struct{}
 	err     error // cmd.Wait's result, set before done closes
 	env     []string
-	killed  bool
+	killed  map[*exec.Cmd]bool // runs ended by kill, not SIGTERM
 }
 
 // startBridge writes cfg to a file in dir and starts `gobridge run -c` on
@@ -104,7 +104,7 @@ type bridge struct {
 // the test failed.
 func startBridge(t *testing.T, dir, name, admin, cfg string, env ...string) *bridge {
 	t.Helper()
-	b := &bridge{name: name, admin: admin, env: env,
+	b := &bridge{name: name, admin: admin, env: env, killed: map[*exec.Cmd]bool{},
 		cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log")}
 	if err := os.WriteFile(b.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -131,12 +131,13 @@ func (b *bridge) start(t *testing.T) {
 		logf.Close()
 		t.Fatalf("start %s: %v", b.name, err)
 	}
-	b.cmd, b.cancel, b.done, b.err, b.killed = cmd, cancel, make(chan struct{}), nil, false
+	b.cmd, b.cancel, b.done, b.err = cmd, cancel, make(chan struct{}), nil
 	done := b.done
+	var runErr error
 	go func() {
-		err := cmd.Wait()
+		runErr = cmd.Wait()
 		logf.Close()
-		b.err = err
+		b.err = runErr
 		close(done)
 	}()
 	t.Cleanup(func() {
@@ -147,8 +148,8 @@ func (b *bridge) start(t *testing.T) {
 		}
 		// After Cancel (SIGTERM), Wait reports the context's error even for
 		// a clean exit: the exit status is what counts.
-		if st := cmd.ProcessState; !b.killed && (st == nil || !st.Success()) {
-			t.Errorf("%s exited with %v (%v) after SIGTERM, want status 0", b.name, st, b.err)
+		if st := cmd.ProcessState; !b.killed[cmd] && (st == nil || !st.Success()) {
+			t.Errorf("%s exited with %v (%v) after SIGTERM, want status 0", b.name, st, runErr)
 		}
 	})
 }
@@ -156,7 +157,7 @@ func (b *bridge) start(t *testing.T) {
 // kill SIGKILLs the process and waits for it to be gone.
 func (b *bridge) kill(t *testing.T) {
 	t.Helper()
-	b.killed = true
+	b.killed[b.cmd] = true
 	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("kill %s: %v", b.name, err)
 	}

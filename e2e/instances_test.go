@@ -1,0 +1,258 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/gobridge/gobridge/internal/testservices"
+	"github.com/gobridge/gobridge/stores"
+)
+
+// instanceConfig is one of several bridges sharing a $share/ subscription,
+// a DynamoDB outbox and a DynamoDB lease table; its HTTP sender names the
+// instance in an X-Instance header.
+func instanceConfig(run, name, admin, mqttURL, ddb, sinkURL string, partitions int) string {
+	return fmt.Sprintf(`version: 1
+bridge:
+  id: %[1]s-%[2]s
+  admin: {listen: %[3]q}
+  shutdown_timeout: 10s
+  log: {level: info, format: text}
+stores:
+  outbox: {type: dynamodb, options: {table: %[1]s-outbox, region: us-east-1, endpoint: %[5]q}}
+  lease: {type: dynamodb, options: {table: %[1]s-leases, region: us-east-1, endpoint: %[5]q}}
+receivers:
+  - id: plant
+    type: mqtt
+    options: {broker_urls: [%[4]q], client_id: %[1]s-%[2]s, clean_session: false, keep_alive: 5s, connect_timeout: 2s}
+    topics: [{topic: "$share/%[1]s/%[1]s/+/telemetry", qos: 1}]
+senders:
+  - id: sink
+    type: http
+    options: {url: %[6]q, timeout: 2s, headers: {X-Instance: %[2]s}}
+routes:
+  - id: telemetry
+    receiver: plant
+    topic: "%[1]s/+/telemetry"
+    processors: [{type: idempotency_key, from: "{payload.id}"}]
+    sender: sink
+    delivery_mode: shared_outbox
+    session: {id: plant, partitions: %[7]d, drain_interval: 200ms}
+    policy: {send_timeout: 2s, max_in_flight: 50, backoff: {initial_interval: 100ms, max_interval: 1s}}
+`, run, name, admin, mqttURL, ddb, sinkURL, partitions)
+}
+
+var (
+	drainingRE = regexp.MustCompile(`msg="draining partition".* partition=(\d+)`)
+	stoppedRE  = regexp.MustCompile(`msg="stopped draining.* partition=(\d+)`)
+)
+
+// heldPartitions replays a bridge's log: the partitions it drains at its
+// end, and every partition it ever started draining.
+func heldPartitions(t *testing.T, logPath string) (held, ever []int) {
+	t.Helper()
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := map[int]bool{}
+	all := map[int]bool{}
+	for _, line := range regexp.MustCompile(`\n`).Split(string(b), -1) {
+		if m := drainingRE.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			now[n], all[n] = true, true
+		} else if m := stoppedRE.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			delete(now, n)
+		}
+	}
+	for n := range now {
+		held = append(held, n)
+	}
+	for n := range all {
+		ever = append(ever, n)
+	}
+	slices.Sort(held)
+	slices.Sort(ever)
+	return held, ever
+}
+
+// TestMultiInstance_KillOne runs three gobridge processes on one Mosquitto
+// shared subscription and one DynamoDB outbox and lease table (6 session
+// partitions), publishes 5,000 QoS 1 messages with unique ids, and SIGKILLs
+// one process midway. Every message reaches the HTTP sink (duplicates are
+// counted, losses fail); the partitions the killed process held are taken
+// over by the survivors once its leases lapse; every instance delivered a
+// share.
+func TestMultiInstance_KillOne(t *testing.T) {
+	needBinary(t)
+	mqttURL := testservices.MQTTURL(t)
+	ddb := testservices.DynamoDBEndpoint(t)
+	run := runID(t, "e2e-multi")
+	s := newSink(t)
+	dir := t.TempDir()
+	const partitions, n = 6, 5000
+
+	client := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(ddb),
+		Credentials: aws.AnonymousCredentials{}})
+	t.Cleanup(func() { // runs after the bridges' cleanups stopped them
+		for _, table := range []string{run + "-outbox", run + "-leases"} {
+			client.DeleteTable(t.Context(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+		}
+	})
+
+	names := []string{"b1", "b2", "b3"}
+	bridges := map[string]*bridge{}
+	for i, name := range names {
+		admin := freeAddr(t)
+		bridges[name] = startBridge(t, dir, name, admin,
+			instanceConfig(run, name, admin, mqttURL, ddb, s.srv.URL, partitions))
+		if i == 0 {
+			// The first instance creates the tables; the others find them.
+			bridges[name].waitReady(t, 60*time.Second)
+		}
+	}
+	for _, name := range names[1:] {
+		bridges[name].waitReady(t, 60*time.Second)
+	}
+	// Partitions spread: every instance drains some before any traffic.
+	waitFor(t, 30*time.Second, "every instance draining a share of the partitions", func() bool {
+		total := 0
+		for _, name := range names {
+			held, _ := heldPartitions(t, bridges[name].logPath)
+			if len(held) == 0 || len(held) > (partitions+len(names)-1)/len(names)+1 {
+				return false
+			}
+			total += len(held)
+		}
+		return total == partitions
+	})
+	for _, name := range names {
+		held, _ := heldPartitions(t, bridges[name].logPath)
+		t.Logf("%s drains partitions %v", name, held)
+	}
+
+	pub := publisher(t, mqttURL, run+"-pub")
+	start := time.Now()
+	pubDone := make(chan []paho.Token, 1)
+	go func() {
+		toks := make([]paho.Token, 0, n)
+		for i := range n {
+			body, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("m-%05d", i), "n": i})
+			toks = append(toks, pub.Publish(fmt.Sprintf("%s/line-%d/telemetry", run, i%20), 1, false, body))
+		}
+		pubDone <- toks
+	}()
+
+	victim := bridges["b2"]
+	waitFor(t, 60*time.Second, "the sink reaching 1,500 messages", func() bool {
+		_, distinct := s.counts()
+		return distinct >= 1500
+	})
+	victimHeld, _ := heldPartitions(t, victim.logPath)
+	victim.kill(t)
+	killedAt := time.Now()
+	_, atKill := s.counts()
+	t.Logf("SIGKILLed b2 after %s with %d messages at the sink; it held partitions %v",
+		killedAt.Sub(start).Round(time.Millisecond), atKill, victimHeld)
+	waitTokens(t, <-pubDone, 60*time.Second)
+
+	// The survivors take over the victim's partitions after its leases lapse.
+	waitFor(t, 60*time.Second, "the survivors draining every partition", func() bool {
+		total := 0
+		for _, name := range []string{"b1", "b3"} {
+			held, _ := heldPartitions(t, bridges[name].logPath)
+			total += len(held)
+		}
+		return total == partitions
+	})
+	t.Logf("survivors hold all %d partitions %s after the kill", partitions, time.Since(killedAt).Round(time.Millisecond))
+	for _, p := range victimHeld {
+		taken := false
+		for _, name := range []string{"b1", "b3"} {
+			held, _ := heldPartitions(t, bridges[name].logPath)
+			taken = taken || slices.Contains(held, p)
+		}
+		if !taken {
+			t.Errorf("partition %d of the killed instance is not drained by a survivor", p)
+		}
+	}
+
+	// Records of the victim's partitions appended by the survivors after the
+	// kill (and those the victim had left) can only go out once a survivor
+	// holds their lease: some must have been delivered by b1 or b3.
+	waitFor(t, 60*time.Second, "the survivors' outbox drained", func() bool {
+		return bridges["b1"].metric("gobridge_outbox_pending", `session="plant"`) == 0
+	})
+	takenOver := 0
+	for _, d := range s.deliveries()[atKill:] {
+		if d.headers.Get("X-Instance") != "b2" && slices.Contains(victimHeld, stores.PartitionOf(d.key, partitions)) {
+			takenOver++
+		}
+	}
+	if takenOver == 0 {
+		t.Errorf("no record of the killed instance's partitions %v was delivered by a survivor", victimHeld)
+	}
+	_, beforeRestart := s.counts()
+	t.Logf("%d records of partitions %v delivered by the survivors; %d of %d messages at the sink before b2 restarts",
+		takenOver, victimHeld, beforeRestart, n)
+
+	// Mosquitto keeps handing a share of the $share/ group's messages to the
+	// dead member's persistent session and queues them for it: they arrive
+	// when it comes back (with the same client id).
+	victim.start(t)
+	victim.waitReady(t, 60*time.Second)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, distinct := s.counts()
+		pending := bridges["b1"].metric("gobridge_outbox_pending", `session="plant"`)
+		if distinct == n && pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %d of %d messages at the sink, outbox pending %v",
+				time.Since(start).Round(time.Second), distinct, n, pending)
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+	elapsed := time.Since(start)
+
+	perInstance := map[string]int{}
+	perID := map[string]int{}
+	for _, d := range s.deliveries() {
+		perInstance[d.headers.Get("X-Instance")]++
+		var p struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal([]byte(d.body), &p); err != nil || p.ID != d.key {
+			t.Errorf("delivery %q with Idempotency-Key %q: want the payload's id as the key", d.body, d.key)
+		}
+		perID[d.key]++
+	}
+	dups := 0
+	for id, c := range perID {
+		if c > 1 {
+			dups += c - 1
+			if dups <= 10 {
+				t.Logf("duplicate: %s delivered %d times", id, c)
+			}
+		}
+	}
+	t.Logf("%d messages through 3 instances (one killed) in %s: %d duplicate deliveries; per instance %v",
+		n, elapsed.Round(time.Millisecond), dups, perInstance)
+	for _, name := range names {
+		if perInstance[name] == 0 {
+			t.Errorf("instance %s delivered nothing: partitions were not spread", name)
+		}
+	}
+}
