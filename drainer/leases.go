@@ -93,6 +93,8 @@ func (m *membership) forget(p *partition) {
 // tick renews, counts members and rebalances.
 func (m *membership) tick(ctx context.Context) {
 	g := m.g
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.LeaseTTL/3)
+	defer cancel()
 	now := g.now()
 	name := MemberLease(g.cfg.Session, g.cfg.Owner)
 	var err error
@@ -153,6 +155,8 @@ func (m *membership) tick(ctx context.Context) {
 // lost stops claiming at once.
 func (m *membership) renewHeld(ctx context.Context) {
 	g := m.g
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.LeaseTTL/3)
+	defer cancel()
 	for n, p := range m.held {
 		l := p.lease()
 		now := g.now()

@@ -5,7 +5,8 @@ import "sync"
 // limiter is one route's AIMD concurrency limit, shared by all partition
 // loops of a Group. Slots are taken with tryAcquire; a caller that finds no
 // free slot waits on the group's notifier, which fires on every release and
-// limit change.
+// limit change. (A buffered-channel semaphore cannot change its capacity,
+// which AIMD needs; nothing here polls or sleeps.)
 type limiter struct {
 	route   string
 	ceiling int
