@@ -72,5 +72,9 @@ func (p *partition) report(it *item, err error, now time.Time) {
 	if it.settle == unsent || (it.settle == release && !it.sent) {
 		return
 	}
+	if it.settle == dead {
+		g.log.Warn("record dead-lettered", "route", it.rec.Route, "record_id", it.rec.Envelope.ID,
+			"attempt", it.rec.Attempts, "error", it.reason)
+	}
 	g.obs.Delivered(p.outcome(it, it.result, it.reason, now))
 }
