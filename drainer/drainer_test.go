@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -374,6 +375,45 @@ func TestGroup_OrderingKeySpansRoutesOfASession(t *testing.T) {
 		}
 		if strings.Join(got, ",") != "k0,k1,k2" {
 			t.Errorf("send order %v, want k0,k1,k2", got)
+		}
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	})
+}
+
+// claimCounter counts Claim calls on a real store.
+type claimCounter struct {
+	stores.Store
+	n atomic.Int64
+}
+
+func (c *claimCounter) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
+	c.n.Add(1)
+	return c.Store.Claim(ctx, req)
+}
+
+func TestGroup_AdaptiveBackoffPollsLessWhileIdle(t *testing.T) {
+	backends(t, func(t *testing.T, store stores.Store) {
+		cc := &claimCounter{Store: store}
+		cfg := testConfig(t, newScriptSender(1, nil), testPolicy(), nil)
+		cfg.DrainStrategy = routes.DrainStrategy{Type: routes.DrainAdaptiveBackoff,
+			MinInterval: routes.Duration(100 * time.Millisecond), MaxInterval: routes.Duration(30 * time.Second), Multiplier: 2}
+		g := New(cfg, cc, memory.NewLeases())
+		stop := running(t, g)
+		advance(10 * time.Minute)
+		// 100ms doubling to 30s takes ~9 polls, then one per 30s (±10%).
+		if n := cc.n.Load(); n < 20 || n > 40 {
+			t.Errorf("%d claims in 10 idle minutes, want ~29", n)
+		}
+		// Records found: the next wait is min_interval again.
+		appendRecords(t, store, 1, nil)
+		g.Wake(0)
+		synctest.Wait()
+		before := cc.n.Load()
+		advance(150 * time.Millisecond)
+		if n := cc.n.Load() - before; n != 1 {
+			t.Errorf("%d claims in the 150ms after finding records, want 1 (min_interval 100ms)", n)
 		}
 		if err := stop(); err != nil {
 			t.Fatalf("Run: %v", err)
