@@ -139,7 +139,7 @@ func jitter(d time.Duration, r *rand.Rand) time.Duration {
 	return d - time.Duration(spread) + time.Duration(n)
 }
 
-// withDefaults fills the zero fields of a strategy with the DESIGN.md
+// strategyDefaults fills the zero fields of a strategy with the DESIGN.md
 // defaults (fixed_poll every 1s; adaptive 100ms..30s ×2).
 func strategyDefaults(s routes.DrainStrategy) routes.DrainStrategy {
 	if s.Type == "" {
