@@ -51,8 +51,12 @@ drop     deletes dead letters for good.
          dead letter, or those of --route R) they print what they would do
          and change nothing unless --yes is given.
 
+These commands work while a bridge runs on the same SQLite file, and while
+none does. A memory outbox lives only inside the bridge process: use the
+bridge's console (/console) or admin API (/api) instead.
+
 Exit status: 0 done, 1 failure (an ID not found, a store error, an invalid
-config), 2 usage error.
+config, a memory store), 2 usage error.
 `
 
 // Run dispatches to the dlq subcommands.
