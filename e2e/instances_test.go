@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -103,11 +104,17 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	dir := t.TempDir()
 	const partitions, n = 6, 5000
 
+	// DynamoDB Local wants credentials, any will do (testservices set them).
 	client := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(ddb),
-		Credentials: aws.AnonymousCredentials{}})
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
+		})})
 	t.Cleanup(func() { // runs after the bridges' cleanups stopped them
 		for _, table := range []string{run + "-outbox", run + "-leases"} {
-			client.DeleteTable(t.Context(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+			_, err := client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+			if err != nil {
+				t.Logf("delete table %s: %v", table, err)
+			}
 		}
 	})
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -45,7 +46,12 @@ func TestSQSFIFO_FromMosquitto(t *testing.T) {
 		t.Fatalf("create queue: %v", err)
 	}
 	queueURL := aws.ToString(q.QueueUrl)
-	t.Cleanup(func() { client.DeleteQueue(t.Context(), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
+	t.Cleanup(func() {
+		// t.Context() is already cancelled when cleanups run.
+		if _, err := client.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}); err != nil {
+			t.Logf("delete queue: %v", err)
+		}
+	})
 
 	blueprint, err := os.ReadFile("../blueprints/factory-to-sqs.yaml")
 	if err != nil {
