@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/gobridge/gobridge/delivery"
@@ -175,16 +176,26 @@ func TestConsole_RequeuesADeadLetterInTheBrowser(t *testing.T) {
 		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1200, 1000))
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer cancelBrowser()
+	// The page asks for the admin token with prompt(): answer it.
+	dialogs := chromedp.Events(bctx, page.JavascriptDialogOpening)
+	prompts := make(chan string, 10)
+	dialogDone := make(chan struct{})
+	go func() {
+		defer close(dialogDone)
+		for ev, err := range dialogs {
+			if err != nil {
+				return
+			}
+			prompts <- ev.Message
+			_, _ = chromedp.Call(bctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true, PromptText: "s3cret"})
+		}
+	}()
+	defer func() { cancelBrowser(); <-dialogDone }()
 
 	row := chromedp.CSS(fmt.Sprintf(`#dead tr[data-dead=%q]`, id))
 	button := chromedp.CSS(fmt.Sprintf(`#dead button[data-act="requeue"][data-id=%q]`, id))
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/console")); err != nil {
 		t.Fatalf("open console: %v", err)
-	}
-	// The token the page asks for (prompt) is kept in sessionStorage.
-	if _, err := chromedp.Run(bctx, chromedp.Evaluate[any](`sessionStorage.setItem("gobridge.admin.token", "s3cret")`)); err != nil {
-		t.Fatalf("set token: %v", err)
 	}
 	err := chromedp.Do(bctx,
 		chromedp.WaitVisible(row),
@@ -194,6 +205,17 @@ func TestConsole_RequeuesADeadLetterInTheBrowser(t *testing.T) {
 	)
 	if err != nil {
 		t.Fatalf("console: %v", err)
+	}
+	select {
+	case msg := <-prompts:
+		if !strings.Contains(msg, "token") {
+			t.Errorf("dialog %q, want the token prompt", msg)
+		}
+	default:
+		t.Fatal("requeue did not ask for the admin token")
+	}
+	if tok, err := chromedp.Run(bctx, chromedp.Evaluate[string](`sessionStorage.getItem("gobridge.admin.token")`)); err != nil || tok != "s3cret" {
+		t.Errorf("token in sessionStorage = %q, %v", tok, err)
 	}
 	select {
 	case got := <-sk.got:
