@@ -53,6 +53,27 @@ routes:
 `, run, name, admin, mqttURL, ddb, sinkURL, partitions)
 }
 
+// dropTablesAtCleanup deletes DynamoDB tables when the test ends; register
+// it before starting the bridges that create them, so that it runs after
+// their cleanups stopped them.
+func dropTablesAtCleanup(t *testing.T, endpoint string, tables ...string) {
+	t.Helper()
+	// DynamoDB Local wants credentials; any will do.
+	client := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
+		})})
+	t.Cleanup(func() {
+		for _, table := range tables {
+			// t.Context() is already cancelled when cleanups run.
+			_, err := client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+			if err != nil {
+				t.Logf("delete table %s: %v", table, err)
+			}
+		}
+	})
+}
+
 var (
 	drainingRE = regexp.MustCompile(`msg="draining partition".* partition=(\d+)`)
 	stoppedRE  = regexp.MustCompile(`msg="stopped draining.* partition=(\d+)`)
@@ -104,19 +125,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	dir := t.TempDir()
 	const partitions, n = 6, 5000
 
-	// DynamoDB Local wants credentials, any will do (testservices set them).
-	client := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(ddb),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
-		})})
-	t.Cleanup(func() { // runs after the bridges' cleanups stopped them
-		for _, table := range []string{run + "-outbox", run + "-leases"} {
-			_, err := client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
-			if err != nil {
-				t.Logf("delete table %s: %v", table, err)
-			}
-		}
-	})
+	dropTablesAtCleanup(t, ddb, run+"-outbox", run+"-leases")
 
 	names := []string{"b1", "b2", "b3"}
 	bridges := map[string]*bridge{}

@@ -1,25 +1,42 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/gobridge/gobridge/internal/testservices"
+	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/dynamodb"
+	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
-// outboxBridgeConfig is a one-route bridge: Mosquitto -> SQLite outbox ->
-// the HTTP sink, with the given processors, sender headers and policy.
-func outboxBridgeConfig(run, admin, dbPath, mqttURL, sinkURL, processors, senderHeaders, policy string) string {
+// sqliteStores is the stores block of a bridge with a SQLite outbox at path.
+func sqliteStores(path string) string {
+	return fmt.Sprintf("{outbox: {type: sqlite, options: {path: %q}}}", path)
+}
+
+// dynamoStores is the stores block of a bridge with a DynamoDB outbox and
+// lease table named after run (created by gobridge against the emulator).
+func dynamoStores(run, endpoint string) string {
+	return fmt.Sprintf(`
+  outbox: {type: dynamodb, options: {table: %[1]s-outbox, region: us-east-1, endpoint: %[2]q}}
+  lease: {type: dynamodb, options: {table: %[1]s-leases, region: us-east-1, endpoint: %[2]q}}`, run, endpoint)
+}
+
+// outboxBridgeConfig is a one-route bridge: Mosquitto -> outbox (the
+// stores block) -> the HTTP sink, with the given processors, sender headers
+// and policy.
+func outboxBridgeConfig(run, admin, storesBlock, mqttURL, sinkURL, processors, senderHeaders, policy string) string {
 	return fmt.Sprintf(`version: 1
 bridge:
   id: %[1]s
   admin: {listen: %[2]q}
   shutdown_timeout: 10s
   log: {level: info, format: text}
-stores:
-  outbox: {type: sqlite, options: {path: %[3]q}}
+stores: %[3]s
 receivers:
   - id: plant
     type: mqtt
@@ -41,7 +58,7 @@ routes:
     delivery_mode: shared_outbox
     session: {id: s, drain_strategy: {type: fixed_poll, interval: 200ms}}
     policy: %[8]s
-`, run, admin, dbPath, mqttURL, sinkURL, processors, senderHeaders, policy)
+`, run, admin, storesBlock, mqttURL, sinkURL, processors, senderHeaders, policy)
 }
 
 // TestProcessors_ChainThroughRoute runs filter, transform, set_headers and
@@ -56,7 +73,7 @@ func TestProcessors_ChainThroughRoute(t *testing.T) {
 	s := newSink(t)
 	admin := freeAddr(t)
 	dir := t.TempDir()
-	cfg := outboxBridgeConfig(run, admin, dir+"/outbox.db", mqttURL, s.srv.URL,
+	cfg := outboxBridgeConfig(run, admin, sqliteStores(dir+"/outbox.db"), mqttURL, s.srv.URL,
 		`
       - {type: filter, expr: "payload != nil && payload.kind != 'debug'"}
       - {type: transform, expr: "{'temp_c': payload.temp, 'line': topic_segments[1], 'msg_id': payload.msg_id}"}
@@ -150,11 +167,49 @@ func TestProcessors_ChainThroughRoute(t *testing.T) {
 // target answers 503 with Retry-After: 5. The first heartbeat of each key is
 // claimed at once, refused and released for 5 s; every later heartbeat
 // replaces the pending record of its key (coalesce key "{topic}", SQLite
-// outbox). When the target returns it gets exactly one delivery per key,
-// each the newest heartbeat, and it saw no request during its Retry-After
-// (a replacement must not turn a backed-off key into a due one).
+// outbox, then the same with a DynamoDB outbox). When the target returns it
+// gets exactly one delivery per key, each the newest heartbeat, and it saw
+// no request during its Retry-After (a replacement must not turn a
+// backed-off key into a due one).
 func TestCoalesce_SinkDown(t *testing.T) {
 	needBinary(t)
+	t.Run("sqlite", func(t *testing.T) {
+		testCoalesceSinkDown(t, outboxBackend{
+			stores: func(run, dir string) string { return sqliteStores(dir + "/outbox.db") },
+			open: func(t *testing.T, run, dir string) (outboxStats, error) {
+				return sqlite.Open(dir+"/outbox.db", sqlite.Options{})
+			},
+		})
+	})
+	t.Run("dynamodb", func(t *testing.T) {
+		ddb := testservices.DynamoDBEndpoint(t)
+		testCoalesceSinkDown(t, outboxBackend{
+			stores: func(run, dir string) string {
+				dropTablesAtCleanup(t, ddb, run+"-outbox", run+"-leases")
+				return dynamoStores(run, ddb)
+			},
+			open: func(t *testing.T, run, dir string) (outboxStats, error) {
+				return dynamodb.Open(t.Context(), dynamodb.Options{Table: run + "-outbox", Region: "us-east-1", Endpoint: ddb})
+			},
+		})
+	})
+}
+
+// outboxStats is what the test reads of a running bridge's outbox store:
+// the exact depth (the pending gauge is sampled once a second).
+type outboxStats interface {
+	Stats(ctx context.Context, session string) (stores.SessionStats, error)
+	Close() error
+}
+
+// outboxBackend is an outbox store a bridge runs on: its config block
+// (called before the bridge starts) and a way for the test to open it.
+type outboxBackend struct {
+	stores func(run, dir string) string
+	open   func(t *testing.T, run, dir string) (outboxStats, error)
+}
+
+func testCoalesceSinkDown(t *testing.T, be outboxBackend) {
 	mqttURL := testservices.MQTTURL(t)
 	run := runID(t, "e2e-coalesce")
 	s := newSink(t)
@@ -162,11 +217,23 @@ func TestCoalesce_SinkDown(t *testing.T) {
 	s.down.Store(true)
 	admin := freeAddr(t)
 	dir := t.TempDir()
-	cfg := outboxBridgeConfig(run, admin, dir+"/outbox.db", mqttURL, s.srv.URL,
+	cfg := outboxBridgeConfig(run, admin, be.stores(run, dir), mqttURL, s.srv.URL,
 		`[{type: coalesce, key: "{topic}"}]`, `{}`,
 		`{send_timeout: 2s, backoff: {initial_interval: 100ms, max_interval: 1s}}`)
 	b := startBridge(t, dir, "coalesce", admin, cfg)
 	b.waitReady(t, 30*time.Second)
+	st, err := be.open(t, run, dir)
+	if err != nil {
+		t.Fatalf("open the bridge's outbox: %v", err)
+	}
+	defer st.Close()
+	depth := func() int {
+		ss, err := st.Stats(t.Context(), "s")
+		if err != nil {
+			t.Fatalf("outbox stats: %v", err)
+		}
+		return ss.Pending
+	}
 	pub := publisher(t, mqttURL, run+"-pub")
 
 	keys := []string{run + "/dev-a/heartbeat", run + "/dev-b/heartbeat", run + "/dev-c/heartbeat"}
@@ -195,19 +262,20 @@ func TestCoalesce_SinkDown(t *testing.T) {
 		return b.metric("gobridge_route_acked_total", `route="r"`) == float64(len(keys)*(beats+1))
 	})
 	refusedBurst := s.refused.Load() - refusedFirst
+	pendingAfterBurst := depth()
 	s.down.Store(false)
 
-	waitFor(t, 30*time.Second, "the outbox drained", func() bool {
-		total, _ := s.counts()
-		return total >= len(keys) && b.metric("gobridge_outbox_pending", `session="s"`) == 0
-	})
+	waitFor(t, 30*time.Second, "the outbox drained", func() bool { return depth() == 0 })
 	got := s.deliveries()
 	var bodies []string
 	for _, d := range got {
 		bodies = append(bodies, d.body)
 	}
-	t.Logf("%d heartbeats for %d keys while the sink was down (%d refused before the burst, %d during it) -> deliveries %q",
-		len(keys)*(beats+1), len(keys), refusedFirst, refusedBurst, bodies)
+	t.Logf("%d heartbeats for %d keys while the sink was down (%d refused before the burst, %d during it; %d records pending after it) -> deliveries %q",
+		len(keys)*(beats+1), len(keys), refusedFirst, refusedBurst, pendingAfterBurst, bodies)
+	if pendingAfterBurst != len(keys) {
+		t.Errorf("%d records pending after the burst, want %d: one per key", pendingAfterBurst, len(keys))
+	}
 	if refusedBurst != 0 {
 		t.Errorf("the sink got %d requests during its Retry-After (the burst): coalesced replacements were due at once", refusedBurst)
 	}
