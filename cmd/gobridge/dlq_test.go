@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,30 +13,65 @@ import (
 
 	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/dynamodb"
 	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
-// storeFixture is a config file naming a SQLite outbox, and that store open
-// in the test (as a running bridge would hold it) while the commands run.
+// storeFixture is a config file naming an outbox store, and that store
+// open in the test (as a running bridge would hold it) while the commands
+// run.
 type storeFixture struct {
 	cfg string
-	st  *sqlite.Store
+	st  stores.Store
 }
 
+// newStoreFixture writes a config with an outbox of storeType (sqlite,
+// memory or dynamodb) and opens that store.
 func newStoreFixture(t *testing.T, storeType string) *storeFixture {
 	t.Helper()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "outbox.db")
 	cfg := filepath.Join(dir, "bridge.yaml")
-	store := fmt.Sprintf("{type: sqlite, options: {path: %q}}", db)
-	if storeType != "sqlite" {
-		store = "{type: " + storeType + "}"
+	fx := &storeFixture{cfg: cfg}
+	var store string
+	switch storeType {
+	case "sqlite":
+		store = fmt.Sprintf("outbox: {type: sqlite, options: {path: %q}}", db)
+		st, err := sqlite.Open(db, sqlite.Options{Sync: "normal"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fx.st = st
+	case "dynamodb":
+		endpoint := testservices.DynamoDBEndpoint(t)
+		table := "gobridge_cli_" + strings.ReplaceAll(delivery.NewID(), "-", "")
+		opts := dynamodb.Options{Table: table, LeaseTable: table, Endpoint: endpoint, Region: "us-east-1", CreateTables: true}
+		st, err := dynamodb.Open(t.Context(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if c, err := dynamodb.NewClient(ctx, opts); err == nil {
+				_ = dynamodb.DeleteTable(ctx, c, table)
+			}
+		})
+		fx.st = st
+		o := fmt.Sprintf("{type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}", table, endpoint)
+		store = "outbox: " + o + "\n  lease: " + o
+	default:
+		store = "outbox: {type: " + storeType + "}"
+	}
+	if fx.st != nil {
+		t.Cleanup(func() { _ = fx.st.Close() })
 	}
 	yaml := fmt.Sprintf(`version: 1
 bridge: {id: test, admin: {listen: ""}}
 stores:
-  outbox: %s
+  %s
 receivers:
   - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0"}, topics: [{topic: "#", qos: 1}]}
 senders:
@@ -46,15 +82,6 @@ routes:
 `, store)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
-	}
-	fx := &storeFixture{cfg: cfg}
-	if storeType == "sqlite" {
-		st, err := sqlite.Open(db, sqlite.Options{Sync: "normal"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		fx.st = st
 	}
 	return fx
 }
@@ -245,5 +272,42 @@ func TestDLQ_UsageAndStoreErrors(t *testing.T) {
 		if code != exitFailure || !strings.Contains(errOut, "memory") || !strings.Contains(errOut, "console") {
 			t.Errorf("%v on a memory store: exit %d, %q", args, code, errOut)
 		}
+	}
+}
+
+// TestDLQ_OnDynamoDB runs the dead-letter commands against DynamoDB Local.
+func TestDLQ_OnDynamoDB(t *testing.T) {
+	fx := newStoreFixture(t, "dynamodb")
+	base := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	ids := fx.dead(t, "alarms", 3, []byte("{\"t\":1}"), "permanent: 400", base)
+
+	code, out, errOut := gobridge(t, "dlq", "list", "-c", fx.cfg, "--limit", "2", "--format", "json")
+	var page struct {
+		DeadLetters []admin.DeadLetter `json:"dead_letters"`
+		Next        string             `json:"next"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &page) != nil {
+		t.Fatalf("list: exit %d\n%s%s", code, out, errOut)
+	}
+	if len(page.DeadLetters) != 2 || page.DeadLetters[0].ID != ids[0] || page.Next == "" {
+		t.Fatalf("page 1 = %+v", page)
+	}
+	code, out, _ = gobridge(t, "dlq", "show", "-c", fx.cfg, ids[2])
+	if code != exitOK || !strings.Contains(out, `{"t":1}`) {
+		t.Fatalf("show: exit %d\n%s", code, out)
+	}
+	code, out, _ = gobridge(t, "dlq", "requeue", "-c", fx.cfg, ids[0])
+	if code != exitOK || !strings.Contains(out, "requeued "+ids[0]) {
+		t.Fatalf("requeue: exit %d\n%s", code, out)
+	}
+	code, out, _ = gobridge(t, "dlq", "drop", "-c", fx.cfg, "--all", "--route", "alarms", "--yes")
+	if code != exitOK || !strings.Contains(out, "dropped 2 of 2") {
+		t.Fatalf("drop --all: exit %d\n%s", code, out)
+	}
+	if left, _, err := fx.st.ListDead(t.Context(), stores.DeadFilter{}); err != nil || len(left) != 0 {
+		t.Fatalf("left: %d, %v", len(left), err)
+	}
+	if code, _, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg); code != exitFailure || !strings.Contains(errOut, "dynamodb") {
+		t.Errorf("outbox stats on dynamodb: exit %d, %q", code, errOut)
 	}
 }
