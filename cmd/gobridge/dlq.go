@@ -39,6 +39,8 @@ on_expired: dlq. They stay in the outbox store until requeued or dropped.
 list     prints dead letters oldest first (by the time they died), one page
          of --limit (default 50); when there are more it prints the --after
          CURSOR of the next page (to stderr for tables, as "next" in JSON).
+         Columns: ATTEMPTS (claims), FIRST ATTEMPT, DIED (when the last
+         attempt failed, or it expired), AGE (since it was persisted).
          --since 24h lists only those that died in the last 24 hours.
 show     prints one dead letter with everything stored: envelope, headers,
          attempts, times, reason, last error, and the payload (as text when
