@@ -24,6 +24,13 @@ type sink struct {
 	retryAfter string
 	refused    atomic.Int64 // requests answered 503
 
+	// holdFrom, when set, names an X-Instance whose requests wait until
+	// release is closed (then succeed); held counts them.
+	holdFrom    atomic.Value // string
+	held        atomic.Int64
+	release     chan struct{}
+	releaseOnce sync.Once
+
 	mu    sync.Mutex
 	got   []delivery
 	byKey map[string]int
@@ -31,12 +38,21 @@ type sink struct {
 
 func newSink(t *testing.T) *sink {
 	t.Helper()
-	s := &sink{byKey: map[string]int{}, retryAfter: "1"}
+	s := &sink{byKey: map[string]int{}, retryAfter: "1", release: make(chan struct{})}
+	s.holdFrom.Store("")
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			w.WriteHeader(http.StatusBadRequest)
 			return
+		}
+		if h := s.holdFrom.Load().(string); h != "" && r.Header.Get("X-Instance") == h {
+			s.held.Add(1)
+			select {
+			case <-s.release:
+			case <-r.Context().Done():
+				return
+			}
 		}
 		if s.down.Load() {
 			s.refused.Add(1)
@@ -51,9 +67,15 @@ func newSink(t *testing.T) *sink {
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))
-	t.Cleanup(s.srv.Close)
+	t.Cleanup(func() {
+		s.releaseHeld()
+		s.srv.Close()
+	})
 	return s
 }
+
+// releaseHeld lets every held request (and later ones) through.
+func (s *sink) releaseHeld() { s.releaseOnce.Do(func() { close(s.release) }) }
 
 // deliveries returns a copy of everything accepted so far, in arrival order.
 func (s *sink) deliveries() []delivery {
