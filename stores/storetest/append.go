@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"slices"
@@ -142,6 +143,18 @@ func (s suite) append(t *testing.T) {
 			t.Fatalf("Append = %v, want ErrInvalid", err)
 		}
 		wantIDs(t, "claim", fx.drain())
+		if st := fx.stats(); st.Pending != 0 {
+			t.Errorf("Stats.Pending = %d, want 0", st.Pending)
+		}
+	})
+
+	t.Run("a cancelled context stores nothing", func(t *testing.T) {
+		fx := s.setup(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if err := fx.s.Append(ctx, fx.recs(3)...); err == nil {
+			t.Fatal("Append with a cancelled context returned nil")
+		}
 		if st := fx.stats(); st.Pending != 0 {
 			t.Errorf("Stats.Pending = %d, want 0", st.Pending)
 		}
