@@ -23,6 +23,10 @@ type sink struct {
 	down       atomic.Bool
 	retryAfter string
 	refused    atomic.Int64 // requests answered 503
+	// reject, when non-zero, is the status every request gets (with a body
+	// naming it); rejected counts them.
+	reject   atomic.Int32
+	rejected atomic.Int64
 
 	// holdFrom, when set, names an X-Instance whose requests wait until
 	// release is closed (then succeed); held counts them.
@@ -53,6 +57,12 @@ func newSink(t *testing.T) *sink {
 			case <-r.Context().Done():
 				return
 			}
+		}
+		if code := s.reject.Load(); code != 0 {
+			s.rejected.Add(1)
+			w.WriteHeader(int(code))
+			w.Write([]byte("rejected by the e2e sink"))
+			return
 		}
 		if s.down.Load() {
 			s.refused.Add(1)

@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/internal/testservices"
+)
+
+// gobridgeCLI runs a gobridge subcommand to completion and returns its
+// stdout, failing the test on a non-zero exit.
+func gobridgeCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), binary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("gobridge %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// deadLetterList is the part of `gobridge dlq list --format json` the test reads.
+type deadLetterList struct {
+	DeadLetters []struct {
+		ID       string `json:"id"`
+		Route    string `json:"route"`
+		Topic    string `json:"topic"`
+		Reason   string `json:"reason"`
+		Attempts int    `json:"attempts"`
+	} `json:"dead_letters"`
+}
+
+func listDead(t *testing.T, cfgPath string) deadLetterList {
+	t.Helper()
+	var l deadLetterList
+	out := gobridgeCLI(t, "dlq", "list", "-c", cfgPath, "--format", "json")
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("dlq list --format json: %v\n%s", err, out)
+	}
+	return l
+}
+
+// TestDeadLetters_RequeueWhileRunning follows an operator through a target
+// that rejects messages (HTTP 422, a permanent failure): each message is
+// dead-lettered at once with the status in its reason, `gobridge dlq list`
+// shows them from the SQLite file the running bridge uses, and after the
+// target is fixed `gobridge dlq requeue --all --yes` puts them back: the
+// running bridge delivers each once, under a new envelope ID, and the dead
+// letters are gone.
+func TestDeadLetters_RequeueWhileRunning(t *testing.T) {
+	needBinary(t)
+	mqttURL := testservices.MQTTURL(t)
+	run := runID(t, "e2e-dlq")
+	s := newSink(t)
+	s.reject.Store(http.StatusUnprocessableEntity)
+	admin := freeAddr(t)
+	dir := t.TempDir()
+	cfg := outboxBridgeConfig(run, admin, sqliteStores(dir+"/outbox.db"), mqttURL, s.srv.URL,
+		`[]`, `{}`, `{send_timeout: 2s}`)
+	b := startBridge(t, dir, "dlq", admin, cfg)
+	b.waitReady(t, 30*time.Second)
+
+	const n = 5
+	var msgs [][2]string
+	for i := range n {
+		msgs = append(msgs, [2]string{fmt.Sprintf("%s/dev-%d/event", run, i), fmt.Sprintf(`{"n":%d}`, i)})
+	}
+	publishAll(t, publisher(t, mqttURL, run+"-pub"), msgs, 20*time.Second)
+	waitFor(t, 20*time.Second, "every message dead-lettered", func() bool {
+		return b.metric("gobridge_delivery_dead_lettered_total", `route="r"`) == n
+	})
+	if got := s.rejected.Load(); got != n {
+		t.Errorf("target saw %d requests, want %d: a permanent failure is not retried", got, n)
+	}
+
+	dead := listDead(t, b.cfgPath)
+	if len(dead.DeadLetters) != n {
+		t.Fatalf("dlq list shows %d dead letters, want %d", len(dead.DeadLetters), n)
+	}
+	var deadIDs []string
+	for _, d := range dead.DeadLetters {
+		deadIDs = append(deadIDs, d.ID)
+		if d.Route != "r" || !strings.HasPrefix(d.Topic, run+"/") || d.Attempts != 1 ||
+			!strings.Contains(d.Reason, "422") || !strings.Contains(d.Reason, "rejected by the e2e sink") {
+			t.Errorf("dead letter %+v: want route r, one attempt, and the status and body in the reason", d)
+		}
+	}
+
+	s.reject.Store(0)
+	gobridgeCLI(t, "dlq", "requeue", "-c", b.cfgPath, "--all", "--yes")
+	waitFor(t, 30*time.Second, "the requeued messages delivered by the running bridge", func() bool {
+		total, _ := s.counts()
+		return total >= n
+	})
+	var bodies []string
+	for _, d := range s.deliveries() {
+		bodies = append(bodies, d.body)
+		if slices.Contains(deadIDs, d.key) || d.key == "" {
+			t.Errorf("requeued message %s delivered with Idempotency-Key %q: want a new envelope ID", d.body, d.key)
+		}
+	}
+	slices.Sort(bodies)
+	var want []string
+	for _, m := range msgs {
+		want = append(want, m[1])
+	}
+	if !slices.Equal(bodies, want) {
+		t.Errorf("delivered %q, want each message once: %q", bodies, want)
+	}
+	if left := listDead(t, b.cfgPath); len(left.DeadLetters) != 0 {
+		t.Errorf("dlq list shows %d dead letters after requeue, want none", len(left.DeadLetters))
+	}
+	waitFor(t, 10*time.Second, "the outbox empty", func() bool {
+		return b.metric("gobridge_outbox_pending", `session="s"`) == 0 &&
+			b.metric("gobridge_delivery_sent_total", `route="r"`) == n
+	})
+}
