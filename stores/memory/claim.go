@@ -11,7 +11,9 @@ import (
 // Claim implements stores.Outbox. It walks the partition's live records in
 // Seq order, so its cost grows with the records it skips (claimed, not due,
 // or held back by their ordering key) before it finds req.Limit claimable
-// ones.
+// ones. Ordering keys are checked within the partition, which is exact as
+// long as a key always maps to one partition (stores.PartitionOf); the
+// SQLite store checks the whole session.
 func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
 	if req.Session == "" || req.Partition < 0 || req.Limit < 1 {
 		return nil, fmt.Errorf("claim: %w: session %q, partition %d, limit %d",
