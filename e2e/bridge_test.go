@@ -87,7 +87,8 @@ type bridge struct {
 	name    string
 	admin   string // host:port of its admin server
 	cfgPath string
-	logPath string
+	logPath string // stderr: the logs
+	outPath string // stdout: what stdout senders write
 	cmd     *exec.Cmd
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -105,7 +106,8 @@ type bridge struct {
 func startBridge(t *testing.T, dir, name, admin, cfg string, env ...string) *bridge {
 	t.Helper()
 	b := &bridge{name: name, admin: admin, env: env, killed: map[*exec.Cmd]bool{},
-		cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log")}
+		cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log"),
+		outPath: filepath.Join(dir, name+".stdout")}
 	if err := os.WriteFile(b.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -120,15 +122,21 @@ func (b *bridge) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	outf, err := os.OpenFile(b.outPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		logf.Close()
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, binary, "run", "-c", b.cfgPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Stdout, cmd.Stderr = outf, logf
 	cmd.Env = append(os.Environ(), b.env...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 20 * time.Second
 	if err := cmd.Start(); err != nil {
 		cancel()
 		logf.Close()
+		outf.Close()
 		t.Fatalf("start %s: %v", b.name, err)
 	}
 	b.cmd, b.cancel, b.done, b.err = cmd, cancel, make(chan struct{}), nil
@@ -137,6 +145,7 @@ func (b *bridge) start(t *testing.T) {
 	go func() {
 		runErr = cmd.Wait()
 		logf.Close()
+		outf.Close()
 		b.err = runErr
 		close(done)
 	}()

@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stdoutLine is one line the stdout sender prints.
+type stdoutLine struct {
+	ID      string `json:"id"`
+	Topic   string `json:"topic"`
+	Payload string `json:"payload"`
+}
+
+// readStdout parses every complete JSON line a bridge printed on stdout.
+func readStdout(t *testing.T, b *bridge) []stdoutLine {
+	t.Helper()
+	f, err := os.ReadFile(b.outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []stdoutLine
+	sc := bufio.NewScanner(strings.NewReader(string(f)))
+	for sc.Scan() {
+		var l stdoutLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			if !strings.HasSuffix(string(f), "\n") {
+				break // a line still being written
+			}
+			t.Fatalf("stdout line %q is not JSON: %v", sc.Text(), err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// TestQuickstart_Blueprint runs blueprints/quickstart.yaml (ports and the
+// SQLite path made unique) as the README's quick start does: QoS 1 messages
+// published to the embedded MQTT listener come out on stdout, one JSON line
+// each, with the topic, the payload and an envelope ID.
+func TestQuickstart_Blueprint(t *testing.T) {
+	needBinary(t)
+	blueprint, err := os.ReadFile("../blueprints/quickstart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := string(blueprint)
+	admin, listen, dir := freeAddr(t), freeAddr(t), t.TempDir()
+	for old, repl := range map[string]string{
+		"127.0.0.1:9090": admin, "127.0.0.1:1883": listen, "./data/outbox.db": dir + "/outbox.db",
+	} {
+		if !strings.Contains(cfg, old) {
+			t.Fatalf("blueprint no longer contains %q; update this test", old)
+		}
+		cfg = strings.ReplaceAll(cfg, old, repl)
+	}
+	b := startBridge(t, dir, "quickstart", admin, cfg)
+	b.waitReady(t, 30*time.Second)
+
+	const n = 10
+	want := map[string]string{}
+	var msgs [][2]string
+	for i := range n {
+		topic, payload := fmt.Sprintf("demo/hello-%d", i), fmt.Sprintf(`{"temp": %d}`, 20+i)
+		msgs = append(msgs, [2]string{topic, payload})
+		want[topic] = payload
+	}
+	publishAll(t, publisher(t, "tcp://"+listen, "quickstart-pub"), msgs, 20*time.Second)
+	var lines []stdoutLine
+	waitFor(t, 20*time.Second, "every message printed on stdout", func() bool {
+		lines = readStdout(t, b)
+		return len(lines) >= n
+	})
+	seen := map[string]bool{}
+	for _, l := range lines {
+		if want[l.Topic] != l.Payload || l.ID == "" || seen[l.Topic] {
+			t.Errorf("stdout line %+v: want each published topic once, with its payload and an id", l)
+		}
+		seen[l.Topic] = true
+	}
+	if len(lines) != n {
+		t.Errorf("%d stdout lines, want %d", len(lines), n)
+	}
+}
