@@ -3,10 +3,7 @@ package dynamodb
 import (
 	"context"
 	"fmt"
-	"maps"
-	"math/rand/v2"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -21,41 +18,6 @@ const maxTxItems = 100
 
 // maxTxBytes keeps a transaction under DynamoDB's 4 MB request limit.
 const maxTxBytes = 3 << 20
-
-// liveDelta is the change of one session's live count in a transaction,
-// with the partitions it touches.
-type liveDelta struct {
-	d     int64
-	parts map[int]bool
-}
-
-// liveDeltas collects liveDelta per session.
-type liveDeltas map[string]*liveDelta
-
-func (ld liveDeltas) add(session string, part int, d int64) {
-	x := ld[session]
-	if x == nil {
-		x = &liveDelta{parts: make(map[int]bool)}
-		ld[session] = x
-	}
-	x.d += d
-	if d > 0 {
-		x.parts[part] = true
-	}
-}
-
-// items returns one counter update per session, in a stable order.
-func (ld liveDeltas) items(table string) []types.TransactWriteItem {
-	var out []types.TransactWriteItem
-	for _, session := range slices.Sorted(maps.Keys(ld)) {
-		x := ld[session]
-		if x.d == 0 && len(x.parts) == 0 {
-			continue
-		}
-		out = append(out, counterItem(table, session, x.d, slices.Sorted(maps.Keys(x.parts))))
-	}
-	return out
-}
 
 // appendOp is one record of an Append with the coalesce replacement it
 // carries (a pending holder it turns into a tombstone), if any.
@@ -209,25 +171,27 @@ func (s *Store) coalesceHolder(ctx context.Context, ck string) (*holder, error) 
 	}, nil
 }
 
-// chunkLen returns how many leading ops fit one transaction.
+// chunkLen returns how many leading ops fit one transaction, leaving room
+// for one live counter per (session, route) and the session registry.
 func chunkLen(ops []*appendOp) int {
-	sessions := make(map[string]bool)
+	keys := make(map[counterKey]bool)
 	items, bytes := 0, 0
 	for i, op := range ops {
 		add := 1
 		if op.holder != nil {
 			add++
 		}
-		newSessions := 0
-		if !sessions[op.rec.Session] {
-			newSessions = 1
+		k := counterKey{op.rec.Session, op.rec.Route}
+		newKeys := 0
+		if !keys[k] {
+			newKeys = 1
 		}
-		if i > 0 && (items+add+newSessions+len(sessions) > maxTxItems || bytes+op.size > maxTxBytes) {
+		if i > 0 && (items+add+newKeys+len(keys)+1 > maxTxItems || bytes+op.size > maxTxBytes) {
 			return i
 		}
 		items += add
 		bytes += op.size
-		sessions[op.rec.Session] = true
+		keys[k] = true
 	}
 	return len(ops)
 }
@@ -244,6 +208,9 @@ func (s *Store) appendChunk(ctx context.Context, ops []*appendOp) error {
 		}
 		err := s.transact(ctx, items)
 		if err == nil {
+			for _, op := range ops {
+				s.registered.Store(op.rec.Session, true)
+			}
 			return nil
 		}
 		rs, ok := cancelReasons(err)
@@ -287,7 +254,7 @@ type itemOwner struct {
 func (s *Store) appendItems(ops []*appendOp) ([]types.TransactWriteItem, []itemOwner) {
 	var items []types.TransactWriteItem
 	var owner []itemOwner
-	delta := make(liveDeltas)
+	delta := make(counters)
 	gc := time.Now().Add(s.opts.DoneRetention).Unix()
 	for _, op := range ops {
 		items = append(items, types.TransactWriteItem{Put: &types.Put{
@@ -297,7 +264,7 @@ func (s *Store) appendItems(ops []*appendOp) ([]types.TransactWriteItem, []itemO
 		}})
 		owner = append(owner, itemOwner{op: op})
 		if op.rec.State == stores.Pending {
-			delta.add(op.rec.Session, op.rec.Partition, 1)
+			delta.addLive(op.rec.Session, op.rec.Route, op.rec.Partition, 1)
 		}
 		if h := op.holder; h != nil {
 			items = append(items, types.TransactWriteItem{Update: &types.Update{
@@ -313,10 +280,14 @@ func (s *Store) appendItems(ops []*appendOp) ([]types.TransactWriteItem, []itemO
 				},
 			}})
 			owner = append(owner, itemOwner{op: op, isHolder: true})
-			delta.add(h.session, h.part, -1)
+			delta.addLive(h.session, op.rec.Route, h.part, -1)
 		}
 	}
-	for _, it := range delta.items(s.table) {
+	for _, it := range delta.items(s.table, time.Now()) {
+		items = append(items, it)
+		owner = append(owner, itemOwner{})
+	}
+	if it, ok := s.registerItem(ops); ok {
 		items = append(items, it)
 		owner = append(owner, itemOwner{})
 	}
@@ -327,39 +298,6 @@ func (s *Store) appendItems(ops []*appendOp) ([]types.TransactWriteItem, []itemO
 // It needs #state, #gc, :done and :gc.
 const doneUpdate = "SET #state = :done, #gc = :gc REMOVE payload, headers, topic, ready_pk, timer_pk, timer_at, " +
 	"live_pk, key_pk, co_pk, dead_all, dead_rpk, dead_sk"
-
-// counterShards spreads the live counter of a session over several items,
-// so that concurrent transactions (appends from several instances, the
-// drainers' completes) rarely touch the same item and conflict. Stats sums
-// the shards.
-const counterShards = 8
-
-// counterItem adds d to the live count of a session, on a random shard,
-// and records the partitions that received records (Stats looks for the
-// oldest record in each).
-func counterItem(table, session string, d int64, parts []int) types.TransactWriteItem {
-	expr := "ADD #v :d"
-	names := map[string]string{"#v": aValue}
-	vals := map[string]types.AttributeValue{":d": vN(d)}
-	if len(parts) > 0 {
-		ns := make([]string, len(parts))
-		for i, p := range parts {
-			ns[i] = strconv.Itoa(p)
-		}
-		expr += ", #parts :parts"
-		names["#parts"] = aParts
-		vals[":parts"] = &types.AttributeValueMemberNS{Value: ns}
-	}
-	return types.TransactWriteItem{Update: &types.Update{
-		TableName: aws.String(table),
-		Key: map[string]types.AttributeValue{
-			aPK: vS(counterPK(session)), aSK: vS(counterSK(rand.N(counterShards))),
-		},
-		UpdateExpression:          aws.String(expr),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: vals,
-	}}
-}
 
 // nextSeq reserves n sequence numbers and returns the first.
 func (s *Store) nextSeq(ctx context.Context, n int64) (int64, error) {
@@ -375,4 +313,20 @@ func (s *Store) nextSeq(ctx context.Context, n int64) (int64, error) {
 		return 0, fmt.Errorf("reserve seq: %w", err)
 	}
 	return getN(out.Attributes, aValue) - n + 1, nil
+}
+
+// registerItem returns the registry update for the sessions of ops that
+// this Store has not yet seen committed, if any.
+func (s *Store) registerItem(ops []*appendOp) (types.TransactWriteItem, bool) {
+	var sessions []string
+	for _, op := range ops {
+		if _, ok := s.registered.Load(op.rec.Session); !ok && !slices.Contains(sessions, op.rec.Session) {
+			sessions = append(sessions, op.rec.Session)
+		}
+	}
+	if len(sessions) == 0 {
+		return types.TransactWriteItem{}, false
+	}
+	slices.Sort(sessions)
+	return registryItem(s.table, sessions), true
 }

@@ -103,7 +103,8 @@ func (s *Store) GetDead(ctx context.Context, id string) (stores.Record, error) {
 
 // Requeue implements stores.DeadLetters: one Query, one Seq reservation and
 // one TransactWriteItems (the dead letter becomes a tombstone, the new
-// record is put, the live counter grows).
+// record is put, the route's live counter grows and its dead count
+// shrinks).
 func (s *Store) Requeue(ctx context.Context, id string, now time.Time) (stores.Record, error) {
 	if s.closed.Load() {
 		return stores.Record{}, errClosed
@@ -124,7 +125,7 @@ func (s *Store) Requeue(ctx context.Context, id string, now time.Time) (stores.R
 			Item:                item,
 			ConditionExpression: aws.String("attribute_not_exists(pk)"),
 		}},
-		counterItem(s.table, r.Session, 1, []int{r.Partition}),
+		counterItem(s.table, r.Session, r.Route, 1, -1, []int{r.Partition}),
 	}
 	err = s.transact(ctx, items)
 	if rs, ok := cancelReasons(err); ok && len(rs) > 0 && reasonCode(rs[0]) == codeCondition {
@@ -136,8 +137,9 @@ func (s *Store) Requeue(ctx context.Context, id string, now time.Time) (stores.R
 	return decode(item), nil
 }
 
-// DropDead implements stores.DeadLetters: the dead letter becomes a done
-// tombstone, so re-appending its envelope stays a no-op.
+// DropDead implements stores.DeadLetters with one TransactWriteItems: the
+// dead letter becomes a done tombstone (so re-appending its envelope stays
+// a no-op) and its route's dead count shrinks.
 func (s *Store) DropDead(ctx context.Context, id string) error {
 	if s.closed.Load() {
 		return errClosed
@@ -146,13 +148,12 @@ func (s *Store) DropDead(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("dynamodb: drop dead letter: %w", err)
 	}
-	u := s.deadToDone(it)
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
-		ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
-		ExpressionAttributeValues: u.ExpressionAttributeValues,
+	r := decode(it)
+	err = s.transact(ctx, []types.TransactWriteItem{
+		{Update: s.deadToDone(it)},
+		counterItem(s.table, r.Session, r.Route, 0, -1, nil),
 	})
-	if isConditionFailed(err) {
+	if rs, ok := cancelReasons(err); ok && len(rs) > 0 && reasonCode(rs[0]) == codeCondition {
 		return fmt.Errorf("dynamodb: drop dead letter: %w: dead letter %q", stores.ErrNotFound, id)
 	}
 	if err != nil {

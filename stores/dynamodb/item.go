@@ -53,6 +53,8 @@ const (
 	aDeadSK    = "dead_sk"  //   %020d DeadAt ns . %020d Seq
 	aValue     = "v"        // counter value
 	aParts     = "parts"    // partitions a session\'s records went to (NS)
+	aDeadCount = "dead"     // dead letters of a (session, route) counter
+	aSessions  = "sessions" // the session registry (SS)
 )
 
 // Index names.
@@ -79,7 +81,6 @@ func partPK(session string, part int) string  { return enc(session) + "#" + strc
 func keyPK(session, key string) string        { return enc(session) + "#" + key }
 func coPK(session, route, ckey string) string { return enc(session) + "|" + enc(route) + "|" + ckey }
 func counterPK(session string) string         { return "s#" + session }
-func counterSK(shard int) string              { return "live#" + strconv.Itoa(shard) }
 func deadSK(deadAt time.Time, seq int64) string {
 	return fmt.Sprintf("%020d.%020d", nanos(deadAt), seq)
 }

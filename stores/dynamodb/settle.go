@@ -33,8 +33,8 @@ func staleErr(r *stores.Record) error {
 
 // Complete implements stores.Outbox. Records become key-only tombstones
 // (TTL removes them after Options.DoneRetention). It costs one
-// TransactWriteItems per chunk of up to 100 items (records plus one live
-// counter per session partition); a batch that fits one chunk is all or
+// TransactWriteItems per chunk of up to 100 items (records plus, per
+// session and route, one live counter and one done-per-minute counter); a batch that fits one chunk is all or
 // nothing. A larger batch is split, each chunk atomic: when a later chunk
 // is stale, earlier chunks stay completed and the error is ErrStaleToken.
 func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
@@ -50,16 +50,19 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 		}
 	}
 	for len(uniq) > 0 {
-		n, delta := 0, make(liveDeltas)
+		n, delta := 0, make(counters)
 		for n < len(uniq) {
+			r := &uniq[n]
 			extra := 0
-			if _, ok := delta[uniq[n].Session]; !ok {
-				extra = 1
+			if _, ok := delta[counterKey{r.Session, r.Route}]; !ok {
+				extra = 2
 			}
-			if n+len(delta)+extra+1 > maxTxItems {
+			if n+delta.maxItems()+extra+1 > maxTxItems {
 				break
 			}
-			delta.add(uniq[n].Session, 0, -1)
+			x := delta.get(r.Session, r.Route)
+			x.live--
+			x.done++
 			n++
 		}
 		if err := s.completeChunk(ctx, uniq[:n], delta); err != nil {
@@ -70,9 +73,10 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 	return nil
 }
 
-func (s *Store) completeChunk(ctx context.Context, recs []stores.Record, delta liveDeltas) error {
-	gc := time.Now().Add(s.opts.DoneRetention).Unix()
-	items := make([]types.TransactWriteItem, 0, len(recs)+len(delta))
+func (s *Store) completeChunk(ctx context.Context, recs []stores.Record, delta counters) error {
+	now := time.Now()
+	gc := now.Add(s.opts.DoneRetention).Unix()
+	items := make([]types.TransactWriteItem, 0, len(recs)+delta.maxItems())
 	for i := range recs {
 		r := &recs[i]
 		names, vals := ownedNames(), ownedValues(r)
@@ -87,7 +91,7 @@ func (s *Store) completeChunk(ctx context.Context, recs []stores.Record, delta l
 			ExpressionAttributeValues: vals,
 		}})
 	}
-	items = append(items, delta.items(s.table)...)
+	items = append(items, delta.items(s.table, now)...)
 	err := s.transact(ctx, items)
 	if err == nil {
 		return nil
@@ -128,7 +132,7 @@ func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, 
 }
 
 // DeadLetter implements stores.Outbox with one TransactWriteItems (the
-// record and its live counter). A record named by its key alone (Seq zero)
+// record and its route's live and dead counter). A record named by its key alone (Seq zero)
 // costs one more, consistent, GetItem for its Seq, which orders the dead
 // letters.
 func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string) error {
@@ -169,7 +173,7 @@ func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string
 			ExpressionAttributeNames:  names,
 			ExpressionAttributeValues: vals,
 		}},
-		counterItem(s.table, rec.Session, -1, nil),
+		counterItem(s.table, rec.Session, rec.Route, -1, 1, nil),
 	}
 	err := s.transact(ctx, items)
 	if rs, ok := cancelReasons(err); ok && len(rs) > 0 && reasonCode(rs[0]) == codeCondition {

@@ -15,7 +15,7 @@ import (
 )
 
 // Stats implements stores.Outbox without scanning: one strongly consistent
-// Query of the session's live counter (8 shard items, updated in the same
+// Query of the session's live counters (8 shard items per route, updated in the same
 // transactions as appends and settles, which also record the partitions
 // used), then one Query (Limit 1) of the live index per partition for the
 // oldest record.
@@ -26,9 +26,9 @@ func (s *Store) Stats(ctx context.Context, session string) (stores.SessionStats,
 	var st stores.SessionStats
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(s.table),
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": aPK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": vS(counterPK(session))},
+		KeyConditionExpression:    aws.String("#pk = :pk AND begins_with(#sk, :live)"),
+		ExpressionAttributeNames:  map[string]string{"#pk": aPK, "#sk": aSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": vS(counterPK(session)), ":live": vS(liveSKPrefix)},
 		ConsistentRead:            aws.Bool(true),
 	}
 	parts := make(map[int]bool)

@@ -8,8 +8,10 @@
 // of one session partition, so they cost O(batch), not O(backlog). The table
 // layout is described in tables.go and in the README section "dynamodb".
 //
-// Store does not implement stores.Inspector: a per-route breakdown across
-// all sessions would need a scan of the whole table.
+// Store implements stores.Inspector without scanning: per (session, route)
+// counter items and done-per-minute items are updated in the same
+// transactions as the records (see counters.go), and the sparse timer and
+// live indexes give claimed, due and oldest.
 //
 // From a routes.StoreConfig, the runtime opens the outbox with
 // Open(ctx, Options{Table: o.Table, Region: o.Region, Endpoint: o.Endpoint})
@@ -22,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,8 +38,9 @@ import (
 
 // Interface guards.
 var (
-	_ stores.Store  = (*Store)(nil)
-	_ stores.Leases = (*Leases)(nil)
+	_ stores.Store     = (*Store)(nil)
+	_ stores.Leases    = (*Leases)(nil)
+	_ stores.Inspector = (*Store)(nil)
 )
 
 // Default table names, as in routes.StoreOptions.
@@ -96,6 +100,10 @@ type Store struct {
 	table  string
 	opts   Options
 	closed atomic.Bool
+	// registered holds the sessions this Store has added to the session
+	// registry (string → true), so only a session's first append pays
+	// for the registry item.
+	registered sync.Map
 	// perKeyOnly makes Claim check ordering keys with one query per key
 	// always (tests exercise that path with it).
 	perKeyOnly bool
