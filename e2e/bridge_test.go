@@ -54,7 +54,7 @@ func needBinary(t *testing.T) {
 
 // runID returns a name unique to this test run, usable in topics, client
 // ids, queue and table names.
-func runID(t *testing.T, prefix string) string {
+func runID(prefix string) string {
 	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), time.Now().UnixNano()%1e9)
 }
 

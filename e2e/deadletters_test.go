@@ -58,7 +58,7 @@ func listDead(t *testing.T, cfgPath string) deadLetterList {
 func TestDeadLetters_RequeueWhileRunning(t *testing.T) {
 	needBinary(t)
 	mqttURL := testservices.MQTTURL(t)
-	run := runID(t, "e2e-dlq")
+	run := runID("e2e-dlq")
 	s := newSink(t)
 	s.reject.Store(http.StatusUnprocessableEntity)
 	admin := freeAddr(t)

@@ -120,7 +120,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	needBinary(t)
 	mqttURL := testservices.MQTTURL(t)
 	ddb := testservices.DynamoDBEndpoint(t)
-	run := runID(t, "e2e-multi")
+	run := runID("e2e-multi")
 	s := newSink(t)
 	dir := t.TempDir()
 	const partitions, n = 6, 5000

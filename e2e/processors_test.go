@@ -69,7 +69,7 @@ routes:
 func TestProcessors_ChainThroughRoute(t *testing.T) {
 	needBinary(t)
 	mqttURL := testservices.MQTTURL(t)
-	run := runID(t, "e2e-chain")
+	run := runID("e2e-chain")
 	s := newSink(t)
 	admin := freeAddr(t)
 	dir := t.TempDir()
@@ -211,7 +211,7 @@ type outboxBackend struct {
 
 func testCoalesceSinkDown(t *testing.T, be outboxBackend) {
 	mqttURL := testservices.MQTTURL(t)
-	run := runID(t, "e2e-coalesce")
+	run := runID("e2e-coalesce")
 	s := newSink(t)
 	s.retryAfter = "5" // seconds; the burst below takes well under a second
 	s.down.Store(true)

@@ -38,7 +38,7 @@ func TestSQSFIFO_FromMosquitto(t *testing.T) {
 	needBinary(t)
 	mqttURL := testservices.MQTTURL(t)
 	endpoint := testservices.SQSEndpoint(t)
-	run := runID(t, "e2e-fifo")
+	run := runID("e2e-fifo")
 	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint), Credentials: aws.AnonymousCredentials{}})
 	q, err := client.CreateQueue(t.Context(), &sqs.CreateQueueInput{QueueName: aws.String(run + ".fifo"),
 		Attributes: map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "false", "VisibilityTimeout": "30"}})

@@ -23,7 +23,7 @@ func TestMultiInstance_PausedOwnerIsFencedOut(t *testing.T) {
 	needBinary(t)
 	mqttURL := testservices.MQTTURL(t)
 	ddb := testservices.DynamoDBEndpoint(t)
-	run := runID(t, "e2e-fence")
+	run := runID("e2e-fence")
 	s := newSink(t)
 	dir := t.TempDir()
 	const partitions, n = 2, 20
