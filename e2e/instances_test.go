@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,34 +80,41 @@ var (
 	stoppedRE  = regexp.MustCompile(`msg="stopped draining.* partition=(\d+)`)
 )
 
-// heldPartitions replays a bridge's log: the partitions it drains at its
-// end, and every partition it ever started draining.
-func heldPartitions(t *testing.T, logPath string) (held, ever []int) {
+// heldPartitions replays a bridge's log from byte offset from (0: the
+// whole log; a restart appends to it) and returns the partitions it drains
+// at the end.
+func heldPartitions(t *testing.T, logPath string, from int) []int {
 	t.Helper()
 	b, err := os.ReadFile(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := map[int]bool{}
-	all := map[int]bool{}
-	for _, line := range regexp.MustCompile(`\n`).Split(string(b), -1) {
+	for _, line := range strings.Split(string(b[min(from, len(b)):]), "\n") {
 		if m := drainingRE.FindStringSubmatch(line); m != nil {
 			n, _ := strconv.Atoi(m[1])
-			now[n], all[n] = true, true
+			now[n] = true
 		} else if m := stoppedRE.FindStringSubmatch(line); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			delete(now, n)
 		}
 	}
+	var held []int
 	for n := range now {
 		held = append(held, n)
 	}
-	for n := range all {
-		ever = append(ever, n)
-	}
 	slices.Sort(held)
-	slices.Sort(ever)
-	return held, ever
+	return held
+}
+
+// logSize is the current length of a bridge's log.
+func logSize(t *testing.T, logPath string) int {
+	t.Helper()
+	fi, err := os.Stat(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(fi.Size())
 }
 
 // TestMultiInstance_KillOne runs three gobridge processes on one Mosquitto
@@ -145,7 +153,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	waitFor(t, 30*time.Second, "every instance draining a share of the partitions", func() bool {
 		total := 0
 		for _, name := range names {
-			held, _ := heldPartitions(t, bridges[name].logPath)
+			held := heldPartitions(t, bridges[name].logPath, 0)
 			if len(held) == 0 || len(held) > (partitions+len(names)-1)/len(names)+1 {
 				return false
 			}
@@ -154,7 +162,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 		return total == partitions
 	})
 	for _, name := range names {
-		held, _ := heldPartitions(t, bridges[name].logPath)
+		held := heldPartitions(t, bridges[name].logPath, 0)
 		t.Logf("%s drains partitions %v", name, held)
 	}
 
@@ -175,7 +183,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 		_, distinct := s.counts()
 		return distinct >= 1500
 	})
-	victimHeld, _ := heldPartitions(t, victim.logPath)
+	victimHeld := heldPartitions(t, victim.logPath, 0)
 	victim.kill(t)
 	killedAt := time.Now()
 	_, atKill := s.counts()
@@ -187,7 +195,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	waitFor(t, 60*time.Second, "the survivors draining every partition", func() bool {
 		total := 0
 		for _, name := range []string{"b1", "b3"} {
-			held, _ := heldPartitions(t, bridges[name].logPath)
+			held := heldPartitions(t, bridges[name].logPath, 0)
 			total += len(held)
 		}
 		return total == partitions
@@ -196,7 +204,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	for _, p := range victimHeld {
 		taken := false
 		for _, name := range []string{"b1", "b3"} {
-			held, _ := heldPartitions(t, bridges[name].logPath)
+			held := heldPartitions(t, bridges[name].logPath, 0)
 			taken = taken || slices.Contains(held, p)
 		}
 		if !taken {
@@ -226,6 +234,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	// Mosquitto keeps handing a share of the $share/ group's messages to the
 	// dead member's persistent session and queues them for it: they arrive
 	// when it comes back (with the same client id).
+	restartedAt := logSize(t, victim.logPath)
 	victim.start(t)
 	victim.waitReady(t, 60*time.Second)
 	deadline := time.Now().Add(60 * time.Second)
@@ -242,6 +251,17 @@ func TestMultiInstance_KillOne(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // polling interval
 	}
 	elapsed := time.Since(start)
+	// The partitions rebalance when it rejoins.
+	waitFor(t, 60*time.Second, "the restarted instance draining a share again", func() bool {
+		return len(heldPartitions(t, victim.logPath, restartedAt)) > 0
+	})
+	for _, name := range names {
+		from := 0
+		if name == "b2" {
+			from = restartedAt
+		}
+		t.Logf("after b2 rejoined, %s drains partitions %v", name, heldPartitions(t, bridges[name].logPath, from))
+	}
 
 	perInstance := map[string]int{}
 	perID := map[string]int{}
