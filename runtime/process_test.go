@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -159,12 +160,14 @@ routes:
 	const n = 5000
 	pub := publisher(t, mqttURL, "pub-"+run)
 	pubDone := make(chan []paho.Token)
+	var published atomic.Int64
 	go func() {
 		var toks []paho.Token
 		for i := range n {
 			toks = append(toks, pub.Publish(run+"/line", 1, false, msgID(i)))
-			if i%50 == 49 {
-				time.Sleep(10 * time.Millisecond) // pace: ~5k msg/s over the kills
+			published.Add(1)
+			if i%10 == 9 {
+				time.Sleep(10 * time.Millisecond) // pace: ~1k msg/s, so the kills land mid-publish
 			}
 		}
 		pubDone <- toks
@@ -178,7 +181,7 @@ routes:
 			return s.total.Load() >= target
 		})
 		p.kill(t)
-		t.Logf("kill %d: sink had %d deliveries", k+1, s.total.Load())
+		t.Logf("kill %d: %d published, %d delivered", k+1, published.Load(), s.total.Load())
 		p = startBridge(t, bin, cfgPath, logPath)
 	}
 	toks := <-pubDone
