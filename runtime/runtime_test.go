@@ -118,3 +118,40 @@ func TestRuntime_SharedOutboxOnDynamoDB(t *testing.T) {
 	waitTokens(t, toks, 30*time.Second)
 	waitFor(t, 30*time.Second, "every message delivered from DynamoDB", func() bool { return s.distinct() == n })
 }
+
+func TestRuntime_AcksOnlyWhenEveryRouteSettled(t *testing.T) {
+	t.Parallel()
+	up, down := newSink(t), newSink(t)
+	down.down.Store(true)
+	addr := freeAddr(t)
+	cfg := parseConfig(t, listenerConfig(addr, "", "{type: memory}", fmt.Sprintf(`
+  - {id: up, type: http, options: {url: %q}}
+  - {id: down, type: http, options: {url: %q}}`, up.srv.URL, down.srv.URL), `
+  - id: persisted
+    receiver: edge
+    topic: "#"
+    sender: up
+    delivery_mode: shared_outbox
+    session: {id: s1}
+  - id: held
+    receiver: edge
+    topic: "#"
+    sender: down
+    policy: {backoff: {initial_interval: 50ms, max_interval: 100ms}}`))
+	startRuntime(t, cfg)
+	pub := publisher(t, "tcp://"+addr, "both")
+	tok := pub.Publish("line/x", 1, false, "m")
+	waitFor(t, 10*time.Second, "the outbox route delivering", func() bool { return up.distinct() == 1 })
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if tokenDone(tok) {
+			t.Fatal("message acknowledged while one of its routes is still holding it")
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+	down.down.Store(false)
+	waitTokens(t, []paho.Token{tok}, 10*time.Second)
+	if down.distinct() != 1 {
+		t.Fatalf("held route delivered %d messages, want 1", down.distinct())
+	}
+}
