@@ -54,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = (&DLQCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
 	case "outbox":
 		err = (&OutboxCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
+	case "dynamodb":
+		err = (&DynamoDBCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
 	// Other subcommands ("run", "dlq", "outbox") are added here, each in its
 	// own file with its own flag.FlagSet.
 	case "help", "-h", "-help", "--help":
@@ -87,6 +89,7 @@ Usage:
   gobridge check -c FILE [--format text|json]   validate a config
   gobridge dlq list|show|requeue|drop -c FILE   inspect, requeue or drop dead letters
   gobridge outbox stats -c FILE                 per-route pending, due, oldest, dead, done
+  gobridge dynamodb create-tables -c FILE       create the config's DynamoDB tables and indexes
   gobridge version                              print version and commit
   gobridge help                                 show this help
 

@@ -64,7 +64,7 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 		op.item[aSeq] = vN(op.rec.Seq)
 	}
 	for len(ops) > 0 {
-		n := chunkLen(ops)
+		n := s.chunkLen(ops)
 		if err := s.appendChunk(ctx, ops[:n]); err != nil {
 			return fmt.Errorf("dynamodb: append: %w", err)
 		}
@@ -172,11 +172,16 @@ func (s *Store) coalesceHolder(ctx context.Context, ck string) (*holder, error) 
 }
 
 // chunkLen returns how many leading ops fit one transaction, leaving room
-// for one live counter per (session, route) and the session registry.
-func chunkLen(ops []*appendOp) int {
+// for one live counter per (session, route) and, while a session is not yet
+// registered by this Store, the session registry item.
+func (s *Store) chunkLen(ops []*appendOp) int {
 	keys := make(map[counterKey]bool)
-	items, bytes := 0, 0
+	items, bytes, registry := 0, 0, 0
 	for i, op := range ops {
+		reg := registry
+		if _, ok := s.registered.Load(op.rec.Session); !ok {
+			reg = 1
+		}
 		add := 1
 		if op.holder != nil {
 			add++
@@ -186,12 +191,13 @@ func chunkLen(ops []*appendOp) int {
 		if !keys[k] {
 			newKeys = 1
 		}
-		if i > 0 && (items+add+newKeys+len(keys)+1 > maxTxItems || bytes+op.size > maxTxBytes) {
+		if i > 0 && (items+add+newKeys+len(keys)+reg > maxTxItems || bytes+op.size > maxTxBytes) {
 			return i
 		}
 		items += add
 		bytes += op.size
 		keys[k] = true
+		registry = reg
 	}
 	return len(ops)
 }

@@ -14,7 +14,9 @@ import (
 // Table layout (on-demand billing, key schema pk HASH S, sk RANGE S):
 //
 //	record   pk = "r#" + envelope ID, sk = len(session):session|route
-//	counter  pk = "s#" + session,     sk = "part#%010d" (live count per partition)
+//	counter  pk = "s#" + session,     sk = "live#<shard>#<route>" (live and dead counts)
+//	done     pk = "s#" + session,     sk = "done#%012d#<shard>#<route>" (completions per minute)
+//	registry pk = "meta#sessions",    sk = "meta"       (every session appended to)
 //	seq      pk = "meta#seq",         sk = "meta"       (store-wide Seq counter)
 //	lease    pk = "lease",            sk = lease name   (lease table)
 //
@@ -28,7 +30,8 @@ import (
 //	dead        (dead_all S, dead_sk S)      ALL        dead letters, all routes
 //	dead_route  (dead_rpk S, dead_sk S)      ALL        dead letters by route
 //
-// TTL is on gc_at (epoch seconds), set on done tombstones only.
+// TTL is on gc_at (epoch seconds), set on done tombstones and done
+// counters only.
 
 func outboxTableInput(name string) *dynamodb.CreateTableInput {
 	attr := func(n string, t types.ScalarAttributeType) types.AttributeDefinition {

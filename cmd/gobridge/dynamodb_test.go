@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/internal/testservices"
+	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/dynamodb"
+)
+
+// writeDynamoConfig writes a config whose outbox and lease stores are the
+// given DynamoDB Local tables.
+func writeDynamoConfig(t *testing.T, endpoint, outbox, lease string) string {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "bridge.yaml")
+	yaml := fmt.Sprintf(`version: 1
+bridge: {id: test, admin: {listen: ""}}
+stores:
+  outbox: {type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}
+  lease: {type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}
+receivers:
+  - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0"}, topics: [{topic: "#", qos: 1}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: alarms, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: plant}}
+`, outbox, endpoint, lease, endpoint)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestDynamoDBCommand_CreateTables(t *testing.T) {
+	endpoint := testservices.DynamoDBEndpoint(t)
+	suffix := strings.ReplaceAll(delivery.NewID(), "-", "")
+	outbox, lease := "gobridge_ct_outbox_"+suffix, "gobridge_ct_lease_"+suffix
+	opts := dynamodb.Options{Table: outbox, LeaseTable: lease, Endpoint: endpoint, Region: "us-east-1"}
+	client, err := dynamodb.NewClient(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = dynamodb.DeleteTable(ctx, client, outbox)
+		_ = dynamodb.DeleteTable(ctx, client, lease)
+	})
+	cfg := writeDynamoConfig(t, endpoint, outbox, lease)
+
+	// Before: Open (without CreateTables, as against AWS) finds no table.
+	if _, err := dynamodb.Open(t.Context(), opts); err == nil {
+		t.Fatal("Open before create-tables succeeded; want a missing-table error")
+	}
+	for i := range 2 { // the second run finds the tables and changes nothing
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), []string{"dynamodb", "create-tables", "-c", cfg}, &stdout, &stderr); code != exitOK {
+			t.Fatalf("run %d: exit %d, stderr:\n%s", i, code, stderr.String())
+		}
+		want := "outbox table " + outbox + ": ready\nlease table " + lease + ": ready\n"
+		if stdout.String() != want {
+			t.Errorf("run %d: stdout = %q, want %q", i, stdout.String(), want)
+		}
+	}
+
+	// After: the outbox opens with its layout check and works; TTL is on;
+	// the lease table takes leases.
+	st, err := dynamodb.Open(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("Open after create-tables: %v", err)
+	}
+	defer st.Close()
+	now := time.Now()
+	rec := stores.Record{Session: "plant", Route: "alarms", CreatedAt: now,
+		Envelope: delivery.Envelope{ID: delivery.NewID(), Topic: "a/1", QoS: 1, ReceivedAt: now}}
+	if err := st.Append(t.Context(), rec); err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	ttl, err := client.DescribeTimeToLive(t.Context(), &awsddb.DescribeTimeToLiveInput{TableName: aws.String(outbox)})
+	if err != nil || ttl.TimeToLiveDescription == nil || aws.ToString(ttl.TimeToLiveDescription.AttributeName) != "gc_at" {
+		t.Errorf("TTL of %s = %+v, %v; want on gc_at", outbox, ttl, err)
+	}
+	ls, err := dynamodb.OpenLeases(t.Context(), dynamodb.Options{LeaseTable: lease, Endpoint: endpoint, Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Close()
+	if _, err := ls.Acquire(t.Context(), "p0", "me", time.Minute, now); err != nil {
+		t.Errorf("Acquire on the created lease table: %v", err)
+	}
+}
+
+func TestDynamoDBCommand_CreateTablesRejectsAnExistingTableWithoutIndexes(t *testing.T) {
+	endpoint := testservices.DynamoDBEndpoint(t)
+	table := "gobridge_ct_bare_" + strings.ReplaceAll(delivery.NewID(), "-", "")
+	opts := dynamodb.Options{Table: table, Endpoint: endpoint, Region: "us-east-1"}
+	client, err := dynamodb.NewClient(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = dynamodb.DeleteTable(ctx, client, table)
+	})
+	// A lease-shaped table (keys only) where the outbox should be.
+	if err := dynamodb.CreateLeaseTable(t.Context(), client, table); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := &DynamoDBCommand{Stdout: &stdout, Stderr: &stderr}
+	err = cmd.Run(t.Context(), []string{"create-tables", "-c", writeDynamoConfig(t, endpoint, table, table)})
+	if !errors.Is(err, dynamodb.ErrLayout) {
+		t.Fatalf("Run = %v, want ErrLayout", err)
+	}
+}
+
+func TestDynamoDBCommand_Usage(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+	}{
+		{[]string{"dynamodb"}, exitUsage},
+		{[]string{"dynamodb", "drop-tables"}, exitUsage},
+		{[]string{"dynamodb", "create-tables"}, exitUsage},
+		{[]string{"dynamodb", "create-tables", "-c", "x.yaml", "extra"}, exitUsage},
+		{[]string{"dynamodb", "-h"}, exitOK},
+		{[]string{"dynamodb", "create-tables", "-h"}, exitOK},
+	}
+	for _, c := range cases {
+		var stdout, stderr bytes.Buffer
+		if code := run(t.Context(), c.args, &stdout, &stderr); code != c.code {
+			t.Errorf("%v: exit %d, want %d; stderr:\n%s", c.args, code, c.code, stderr.String())
+		}
+	}
+}
+
+func TestDynamoDBCommand_NoDynamoDBStore(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "bridge.yaml")
+	yaml := `version: 1
+bridge: {id: test, admin: {listen: ""}}
+receivers:
+  - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0"}, topics: [{topic: "#", qos: 1}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: alarms, receiver: edge, topic: "a/#", sender: out}
+`
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := (&DynamoDBCommand{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}).Run(t.Context(), []string{"create-tables", "-c", cfg})
+	if !errors.Is(err, errNoDynamoDB) {
+		t.Fatalf("Run = %v, want errNoDynamoDB", err)
+	}
+}
+
+func TestOutbox_StatsPerRouteOnDynamoDB(t *testing.T) {
+	fx := newStoreFixture(t, "dynamodb")
+	ctx := t.Context()
+	now := time.Now()
+	fx.dead(t, "alarms", 2, []byte(`x`), "boom", now.Add(-time.Hour))
+	var recs []stores.Record
+	for i := range 4 {
+		next := now.Add(-time.Minute)
+		if i == 3 {
+			next = now.Add(time.Hour) // retrying later: pending, not due
+		}
+		recs = append(recs, stores.Record{Session: "plant", Route: "alarms", CreatedAt: now.Add(-time.Duration(10-i) * time.Minute),
+			NextAttemptAt: next, Envelope: delivery.Envelope{ID: delivery.NewID(), Topic: "a/1", QoS: 1}})
+	}
+	if err := fx.st.Append(ctx, recs...); err != nil {
+		t.Fatal(err)
+	}
+	c, err := fx.st.Claim(ctx, stores.ClaimRequest{Session: "plant", Token: 5, Limit: 2, Now: now, Until: now.Add(time.Minute)})
+	if err != nil || len(c) != 2 {
+		t.Fatalf("claim %d %v", len(c), err)
+	}
+	if err := fx.st.Complete(ctx, c[0]); err != nil {
+		t.Fatal(err)
+	}
+	// alarms: recs[1] claimed, recs[2] pending due, recs[3] pending not due,
+	// recs[0] done, two dead.
+	code, out, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], "alarms") {
+		t.Fatalf("table:\n%s", out)
+	}
+	// SESSION ROUTE PENDING CLAIMED DUE OLDEST DEAD DONE_1H
+	if f := strings.Fields(lines[1]); len(f) != 8 || f[2] != "2" || f[3] != "1" || f[4] != "1" || f[6] != "2" || f[7] != "1" {
+		t.Errorf("alarms row = %q", lines[1])
+	}
+}
