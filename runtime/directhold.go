@@ -131,11 +131,17 @@ const deadSessionPrefix = "gobridge.ingest-dead."
 
 // deadLetterDirect makes env a dead letter of route r with reason, without a
 // drainer: it appends the record to the route's ingest-dead session (with
-// the reason as its last error, so a crash between the steps loses nothing),
-// claims that session and dead-letters what it claimed.
+// the reason as its last error, so a crash between the steps loses nothing:
+// the next call sweeps it up), claims that session and dead-letters what it
+// claimed. A record there without a last error was requeued by an operator;
+// it is released untouched (no drainer serves these sessions: see the
+// README section "operations").
 func (rt *Runtime) deadLetterDirect(ctx context.Context, r *route, env *delivery.Envelope, reason string) error {
 	rt.deadMu.Lock()
 	defer rt.deadMu.Unlock()
+	if reason == "" {
+		reason = "permanent failure"
+	}
 	now := time.Now()
 	session := deadSessionPrefix + r.id
 	rec := stores.Record{Session: session, Route: r.id, Envelope: *env, LastError: reason}
@@ -149,6 +155,14 @@ func (rt *Runtime) deadLetterDirect(ctx context.Context, r *route, env *delivery
 		return fmt.Errorf("claim dead letter: %w", err)
 	}
 	for _, c := range claimed {
+		if c.LastError == "" {
+			// Not ours: a dead letter an operator requeued (Requeued clears
+			// the error). Leave it pending rather than dead-letter it again.
+			if err := rt.outbox.Release(ctx, c, now, ""); err != nil {
+				return fmt.Errorf("release requeued record: %w", err)
+			}
+			continue
+		}
 		why := c.LastError
 		if c.Envelope.ID == env.ID {
 			why = reason

@@ -279,4 +279,24 @@ func TestDirectHold_PermanentFailuresAreDeadLettered(t *testing.T) {
 	if d := byPayload["not json"]; !strings.Contains(d.DeadReason, "processor") {
 		t.Errorf("non-JSON message: dead letter reason %q, want a processor reason", d.DeadReason)
 	}
+
+	// A requeued dead letter is not dead-lettered again by the next failure.
+	requeued, err := rt.outbox.Requeue(t.Context(), "bad-1", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := pub.Publish("line/x", 1, false, `{"msg_id": "bad-2"}`)
+	waitTokens(t, []paho.Token{tok}, 10*time.Second)
+	dead, _, err = rt.outbox.ListDead(t.Context(), stores.DeadFilter{Route: "direct"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dead {
+		if d.Envelope.ID == requeued.Envelope.ID {
+			t.Fatalf("requeued record %s was dead-lettered again (%q)", d.Envelope.ID, d.DeadReason)
+		}
+	}
+	if len(dead) != 2 {
+		t.Fatalf("%d dead letters after requeue and one more failure, want 2", len(dead))
+	}
 }
