@@ -50,6 +50,18 @@ type sendResult struct {
 
 var errSendTimedOut = errors.New("send timed out: the sender ignored its context")
 
+// claimDeadline is the earliest claim deadline of a batch; zero when none
+// is set.
+func claimDeadline(recs []stores.Record) time.Time {
+	var until time.Time
+	for _, r := range recs {
+		if !r.ClaimUntil.IsZero() && (until.IsZero() || r.ClaimUntil.Before(until)) {
+			until = r.ClaimUntil
+		}
+	}
+	return until
+}
+
 // process delivers one claimed batch and records every outcome in the store.
 func (p *partition) process(recs []stores.Record) {
 	g := p.g
@@ -99,7 +111,14 @@ func (p *partition) process(recs []stores.Record) {
 	results := make(chan sendResult, len(items))
 	inflight := 0
 	stopCh := p.stopCtx.Done()
+	claimUntil := claimDeadline(recs)
 	for !p.lost() {
+		// A claim that lapsed (a paused process, a very long batch) may
+		// already belong to another owner: launch nothing more from it.
+		// What is left unsent is released, or rejected as stale.
+		if stopCh != nil && !claimUntil.IsZero() && !g.now().Before(claimUntil) {
+			stopCh = nil
+		}
 		wake := g.note.wait()
 		waiting := false
 		if stopCh != nil {

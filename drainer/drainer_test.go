@@ -420,3 +420,38 @@ func TestGroup_AdaptiveBackoffPollsLessWhileIdle(t *testing.T) {
 		}
 	})
 }
+
+func TestGroup_StopsLaunchingFromALapsedClaim(t *testing.T) {
+	backends(t, func(t *testing.T, store stores.Store) {
+		// One send at a time, each taking just under send_timeout: the batch
+		// outlives its claim deadline (send_timeout + grace + 10s = 17s).
+		snd := newScriptSender(1, func(ctx context.Context, _ *delivery.Envelope, _ int) error {
+			select {
+			case <-time.After(4900 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			return nil
+		})
+		pol := testPolicy()
+		pol.MaxInFlight = 1
+		j := newJournal()
+		g := New(testConfig(t, snd, pol, j), store, memory.NewLeases())
+		ids := appendRecords(t, store, 5, nil)
+		stop := running(t, g)
+		eventually(t, 2*time.Minute, "delivered", func() bool { return pending(t, store) == 0 })
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		for i, id := range ids {
+			o := j.byID(id)
+			if snd.sends(id) != 1 || len(o) != 1 || o[0].Result != ResultOK {
+				t.Fatalf("%s: sent %d times, outcomes %+v; want one ok send", id, snd.sends(id), o)
+			}
+			// m004 would start at 19.6s, past the 17s claim: it must wait
+			// for a fresh claim instead of being sent on a lapsed one.
+			if want := 1 + i/4; o[0].Attempt != want {
+				t.Errorf("%s delivered on attempt %d, want %d", id, o[0].Attempt, want)
+			}
+		}
+	})
+}
