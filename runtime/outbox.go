@@ -99,9 +99,15 @@ func (c *committer) admit(ctx context.Context, session string, limit int) bool {
 	d := c.depths[session]
 	for {
 		d.mu.Lock()
-		if d.pending < 0 { // never read: read it now
+		if d.pending < 0 { // never read: read it now (and retry calmly)
 			d.mu.Unlock()
 			c.refresh(ctx, session)
+			d.mu.Lock()
+			unread := d.pending < 0
+			d.mu.Unlock()
+			if unread && !sleepCtx(ctx, depthPoll) {
+				return false
+			}
 			continue
 		}
 		if d.pending+d.queued < limit {

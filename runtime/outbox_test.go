@@ -1,12 +1,16 @@
 package runtime
 
 import (
+	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/gobridge/gobridge/stores"
 )
 
 func TestOutbox_BackpressureBoundsDepthAndHoldsPublishers(t *testing.T) {
@@ -74,4 +78,54 @@ func TestOutbox_BackpressureBoundsDepthAndHoldsPublishers(t *testing.T) {
 	s.down.Store(false)
 	waitTokens(t, all, 30*time.Second)
 	waitFor(t, 30*time.Second, "every message delivered", func() bool { return s.distinct() == pubs*per })
+}
+
+// flakyOutbox fails every Append while failing is set.
+type flakyOutbox struct {
+	stores.Outbox
+	failing  atomic.Bool
+	failures atomic.Int64
+}
+
+func (f *flakyOutbox) Append(ctx context.Context, recs ...stores.Record) error {
+	if f.failing.Load() {
+		f.failures.Add(1)
+		return errTest
+	}
+	return f.Outbox.Append(ctx, recs...)
+}
+
+func TestOutbox_AppendFailuresAreRetriedAndNothingIsAckedBeforeItIsDurable(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	addr := freeAddr(t)
+	cfg := parseConfig(t, listenerConfig(addr, "", "{type: memory}",
+		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
+  - {id: r, receiver: edge, topic: "#", sender: sink, delivery_mode: shared_outbox, session: {id: s1}}`))
+	rt, err := New(cfg, Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &flakyOutbox{Outbox: rt.outbox}
+	flaky.failing.Store(true)
+	rt.commit.store = flaky
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- rt.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	pub := publisher(t, "tcp://"+addr, "flaky")
+	tok := pub.Publish("line/x", 1, false, "m")
+	waitFor(t, 10*time.Second, "a few failed appends", func() bool { return flaky.failures.Load() >= 3 })
+	if tokenDone(tok) {
+		t.Fatal("message acknowledged although no append succeeded")
+	}
+	flaky.failing.Store(false)
+	waitTokens(t, []paho.Token{tok}, 10*time.Second)
+	waitFor(t, 10*time.Second, "delivery after the store recovered", func() bool { return s.distinct() == 1 })
 }
