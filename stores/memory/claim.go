@@ -112,11 +112,31 @@ func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, 
 	e.rec.NextAttemptAt = next
 	e.rec.LastError = lastError
 	if k := e.rec.CoalesceKey; k != "" {
-		ck := coalesceKey{e.rec.Session, e.rec.Route, k}
-		// The coalesce index names the newest pending record of a key.
-		if cur, ok := s.coalesce[ck]; !ok || cur.rec.Seq < e.rec.Seq {
-			s.coalesce[ck] = e
-		}
+		s.coalesceReleased(e, coalesceKey{e.rec.Session, e.rec.Route, k})
 	}
 	return nil
+}
+
+// coalesceReleased keeps one pending record per coalesce key after e went
+// back to pending: a pending record of its key appended while e was claimed
+// supersedes e when it is at least as new (e becomes done, not delivered,
+// and the other one is due no earlier than e); an older one is absorbed
+// instead, and e keeps the later next attempt of the two. The caller holds
+// the mutex.
+func (s *Store) coalesceReleased(e *entry, ck coalesceKey) {
+	cur, ok := s.coalesce[ck]
+	if !ok {
+		s.coalesce[ck] = e
+		return
+	}
+	keep, gone := cur, e
+	if cur.rec.Envelope.ReceivedAt.Before(e.rec.Envelope.ReceivedAt) {
+		keep, gone = e, cur
+	}
+	if gone.rec.NextAttemptAt.After(keep.rec.NextAttemptAt) {
+		keep.rec.NextAttemptAt = gone.rec.NextAttemptAt
+	}
+	s.unlink(gone)
+	s.markDone(gone)
+	s.coalesce[ck] = keep
 }

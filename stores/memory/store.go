@@ -171,6 +171,12 @@ func (s *Store) insert(r stores.Record) {
 				s.markDone(e)
 				return
 			}
+			if old.rec.NextAttemptAt.After(e.rec.NextAttemptAt) {
+				// The replacement inherits the replaced record's
+				// backoff: a new message must not make a backed-off key
+				// due at once.
+				e.rec.NextAttemptAt = old.rec.NextAttemptAt
+			}
 			s.unlink(old)
 			s.markDone(old)
 		}

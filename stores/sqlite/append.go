@@ -192,8 +192,8 @@ func (s *Store) insertRow(ctx context.Context, ins *sql.Stmt, r *stores.Record, 
 }
 
 // coalesce appends r, which has a coalesce key: it replaces the newest
-// pending record of its route and key unless that one is newer, in which
-// case r is absorbed as done. It returns how many done tombstones it made.
+// pending record of its route and key, due no earlier than that one was,
+// unless that one is newer, in which case r is absorbed as done. It returns how many done tombstones it made.
 func (s *Store) coalesce(ctx context.Context, tx *sql.Tx, r *stores.Record, now time.Time, depth map[partKey]int) (int64, error) {
 	var one int
 	err := tx.StmtContext(ctx, s.stmts.exists).QueryRowContext(ctx, r.Session, r.Route, r.Envelope.ID).Scan(&one)
@@ -204,11 +204,11 @@ func (s *Store) coalesce(ctx context.Context, tx *sql.Tx, r *stores.Record, now 
 		return 0, err
 	}
 	var (
-		oldSeq, oldRecv int64
-		oldPart         int
+		oldSeq, oldRecv, oldNext int64
+		oldPart                  int
 	)
 	err = tx.StmtContext(ctx, s.stmts.coalesceFind).QueryRowContext(ctx, r.Session, r.Route, r.CoalesceKey).
-		Scan(&oldSeq, &oldPart, &oldRecv)
+		Scan(&oldSeq, &oldPart, &oldRecv, &oldNext)
 	found := err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return 0, err
@@ -226,6 +226,13 @@ func (s *Store) coalesce(ctx context.Context, tx *sql.Tx, r *stores.Record, now 
 		}
 		depth[partKey{r.Session, oldPart}]--
 		made = 1
+		if oldNext > nanos(r.NextAttemptAt) {
+			// The replacement inherits the replaced record's backoff: a
+			// new message must not make a backed-off key due at once.
+			rr := *r
+			rr.NextAttemptAt = time.Unix(0, oldNext)
+			r = &rr
+		}
 	}
 	if _, err := s.insertRow(ctx, ins, r, stores.Pending, now); err != nil {
 		return 0, err

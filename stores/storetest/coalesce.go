@@ -1,8 +1,11 @@
 package storetest
 
 import (
+	"bytes"
 	"testing"
 	"time"
+
+	"github.com/gobridge/gobridge/stores"
 )
 
 func (s suite) coalesce(t *testing.T) {
@@ -63,6 +66,33 @@ func (s suite) coalesce(t *testing.T) {
 		fx.complete(c...)
 	})
 
+	t.Run("a released record is replaced, keeping its next attempt", func(t *testing.T) {
+		fx := s.setup(t)
+		old, newer := fx.rec(), fx.rec()
+		old.CoalesceKey, newer.CoalesceKey = "dev-1", "dev-1"
+		newer.Envelope.ReceivedAt = at(time.Second)
+		fx.append(old)
+		c := fx.claimAt(1, 10, t0)
+		wantIDs(t, "first claim", ids(c), old.Envelope.ID)
+		next := at(time.Minute)
+		fx.release(c[0], next)
+		fx.append(newer)
+		fx.wantCoalesced(t, newer, next)
+	})
+
+	t.Run("a released record is superseded by a newer one appended while it was claimed", func(t *testing.T) {
+		fx := s.setup(t)
+		old, newer := fx.rec(), fx.rec()
+		old.CoalesceKey, newer.CoalesceKey = "dev-1", "dev-1"
+		newer.Envelope.ReceivedAt = at(time.Second)
+		fx.append(old)
+		c := fx.claimAt(1, 10, t0)
+		fx.append(newer)
+		next := at(time.Minute)
+		fx.release(c[0], next)
+		fx.wantCoalesced(t, newer, next)
+	})
+
 	t.Run("other routes and keys are not replaced", func(t *testing.T) {
 		fx := s.setup(t)
 		a, b, c := fx.rec(), fx.rec(), fx.rec()
@@ -74,4 +104,30 @@ func (s suite) coalesce(t *testing.T) {
 		fx.append(b, c)
 		wantIDs(t, "claim", ids(fx.claimAt(1, 10, t0)), a.Envelope.ID, b.Envelope.ID, c.Envelope.ID)
 	})
+}
+
+func (fx *fixture) release(r stores.Record, next time.Time) {
+	fx.t.Helper()
+	if err := fx.s.Release(fx.t.Context(), r, next, "refused"); err != nil {
+		fx.t.Fatalf("Release: %v", err)
+	}
+}
+
+// wantCoalesced checks that want is the only live record of the fixture's
+// session, not due before next, and claimable (with its payload) at next.
+func (fx *fixture) wantCoalesced(t *testing.T, want stores.Record, next time.Time) {
+	t.Helper()
+	if st := fx.stats(); st.Pending != 1 {
+		t.Errorf("Stats.Pending = %d, want 1: one record per coalesce key", st.Pending)
+	}
+	if early := fx.claimAt(2, 10, next.Add(-time.Millisecond)); len(early) != 0 {
+		t.Fatalf("claimed %v before the released record's next attempt: coalescing made a backed-off key due", ids(early))
+	}
+	got := fx.claimAt(3, 10, next)
+	wantIDs(t, "claim at the next attempt", ids(got), want.Envelope.ID)
+	if !bytes.Equal(got[0].Envelope.Payload, want.Envelope.Payload) {
+		t.Errorf("payload %q, want the newest %q", got[0].Envelope.Payload, want.Envelope.Payload)
+	}
+	fx.complete(got...)
+	wantIDs(t, "drain", fx.drain())
 }
