@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gobridge/gobridge/stores"
 )
 
 // adminServer serves /healthz, /readyz and /metrics, plus what other parts
@@ -130,3 +132,8 @@ func (rt *Runtime) Handle(pattern string, h http.Handler) { rt.admin.mux.Handle(
 func (rt *Runtime) HandleMutating(pattern string, h http.Handler) {
 	rt.admin.mux.Handle(pattern, rt.admin.requireToken(h))
 }
+
+// Store returns the outbox store the runtime opened (nil when the config has
+// none), for admin endpoints registered with Handle and HandleMutating. It
+// is closed when Run returns.
+func (rt *Runtime) Store() stores.Store { return rt.outbox }
