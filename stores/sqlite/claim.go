@@ -88,6 +88,7 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 		return nil
 	}
 	done := 0
+	var pruned int64
 	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
 		done = 0
 		recs, err := s.withSeqs(ctx, tx, recs)
@@ -116,6 +117,8 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 				g.want[r.Seq] = r.Envelope.ID
 			}
 		}
+		type routeKey struct{ session, route string }
+		perRoute := map[routeKey]int64{}
 		st := tx.StmtContext(ctx, s.stmts.complete)
 		for _, token := range order {
 			g := groups[token]
@@ -133,8 +136,9 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 					seq int64
 					id  string
 					k   partKey
+					rt  string
 				)
-				if err := rows.Scan(&seq, &id, &k.session, &k.part); err != nil {
+				if err := rows.Scan(&seq, &id, &k.session, &k.part, &rt); err != nil {
 					rows.Close()
 					return err
 				}
@@ -143,6 +147,7 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 					return fmt.Errorf("%w: seq %d holds %s, not %s", stores.ErrStaleToken, seq, id, g.want[seq])
 				}
 				depth[k]--
+				perRoute[routeKey{k.session, rt}]++
 				got++
 			}
 			rows.Close()
@@ -155,22 +160,33 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 			}
 			done += got
 		}
+		minute := time.Now().Unix() / 60
+		add := tx.StmtContext(ctx, s.stmts.doneCount)
+		for k, n := range perRoute {
+			if _, err := add.ExecContext(ctx, minute, k.session, k.route, n); err != nil {
+				return err
+			}
+		}
+		// Forget minutes older than 61, once per minute (and after a restart).
+		if s.donePruned.Load() != minute {
+			if _, err := tx.StmtContext(ctx, s.stmts.donePrune).ExecContext(ctx, minute-61); err != nil {
+				return err
+			}
+		}
+		pruned = minute
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("complete %d records: %w", len(recs), err)
 	}
+	s.donePruned.Store(pruned)
 	s.addDone(ctx, int64(done))
 	return nil
 }
 
-// Release implements stores.Outbox. A record with a CoalesceKey (as Claim
-// returned it) is settled against a pending record of its key appended
-// while it was claimed (see settleReleased).
+// Release implements stores.Outbox.
 func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, lastError string) error {
-	var tombstoned int64
-	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
-		tombstoned = 0
+	err := s.writeTx(ctx, func(tx *sql.Tx, _ map[partKey]int) error {
 		rs, err := s.withSeqs(ctx, tx, []stores.Record{rec})
 		if err != nil {
 			return err
@@ -184,16 +200,11 @@ func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, 
 		if n, err := res.RowsAffected(); err != nil || n != 1 {
 			return errors.Join(err, stale(&rec))
 		}
-		if rec.CoalesceKey == "" {
-			return nil
-		}
-		tombstoned, err = s.settleReleased(ctx, tx, &rec, nanos(next), depth)
-		return err
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
-	s.addDone(ctx, tombstoned)
 	return nil
 }
 

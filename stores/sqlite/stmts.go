@@ -13,7 +13,7 @@ import (
 type stmts struct {
 	insert, insertChunk, exists, coalesceFind, tombstone, depthAdd *sql.Stmt
 	resetLapsed, claim                                             *sql.Stmt
-	complete, release, dead                                        *sql.Stmt
+	complete, doneCount, donePrune, release, dead                  *sql.Stmt
 	deadByID                                                       *sql.Stmt
 
 	depthRows, oldestPending, oldestClaimed *sql.Stmt
@@ -33,7 +33,7 @@ const (
 
 	sqlExists = `SELECT 1 FROM outbox WHERE session = ? AND route = ? AND id = ?`
 
-	sqlCoalesceFind = `SELECT seq, part, received_at, next_at FROM outbox INDEXED BY outbox_coalesce
+	sqlCoalesceFind = `SELECT seq, part, received_at FROM outbox INDEXED BY outbox_coalesce
 		WHERE state='pending' AND ckey<>'' AND session = ? AND route = ? AND ckey = ?
 		ORDER BY seq DESC LIMIT 1`
 
@@ -66,7 +66,13 @@ const (
 	// seqs come as a JSON array.
 	sqlComplete = `UPDATE outbox NOT INDEXED SET state='done', payload=NULL, headers=NULL
 		WHERE seq IN (SELECT value FROM json_each(?1)) AND state='claimed' AND token = ?2
-		RETURNING seq, id, session, part`
+		RETURNING seq, id, session, part, route`
+
+	// sqlDoneCount adds n completions of a route to a minute; sqlDonePrune
+	// forgets minutes older than the hour the Inspector reports.
+	sqlDoneCountAdd = `INSERT INTO done_count (minute, session, route, n) VALUES (?, ?, ?, ?)
+		ON CONFLICT (minute, session, route) DO UPDATE SET n = n + excluded.n`
+	sqlDonePrune = `DELETE FROM done_count WHERE minute < ?`
 
 	sqlRelease = `UPDATE outbox SET state='pending', next_at = ?, last_error = ?
 		WHERE seq = ? AND id = ? AND state='claimed' AND token = ?`
@@ -117,6 +123,8 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.w, &s.stmts.resetLapsed, sqlResetLapsed},
 		{s.w, &s.stmts.claim, sqlClaim},
 		{s.w, &s.stmts.complete, sqlComplete},
+		{s.w, &s.stmts.doneCount, sqlDoneCountAdd},
+		{s.w, &s.stmts.donePrune, sqlDonePrune},
 		{s.w, &s.stmts.release, sqlRelease},
 		{s.w, &s.stmts.dead, sqlDead},
 		{s.w, &s.stmts.deadByID, sqlGetDead},
@@ -138,7 +146,7 @@ func (s *Store) prepare(ctx context.Context) error {
 
 func (st *stmts) close() {
 	for _, s := range []*sql.Stmt{st.insert, st.insertChunk, st.exists, st.coalesceFind, st.tombstone, st.depthAdd,
-		st.resetLapsed, st.claim, st.complete, st.release, st.dead, st.deadByID,
+		st.resetLapsed, st.claim, st.complete, st.doneCount, st.donePrune, st.release, st.dead, st.deadByID,
 		st.depthRows, st.oldestPending, st.oldestClaimed, st.listDead, st.listDeadRoute, st.getDead} {
 		if s != nil {
 			_ = s.Close()

@@ -72,8 +72,9 @@ type Store struct {
 
 	stmts stmts
 
-	doneCount atomic.Int64 // done tombstones in the table
-	compactMu sync.Mutex
+	doneCount  atomic.Int64 // done tombstones in the table
+	donePruned atomic.Int64 // the minute done_count was last pruned in
+	compactMu  sync.Mutex
 
 	closeOnce sync.Once
 	closeErr  error
