@@ -28,12 +28,13 @@ type appendOp struct {
 	holder *holder
 }
 
-// holder is a pending, never claimed record that owns a coalesce key.
+// holder is a pending (unclaimed) record that owns a coalesce key.
 type holder struct {
 	key      map[string]types.AttributeValue
 	part     int
 	session  string
 	received int64
+	next     int64     // its next attempt, unix ns: a replacement is not due earlier
 	op       *appendOp // set when the holder is earlier in the same batch
 }
 
@@ -124,13 +125,21 @@ func (s *Store) planAppend(ctx context.Context, recs []stores.Record) ([]*append
 			continue
 		}
 		if h != nil {
+			if h.next > nanos(r.NextAttemptAt) {
+				// The replacement inherits the replaced record's backoff:
+				// a new message must not make a backed-off key due at once.
+				r.NextAttemptAt = fromNanos(h.next)
+				op.item = newItem(r, time.Time{})
+				op.size = itemSize(op.item)
+			}
 			if h.op != nil {
 				s.toTombstone(h.op)
 			} else {
 				op.holder = h
 			}
 		}
-		holders[ck] = &holder{key: op.item, part: r.Partition, session: r.Session, received: recv, op: op}
+		holders[ck] = &holder{key: op.item, part: r.Partition, session: r.Session, received: recv,
+			next: nanos(r.NextAttemptAt), op: op}
 	}
 	return ops, nil
 }
@@ -143,8 +152,9 @@ func (s *Store) toTombstone(op *appendOp) {
 	op.holder = nil
 }
 
-// coalesceHolder returns the pending, never claimed record holding the
-// coalesce key ck (the newest, should the index hold several).
+// coalesceHolder returns the pending record holding the coalesce key ck (the
+// newest, should the index hold several), with its next attempt read
+// consistently; nil when there is none or the index copy is stale.
 func (s *Store) coalesceHolder(ctx context.Context, ck string) (*holder, error) {
 	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(s.table),
@@ -163,12 +173,27 @@ func (s *Store) coalesceHolder(ctx context.Context, ck string) (*holder, error) 
 	}
 	it := out.Items[0]
 	sess, _, _ := splitSK(getS(it, aSK))
-	return &holder{
+	h := &holder{
 		key:      map[string]types.AttributeValue{aPK: it[aPK], aSK: it[aSK]},
 		part:     int(getN(it, aPart)),
 		session:  sess,
 		received: getN(it, aReceived),
-	}, nil
+	}
+	cur, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(s.table),
+		Key:                      h.key,
+		ProjectionExpression:     aws.String("#state, #next, #co"),
+		ExpressionAttributeNames: map[string]string{"#state": aState, "#next": aNext, "#co": aCoPK},
+		ConsistentRead:           aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read coalesce holder: %w", err)
+	}
+	if getS(cur.Item, aState) != string(stores.Pending) || getS(cur.Item, aCoPK) != ck {
+		return nil, nil // claimed or settled since the index copy
+	}
+	h.next = getN(cur.Item, aNext)
+	return h, nil
 }
 
 // chunkLen returns how many leading ops fit one transaction, leaving room

@@ -107,21 +107,21 @@ func (s *Store) completeChunk(ctx context.Context, recs []stores.Record, delta c
 }
 
 // Release implements stores.Outbox with one conditional UpdateItem. The
-// record stays in the timer index, due at next.
+// record stays in the timer index, due at next. A record with a CoalesceKey
+// (as Claim returned it) is back in the coalesce index, and is settled
+// against a pending record of its key appended while it was claimed (see
+// releaseCoalesced), which costs one Query, one GetItem and a transaction.
 func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, lastError string) error {
 	if s.closed.Load() {
 		return errClosed
 	}
-	names, vals := ownedNames(), ownedValues(&rec)
-	vals[":pending"], vals[":next"], vals[":err"] = vS(string(stores.Pending)), vT(next), vS(lastError)
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       recordKey(rec.Session, rec.Route, rec.Envelope.ID),
-		UpdateExpression:          aws.String("SET #state = :pending, next_at = :next, last_error = :err, timer_at = :next"),
-		ConditionExpression:       aws.String(ownedCond),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: vals,
-	})
+	if rec.CoalesceKey != "" {
+		done, err := s.releaseCoalesced(ctx, &rec, next, lastError)
+		if err != nil || done {
+			return err
+		}
+	}
+	_, err := s.db.UpdateItem(ctx, releaseUpdate(s.table, &rec, next, lastError))
 	if isConditionFailed(err) {
 		return fmt.Errorf("dynamodb: release: %w", staleErr(&rec))
 	}

@@ -93,6 +93,19 @@ func (s suite) coalesce(t *testing.T) {
 		fx.wantCoalesced(t, newer, next)
 	})
 
+	t.Run("an older record appended while one was claimed is absorbed on release", func(t *testing.T) {
+		fx := s.setup(t)
+		claimed, older := fx.rec(), fx.rec()
+		claimed.CoalesceKey, older.CoalesceKey = "dev-1", "dev-1"
+		claimed.Envelope.ReceivedAt = at(time.Second)
+		fx.append(claimed)
+		c := fx.claimAt(1, 10, t0)
+		fx.append(older)
+		next := at(time.Minute)
+		fx.release(c[0], next)
+		fx.wantCoalesced(t, claimed, next)
+	})
+
 	t.Run("other routes and keys are not replaced", func(t *testing.T) {
 		fx := s.setup(t)
 		a, b, c := fx.rec(), fx.rec(), fx.rec()
