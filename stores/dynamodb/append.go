@@ -36,6 +36,9 @@ type holder struct {
 	received int64
 	next     int64     // its next attempt, unix ns: a replacement is not due earlier
 	op       *appendOp // set when the holder is earlier in the same batch
+	// extra are other pending records of the key (left by appends that
+	// raced with no holder to condition on): a replacement settles them too.
+	extra []*holder
 }
 
 // Append implements stores.Outbox. It costs one counter update plus one
@@ -133,6 +136,7 @@ func (s *Store) planAppend(ctx context.Context, recs []stores.Record) ([]*append
 				op.size = itemSize(op.item)
 			}
 			if h.op != nil {
+				op.holder = h.op.holder // the table's holder h.op was replacing
 				s.toTombstone(h.op)
 			} else {
 				op.holder = h
@@ -156,44 +160,60 @@ func (s *Store) toTombstone(op *appendOp) {
 // newest, should the index hold several), with its next attempt read
 // consistently; nil when there is none or the index copy is stale.
 func (s *Store) coalesceHolder(ctx context.Context, ck string) (*holder, error) {
-	out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-		TableName:                 aws.String(s.table),
-		IndexName:                 aws.String(idxCoalesce),
-		KeyConditionExpression:    aws.String("#k = :k"),
-		ExpressionAttributeNames:  map[string]string{"#k": aCoPK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":k": vS(ck)},
-		ScanIndexForward:          aws.Bool(false),
-		Limit:                     aws.Int32(1),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("query coalesce holder: %w", err)
+	// The index is eventually consistent and a concurrent append may settle
+	// the record it names: read the newest few, and again when all of them
+	// are stale, so that the key's pending record is found, not missed.
+	for range 4 {
+		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(s.table),
+			IndexName:                 aws.String(idxCoalesce),
+			KeyConditionExpression:    aws.String("#k = :k"),
+			ExpressionAttributeNames:  map[string]string{"#k": aCoPK},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":k": vS(ck)},
+			ScanIndexForward:          aws.Bool(false),
+			Limit:                     aws.Int32(4),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("query coalesce holder: %w", err)
+		}
+		if len(out.Items) == 0 {
+			return nil, nil
+		}
+		var found *holder
+		for _, it := range out.Items {
+			sess, _, _ := splitSK(getS(it, aSK))
+			h := &holder{
+				key:      map[string]types.AttributeValue{aPK: it[aPK], aSK: it[aSK]},
+				part:     int(getN(it, aPart)),
+				session:  sess,
+				received: getN(it, aReceived),
+			}
+			cur, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+				TableName:                aws.String(s.table),
+				Key:                      h.key,
+				ProjectionExpression:     aws.String("#state, #next, #co"),
+				ExpressionAttributeNames: map[string]string{"#state": aState, "#next": aNext, "#co": aCoPK},
+				ConsistentRead:           aws.Bool(true),
+			})
+			if err != nil {
+				return nil, fmt.Errorf("read coalesce holder: %w", err)
+			}
+			if getS(cur.Item, aState) != string(stores.Pending) || getS(cur.Item, aCoPK) != ck {
+				continue // claimed or settled since the index copy
+			}
+			h.next = getN(cur.Item, aNext)
+			if found == nil {
+				found = h
+			} else {
+				found.extra = append(found.extra, h)
+				found.next = max(found.next, h.next)
+			}
+		}
+		if found != nil {
+			return found, nil
+		}
 	}
-	if len(out.Items) == 0 {
-		return nil, nil
-	}
-	it := out.Items[0]
-	sess, _, _ := splitSK(getS(it, aSK))
-	h := &holder{
-		key:      map[string]types.AttributeValue{aPK: it[aPK], aSK: it[aSK]},
-		part:     int(getN(it, aPart)),
-		session:  sess,
-		received: getN(it, aReceived),
-	}
-	cur, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:                aws.String(s.table),
-		Key:                      h.key,
-		ProjectionExpression:     aws.String("#state, #next, #co"),
-		ExpressionAttributeNames: map[string]string{"#state": aState, "#next": aNext, "#co": aCoPK},
-		ConsistentRead:           aws.Bool(true),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read coalesce holder: %w", err)
-	}
-	if getS(cur.Item, aState) != string(stores.Pending) || getS(cur.Item, aCoPK) != ck {
-		return nil, nil // claimed or settled since the index copy
-	}
-	h.next = getN(cur.Item, aNext)
-	return h, nil
+	return nil, nil
 }
 
 // chunkLen returns how many leading ops fit one transaction, leaving room
@@ -209,7 +229,7 @@ func (s *Store) chunkLen(ops []*appendOp) int {
 		}
 		add := 1
 		if op.holder != nil {
-			add++
+			add += 1 + len(op.holder.extra)
 		}
 		k := counterKey{op.rec.Session, op.rec.Route}
 		newKeys := 0
@@ -228,8 +248,9 @@ func (s *Store) chunkLen(ops []*appendOp) int {
 }
 
 // appendChunk commits ops in one transaction. Records that already exist
-// are dropped from it (idempotent append), as are coalesce replacements
-// whose holder was claimed meanwhile, and the rest is retried.
+// are dropped from it (idempotent append), coalesce replacements whose
+// holder changed meanwhile look their holder up again, and the rest is
+// retried.
 func (s *Store) appendChunk(ctx context.Context, ops []*appendOp) error {
 	ops = slices.Clone(ops)
 	for range len(ops) + 2 {
@@ -254,7 +275,9 @@ func (s *Store) appendChunk(ctx context.Context, ops []*appendOp) error {
 				continue
 			}
 			if owner[i].isHolder {
-				owner[i].op.holder = nil
+				if err := s.reresolve(ctx, owner[i].op); err != nil {
+					return err
+				}
 			} else {
 				drop[owner[i].op] = true
 			}
@@ -265,6 +288,29 @@ func (s *Store) appendChunk(ctx context.Context, ops []*appendOp) error {
 		ops = slices.DeleteFunc(ops, func(op *appendOp) bool { return drop[op] })
 	}
 	return fmt.Errorf("append chunk: gave up after repeated conflicts")
+}
+
+// reresolve finds op's coalesce holder again after the one it planned to
+// replace changed (a concurrent append replaced it, or it was claimed), so
+// that concurrent appends of one key still leave one pending record.
+func (s *Store) reresolve(ctx context.Context, op *appendOp) error {
+	op.holder = nil
+	r := &op.rec
+	h, err := s.coalesceHolder(ctx, coPK(r.Session, r.Route, r.CoalesceKey))
+	if err != nil || h == nil || getS(h.key, aPK) == recordPK(r.Envelope.ID) {
+		return err
+	}
+	if nanos(r.Envelope.ReceivedAt) < h.received {
+		s.toTombstone(op)
+		return nil
+	}
+	if h.next > nanos(r.NextAttemptAt) {
+		r.NextAttemptAt = fromNanos(h.next)
+		op.item = newItem(r, time.Time{})
+		op.size = itemSize(op.item)
+	}
+	op.holder = h
+	return nil
 }
 
 func anyHolderDropped(rs []types.CancellationReason, owner []itemOwner) bool {
@@ -312,6 +358,20 @@ func (s *Store) appendItems(ops []*appendOp) ([]types.TransactWriteItem, []itemO
 			}})
 			owner = append(owner, itemOwner{op: op, isHolder: true})
 			delta.addLive(h.session, op.rec.Route, h.part, -1)
+			for _, x := range h.extra {
+				items = append(items, types.TransactWriteItem{Update: &types.Update{
+					TableName:                aws.String(s.table),
+					Key:                      x.key,
+					UpdateExpression:         aws.String(doneUpdate),
+					ConditionExpression:      aws.String("#state = :pending AND attribute_exists(#co)"),
+					ExpressionAttributeNames: map[string]string{"#state": aState, "#co": aCoPK, "#gc": aGC},
+					ExpressionAttributeValues: map[string]types.AttributeValue{
+						":pending": vS(string(stores.Pending)), ":done": vS(string(stores.Done)), ":gc": vN(gc),
+					},
+				}})
+				owner = append(owner, itemOwner{op: op, isHolder: true})
+				delta.addLive(x.session, op.rec.Route, x.part, -1)
+			}
 		}
 	}
 	for _, it := range delta.items(s.table, time.Now()) {

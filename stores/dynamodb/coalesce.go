@@ -52,13 +52,27 @@ func releaseUpdate(table string, rec *stores.Record, next time.Time, lastError s
 // there is no such record, or it changed meanwhile: the caller then
 // releases rec alone.
 func (s *Store) releaseCoalesced(ctx context.Context, rec *stores.Record, next time.Time, lastError string) (bool, error) {
+	// A concurrent append may replace the other record between the read
+	// and the transaction: read it again, a few times.
+	for range 5 {
+		done, retry, err := s.releaseCoalescedOnce(ctx, rec, next, lastError)
+		if !retry {
+			return done, err
+		}
+	}
+	return false, nil
+}
+
+// releaseCoalescedOnce is one attempt of releaseCoalesced; retry reports
+// that the other record changed before the transaction.
+func (s *Store) releaseCoalescedOnce(ctx context.Context, rec *stores.Record, next time.Time, lastError string) (done, retry bool, err error) {
 	ck := coPK(rec.Session, rec.Route, rec.CoalesceKey)
 	h, err := s.coalesceHolder(ctx, ck)
 	if err != nil {
-		return false, fmt.Errorf("dynamodb: release: %w", err)
+		return false, false, fmt.Errorf("dynamodb: release: %w", err)
 	}
 	if h == nil || getS(h.key, aPK) == recordPK(rec.Envelope.ID) {
-		return false, nil
+		return false, false, nil
 	}
 	now := time.Now()
 	gc := now.Add(s.opts.DoneRetention).Unix()
@@ -89,10 +103,13 @@ func (s *Store) releaseCoalesced(ctx context.Context, rec *stores.Record, next t
 				ExpressionAttributeValues: pendingVals,
 			}})
 		} else {
+			// A no-op update rather than a ConditionCheck, which would need
+			// one more IAM action.
 			delete(pendingNames, "#next")
-			items = append(items, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+			items = append(items, types.TransactWriteItem{Update: &types.Update{
 				TableName:                 aws.String(s.table),
 				Key:                       h.key,
+				UpdateExpression:          aws.String("SET #co = :co"),
 				ConditionExpression:       aws.String(pendingCond),
 				ExpressionAttributeNames:  pendingNames,
 				ExpressionAttributeValues: pendingVals,
@@ -119,15 +136,15 @@ func (s *Store) releaseCoalesced(ctx context.Context, rec *stores.Record, next t
 	}
 	err = s.transact(ctx, items)
 	if err == nil {
-		return true, nil
+		return true, false, nil
 	}
 	if rs, ok := cancelReasons(err); ok && len(rs) == len(items) {
 		switch {
 		case reasonCode(rs[0]) == codeCondition:
-			return false, fmt.Errorf("dynamodb: release: %w", staleErr(rec))
+			return false, false, fmt.Errorf("dynamodb: release: %w", staleErr(rec))
 		case reasonCode(rs[1]) == codeCondition:
-			return false, nil
+			return false, true, nil
 		}
 	}
-	return false, fmt.Errorf("dynamodb: release: %w", err)
+	return false, false, fmt.Errorf("dynamodb: release: %w", err)
 }

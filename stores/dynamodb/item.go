@@ -47,7 +47,7 @@ const (
 	aTimerAt   = "timer_at" //   claim deadline or next attempt, unix ns
 	aLivePK    = "live_pk"  // GSI live: (live_pk, seq), pending or claimed
 	aKeyPK     = "key_pk"   // GSI okey: (key_pk, seq), live records with an ordering key
-	aCoPK      = "co_pk"    // GSI coalesce: (co_pk, received_at), pending and never claimed
+	aCoPK      = "co_pk"    // GSI coalesce: (co_pk, received_at), pending (not while claimed)
 	aDeadAll   = "dead_all" // GSI dead: (dead_all, dead_sk)
 	aDeadRoute = "dead_rpk" // GSI dead_route: (dead_rpk, dead_sk)
 	aDeadSK    = "dead_sk"  //   %020d DeadAt ns . %020d Seq

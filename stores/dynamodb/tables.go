@@ -26,7 +26,7 @@ import (
 //	timer       (timer_pk S, timer_at N)     ALL        claimed (deadline) or released (next attempt)
 //	live        (live_pk S, seq N)           INCLUDE created_at   pending or claimed
 //	okey        (key_pk S, seq N)            KEYS_ONLY  live, with an ordering key
-//	coalesce    (co_pk S, received_at N)     INCLUDE part          pending, never claimed
+//	coalesce    (co_pk S, received_at N)     INCLUDE part          pending (not while claimed)
 //	dead        (dead_all S, dead_sk S)      ALL        dead letters, all routes
 //	dead_route  (dead_rpk S, dead_sk S)      ALL        dead letters by route
 //
