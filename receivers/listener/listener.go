@@ -41,7 +41,6 @@ import (
 	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
 
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/routes"
@@ -190,7 +189,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	if l.tls != nil {
 		ln = tls.NewListener(ln, l.tls)
 	}
-	if err := srv.AddListener(listeners.NewNet(l.id, ln)); err != nil {
+	if err := srv.AddListener(newNetListener(l.id, ln)); err != nil {
 		ln.Close()
 		return fmt.Errorf("add listener: %w", err)
 	}
