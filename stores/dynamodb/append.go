@@ -85,7 +85,7 @@ func (s *Store) planAppend(ctx context.Context, recs []stores.Record) ([]*append
 	ops := make([]*appendOp, 0, len(recs))
 	for i := range recs {
 		r := recs[i]
-		if err := validate(&r); err != nil {
+		if err := r.Validate(); err != nil {
 			return nil, err
 		}
 		if seen[r.Key()] {

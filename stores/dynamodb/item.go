@@ -253,20 +253,6 @@ func decode(it map[string]types.AttributeValue) stores.Record {
 	return r
 }
 
-func validate(r *stores.Record) error {
-	switch {
-	case r.Session == "":
-		return fmt.Errorf("%w: empty session", stores.ErrInvalid)
-	case r.Route == "":
-		return fmt.Errorf("%w: empty route", stores.ErrInvalid)
-	case r.Envelope.ID == "":
-		return fmt.Errorf("%w: empty envelope ID", stores.ErrInvalid)
-	case r.Partition < 0:
-		return fmt.Errorf("%w: negative partition", stores.ErrInvalid)
-	}
-	return nil
-}
-
 // splitSK parses a record sort key back into session and route.
 func splitSK(sk string) (session, route string, ok bool) {
 	n := 0

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
@@ -42,25 +40,6 @@ func deadLess(a, b *entry) bool {
 	return a.rec.Seq < b.rec.Seq
 }
 
-// cursor is the position of a dead letter in list order.
-func cursor(r *stores.Record) string {
-	return strconv.FormatInt(r.DeadAt.UnixNano(), 10) + "." + strconv.FormatInt(r.Seq, 10)
-}
-
-func parseCursor(c string) (deadAt, seq int64, err error) {
-	a, b, ok := strings.Cut(c, ".")
-	if ok {
-		deadAt, err = strconv.ParseInt(a, 10, 64)
-		if err == nil {
-			seq, err = strconv.ParseInt(b, 10, 64)
-		}
-	}
-	if !ok || err != nil {
-		return 0, 0, fmt.Errorf("%w: bad cursor %q", stores.ErrInvalid, c)
-	}
-	return deadAt, seq, nil
-}
-
 // ListDead implements stores.DeadLetters.
 func (s *Store) ListDead(ctx context.Context, f stores.DeadFilter) ([]stores.Record, string, error) {
 	limit := f.Limit
@@ -70,7 +49,7 @@ func (s *Store) ListDead(ctx context.Context, f stores.DeadFilter) ([]stores.Rec
 	var afterAt, afterSeq int64
 	if f.After != "" {
 		var err error
-		if afterAt, afterSeq, err = parseCursor(f.After); err != nil {
+		if afterAt, afterSeq, err = stores.ParseDeadCursor(f.After); err != nil {
 			return nil, "", fmt.Errorf("list dead letters: %w", err)
 		}
 	}
@@ -92,7 +71,7 @@ func (s *Store) ListDead(ctx context.Context, f stores.DeadFilter) ([]stores.Rec
 			continue
 		}
 		if len(out) == limit {
-			return out, cursor(&out[len(out)-1]), nil
+			return out, stores.DeadCursor(&out[len(out)-1]), nil
 		}
 		out = append(out, e.rec)
 	}

@@ -115,7 +115,7 @@ func (s *Store) lock(ctx context.Context) error {
 // Append implements stores.Outbox.
 func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 	for i := range recs {
-		if err := validate(&recs[i]); err != nil {
+		if err := recs[i].Validate(); err != nil {
 			return fmt.Errorf("append: %w", err)
 		}
 	}
@@ -134,20 +134,6 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 		}
 		r.Envelope.Headers = maps.Clone(r.Envelope.Headers)
 		s.insert(r)
-	}
-	return nil
-}
-
-func validate(r *stores.Record) error {
-	switch {
-	case r.Session == "":
-		return fmt.Errorf("%w: empty session", stores.ErrInvalid)
-	case r.Route == "":
-		return fmt.Errorf("%w: empty route", stores.ErrInvalid)
-	case r.Envelope.ID == "":
-		return fmt.Errorf("%w: empty envelope ID", stores.ErrInvalid)
-	case r.Partition < 0:
-		return fmt.Errorf("%w: negative partition", stores.ErrInvalid)
 	}
 	return nil
 }

@@ -50,7 +50,7 @@ func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx, depth map[partK
 // nothing of the call is persisted.
 func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 	for i := range recs {
-		if err := validate(&recs[i]); err != nil {
+		if err := recs[i].Validate(); err != nil {
 			return fmt.Errorf("append: %w", err)
 		}
 	}
@@ -102,20 +102,6 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 		return fmt.Errorf("append %d records: %w", len(recs), err)
 	}
 	s.addDone(ctx, tombstoned)
-	return nil
-}
-
-func validate(r *stores.Record) error {
-	switch {
-	case r.Session == "":
-		return fmt.Errorf("%w: empty session", stores.ErrInvalid)
-	case r.Route == "":
-		return fmt.Errorf("%w: empty route", stores.ErrInvalid)
-	case r.Envelope.ID == "":
-		return fmt.Errorf("%w: empty envelope ID", stores.ErrInvalid)
-	case r.Partition < 0:
-		return fmt.Errorf("%w: negative partition", stores.ErrInvalid)
-	}
 	return nil
 }
 

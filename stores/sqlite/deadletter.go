@@ -6,31 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
 )
-
-// cursor is the position of a dead letter in list order (DeadAt, Seq).
-func cursor(r *stores.Record) string {
-	return strconv.FormatInt(nanos(r.DeadAt), 10) + "." + strconv.FormatInt(r.Seq, 10)
-}
-
-func parseCursor(c string) (deadAt, seq int64, err error) {
-	a, b, ok := strings.Cut(c, ".")
-	if ok {
-		deadAt, err = strconv.ParseInt(a, 10, 64)
-		if err == nil {
-			seq, err = strconv.ParseInt(b, 10, 64)
-		}
-	}
-	if !ok || err != nil {
-		return 0, 0, fmt.Errorf("%w: bad cursor %q", stores.ErrInvalid, c)
-	}
-	return deadAt, seq, nil
-}
 
 // ListDead implements stores.DeadLetters.
 func (s *Store) ListDead(ctx context.Context, f stores.DeadFilter) ([]stores.Record, string, error) {
@@ -41,7 +20,7 @@ func (s *Store) ListDead(ctx context.Context, f stores.DeadFilter) ([]stores.Rec
 	afterAt, afterSeq := int64(math.MinInt64), int64(math.MinInt64)
 	if f.After != "" {
 		var err error
-		if afterAt, afterSeq, err = parseCursor(f.After); err != nil {
+		if afterAt, afterSeq, err = stores.ParseDeadCursor(f.After); err != nil {
 			return nil, "", fmt.Errorf("list dead letters: %w", err)
 		}
 	}
@@ -71,7 +50,7 @@ func (s *Store) ListDead(ctx context.Context, f stores.DeadFilter) ([]stores.Rec
 	}
 	if len(out) > limit {
 		out = out[:limit]
-		return out, cursor(&out[limit-1]), nil
+		return out, stores.DeadCursor(&out[limit-1]), nil
 	}
 	return out, "", nil
 }

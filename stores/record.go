@@ -1,0 +1,49 @@
+package stores
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Validate reports a record that no store can hold, as ErrInvalid with the
+// reason. Backends call it on every record of an Append.
+func (r *Record) Validate() error {
+	switch {
+	case r.Session == "":
+		return fmt.Errorf("%w: empty session", ErrInvalid)
+	case r.Route == "":
+		return fmt.Errorf("%w: empty route", ErrInvalid)
+	case r.Envelope.ID == "":
+		return fmt.Errorf("%w: empty envelope ID", ErrInvalid)
+	case r.Partition < 0:
+		return fmt.Errorf("%w: negative partition", ErrInvalid)
+	}
+	return nil
+}
+
+// DeadCursor is the position of dead letter r in list order (DeadAt, then
+// Seq), as DeadFilter.After takes it.
+func DeadCursor(r *Record) string {
+	var at int64
+	if !r.DeadAt.IsZero() {
+		at = r.DeadAt.UnixNano()
+	}
+	return strconv.FormatInt(at, 10) + "." + strconv.FormatInt(r.Seq, 10)
+}
+
+// ParseDeadCursor reads a DeadCursor back: DeadAt in Unix nanoseconds and
+// Seq. A malformed cursor is ErrInvalid.
+func ParseDeadCursor(c string) (deadAt, seq int64, err error) {
+	a, b, ok := strings.Cut(c, ".")
+	if ok {
+		deadAt, err = strconv.ParseInt(a, 10, 64)
+		if err == nil {
+			seq, err = strconv.ParseInt(b, 10, 64)
+		}
+	}
+	if !ok || err != nil {
+		return 0, 0, fmt.Errorf("%w: bad cursor %q", ErrInvalid, c)
+	}
+	return deadAt, seq, nil
+}
