@@ -184,9 +184,13 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 	return nil
 }
 
-// Release implements stores.Outbox.
+// Release implements stores.Outbox. A record with a CoalesceKey (as Claim
+// returned it) is settled against a pending record of its key appended
+// while it was claimed (see settleReleased).
 func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, lastError string) error {
-	err := s.writeTx(ctx, func(tx *sql.Tx, _ map[partKey]int) error {
+	var tombstoned int64
+	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
+		tombstoned = 0
 		rs, err := s.withSeqs(ctx, tx, []stores.Record{rec})
 		if err != nil {
 			return err
@@ -200,11 +204,16 @@ func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, 
 		if n, err := res.RowsAffected(); err != nil || n != 1 {
 			return errors.Join(err, stale(&rec))
 		}
-		return nil
+		if rec.CoalesceKey == "" {
+			return nil
+		}
+		tombstoned, err = s.settleReleased(ctx, tx, &rec, nanos(next), depth)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
+	s.addDone(ctx, tombstoned)
 	return nil
 }
 

@@ -33,7 +33,7 @@ const (
 
 	sqlExists = `SELECT 1 FROM outbox WHERE session = ? AND route = ? AND id = ?`
 
-	sqlCoalesceFind = `SELECT seq, part, received_at FROM outbox INDEXED BY outbox_coalesce
+	sqlCoalesceFind = `SELECT seq, part, received_at, next_at FROM outbox INDEXED BY outbox_coalesce
 		WHERE state='pending' AND ckey<>'' AND session = ? AND route = ? AND ckey = ?
 		ORDER BY seq DESC LIMIT 1`
 
