@@ -159,15 +159,31 @@ routes:
 
 	const n = 5000
 	pub := publisher(t, mqttURL, "pub-"+run)
-	pubDone := make(chan []paho.Token)
+	// The publisher goroutine is owned by the test: a failing test stops it
+	// and its cleanup waits for it (registered after publisher's, so it runs
+	// before the client disconnects).
+	pubDone := make(chan []paho.Token, 1)
+	stopPub := make(chan struct{})
+	pubExited := make(chan struct{})
+	t.Cleanup(func() {
+		close(stopPub)
+		<-pubExited
+	})
 	var published atomic.Int64
 	go func() {
+		defer close(pubExited)
 		var toks []paho.Token
+		pace := time.NewTicker(10 * time.Millisecond) // pace: ~1k msg/s, so the kills land mid-publish
+		defer pace.Stop()
 		for i := range n {
 			toks = append(toks, pub.Publish(run+"/line", 1, false, msgID(i)))
 			published.Add(1)
 			if i%10 == 9 {
-				time.Sleep(10 * time.Millisecond) // pace: ~1k msg/s, so the kills land mid-publish
+				select {
+				case <-stopPub:
+					return
+				case <-pace.C:
+				}
 			}
 		}
 		pubDone <- toks
