@@ -74,6 +74,14 @@ func (m *privateMosquitto) start() {
 	m.exit = make(chan struct{})
 	go func() { m.cmd.Wait(); close(m.exit) }()
 	testsink.Eventually(m.t, "mosquitto listens", func() bool {
+		select {
+		case <-m.exit:
+			// It could not bind (the probed port was taken meanwhile): do
+			// not mistake another process on that port for the broker.
+			m.cmd = nil
+			m.t.Fatalf("mosquitto on %s exited during startup (see its log above)", m.addr())
+		default:
+		}
 		c, err := net.Dial("tcp", m.addr())
 		if err != nil {
 			return false
