@@ -108,6 +108,20 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 // insertRows inserts rows plain records whose arguments are in args: a full
 // chunk in one statement, fewer one by one. New rows count in depth.
 func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, args []any, rows int, depth map[partKey]int) error {
+	n := len(args) / rows
+	if rows == insertChunk && samePartition(args, n) {
+		// One partition (the usual batch): the change count is its depth.
+		res, err := tx.StmtContext(ctx, s.stmts.insertChunkN).ExecContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		added, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		depth[partKey{args[0].(string), args[1].(int)}] += int(added)
+		return nil
+	}
 	if rows == insertChunk {
 		res, err := tx.StmtContext(ctx, s.stmts.insertChunk).QueryContext(ctx, args...)
 		if err != nil {
@@ -124,7 +138,6 @@ func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, args []any, rows int
 		return res.Err()
 	}
 	ins := tx.StmtContext(ctx, s.stmts.insert)
-	n := len(args) / rows
 	for i := 0; i < rows; i++ {
 		row := args[i*n : (i+1)*n]
 		res, err := ins.ExecContext(ctx, row...)
@@ -138,6 +151,17 @@ func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, args []any, rows int
 		}
 	}
 	return nil
+}
+
+// samePartition reports whether the rows of n arguments each in args all
+// have the session and partition of the first.
+func samePartition(args []any, n int) bool {
+	for i := n; i < len(args); i += n {
+		if args[i] != args[0] || args[i+1] != args[1] {
+			return false
+		}
+	}
+	return true
 }
 
 // rowArgs returns the arguments of sqlInsert for r in state.

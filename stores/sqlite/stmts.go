@@ -11,10 +11,10 @@ import (
 // prepared on the single writer connection and bound into transactions with
 // tx.StmtContext; reader statements are prepared on the read pool.
 type stmts struct {
-	insert, insertChunk, exists, coalesceFind, tombstone, depthAdd *sql.Stmt
-	resetLapsed, claim                                             *sql.Stmt
-	complete, doneCount, donePrune, release, dead                  *sql.Stmt
-	deadByID                                                       *sql.Stmt
+	insert, insertChunk, insertChunkN, exists, coalesceFind, tombstone, depthAdd *sql.Stmt
+	resetLapsed, claim                                                           *sql.Stmt
+	complete, doneCount, donePrune, release, dead                                *sql.Stmt
+	deadByID                                                                     *sql.Stmt
 
 	depthRows, oldestPending, oldestClaimed *sql.Stmt
 	listDead, listDeadRoute, getDead        *sql.Stmt
@@ -116,6 +116,7 @@ func (s *Store) prepare(ctx context.Context) error {
 	}{
 		{s.w, &s.stmts.insert, sqlInsert},
 		{s.w, &s.stmts.insertChunk, sqlInsertRows(insertChunk)},
+		{s.w, &s.stmts.insertChunkN, strings.TrimSuffix(sqlInsertRows(insertChunk), " RETURNING session, part")},
 		{s.w, &s.stmts.exists, sqlExists},
 		{s.w, &s.stmts.coalesceFind, sqlCoalesceFind},
 		{s.w, &s.stmts.tombstone, sqlTombstone},
@@ -145,7 +146,7 @@ func (s *Store) prepare(ctx context.Context) error {
 }
 
 func (st *stmts) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.insertChunk, st.exists, st.coalesceFind, st.tombstone, st.depthAdd,
+	for _, s := range []*sql.Stmt{st.insert, st.insertChunk, st.insertChunkN, st.exists, st.coalesceFind, st.tombstone, st.depthAdd,
 		st.resetLapsed, st.claim, st.complete, st.doneCount, st.donePrune, st.release, st.dead, st.deadByID,
 		st.depthRows, st.oldestPending, st.oldestClaimed, st.listDead, st.listDeadRoute, st.getDead} {
 		if s != nil {

@@ -1,0 +1,80 @@
+package sqlite
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/stores"
+)
+
+// TestStore_AppendChunkDepth checks the per-partition depth counters through
+// both multi-row insert paths (one partition: counted from the change count;
+// mixed partitions: counted from RETURNING), with re-appended records in the
+// chunks, against the rows actually live in the table.
+func TestStore_AppendChunkDepth(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "outbox.db"), Options{Sync: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	t0 := time.Unix(1_700_000_000, 0)
+	recs := func(n int, part func(i int) int) []stores.Record {
+		rs := make([]stores.Record, n)
+		for i := range rs {
+			rs[i] = stores.Record{Session: "s", Partition: part(i), Route: "r", Envelope: delivery.Envelope{
+				ID: delivery.NewID(), Topic: "t", Payload: []byte("p"), ReceivedAt: t0,
+			}, CreatedAt: t0, NextAttemptAt: t0}
+		}
+		return rs
+	}
+	zero := func(int) int { return 0 }
+	first := recs(2*insertChunk, zero)
+	mixed := recs(insertChunk, func(i int) int { return i % 2 })
+	newer := recs(insertChunk, zero)
+	halfOld := append(append([]stores.Record{}, first[:insertChunk/2]...), recs(insertChunk/2, zero)...)
+	for _, batch := range [][]stores.Record{
+		first,
+		append(append([]stores.Record{}, first...), newer...), // two chunks of re-appends, one new
+		mixed,
+		halfOld,
+	} {
+		if err := s.Append(t.Context(), batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := s.w.QueryContext(t.Context(), `SELECT d.part, d.live, (SELECT count(*) FROM outbox
+		WHERE session = d.session AND part = d.part AND state IN ('pending', 'claimed')) FROM depth AS d`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	want := map[int]int{0: 2*insertChunk + insertChunk + insertChunk/2 + insertChunk/2, 1: insertChunk / 2}
+	got := map[int]int{}
+	for rows.Next() {
+		var part, live, count int
+		if err := rows.Scan(&part, &live, &count); err != nil {
+			t.Fatal(err)
+		}
+		if live != count {
+			t.Errorf("partition %d: depth counter %d, live rows %d", part, live, count)
+		}
+		got[part] = live
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for p, n := range want {
+		if got[p] != n {
+			t.Errorf("partition %d: depth %d, want %d", p, got[p], n)
+		}
+	}
+	st, err := s.Stats(t.Context(), "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != want[0]+want[1] {
+		t.Errorf("Stats.Pending = %d, want %d", st.Pending, want[0]+want[1])
+	}
+}
