@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -155,15 +156,22 @@ func TestDLQ_ListPagesOldestFirst(t *testing.T) {
 	}
 
 	t.Run("since skips older dead letters", func(t *testing.T) {
-		since := time.Since(base.Add(2500 * time.Millisecond)) // cutoff between ids[2] and ids[3]
-		code, out, _ := gobridge(t, "dlq", "list", "-c", fx.cfg, "--since", since.String(), "--format", "json", "--limit", "2")
-		if code != exitOK {
-			t.Fatalf("exit %d", code)
+		// A fixed clock: with the wall clock, the time the command takes to
+		// open the store would move the cutoff past ids[3] on a slow machine.
+		now := time.Now()
+		since := now.Sub(base.Add(2500 * time.Millisecond)) // cutoff between ids[2] and ids[3]
+		var stdout, stderr bytes.Buffer
+		cmd := &DLQCommand{Stdout: &stdout, Stderr: &stderr, Now: func() time.Time { return now }}
+		if err := cmd.Run(t.Context(), []string{"list", "-c", fx.cfg, "--since", since.String(), "--format", "json", "--limit", "2"}); err != nil {
+			t.Fatalf("dlq list: %v\n%s", err, stderr.String())
 		}
+		out := stdout.String()
 		var p struct {
 			DeadLetters []admin.DeadLetter `json:"dead_letters"`
 		}
-		_ = json.Unmarshal([]byte(out), &p)
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatalf("json: %v\n%s", err, out)
+		}
 		if len(p.DeadLetters) == 0 || p.DeadLetters[0].ID != ids[3] {
 			t.Fatalf("--since %s: %s", since, out)
 		}
