@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
 // readyz returns /readyz's status code and body from the admin listener.
@@ -65,10 +67,7 @@ func TestReadiness_FailsWhileASessionStalls(t *testing.T) {
 
 	pub := publisher(t, "tcp://"+addr, "stall")
 	tok := pub.Publish("line/x", 1, false, "one")
-	tok.Wait()
-	if err := tok.Error(); err != nil {
-		t.Fatal(err)
-	}
+	waitTokens(t, []paho.Token{tok}, 10*time.Second)
 	waitReadyz(t, rt, 503, "session s1: stalled")
 
 	s.down.Store(false)
