@@ -186,7 +186,11 @@ func TestConsole_RequeuesADeadLetterInTheBrowser(t *testing.T) {
 			if err != nil {
 				return
 			}
-			prompts <- ev.Message
+			select { // never block: the deferred cancel waits for this goroutine
+			case prompts <- ev.Message:
+			default:
+				t.Errorf("unexpected extra dialog %q", ev.Message)
+			}
 			_, _ = chromedp.Call(bctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true, PromptText: "s3cret"})
 		}
 	}()
@@ -240,8 +244,11 @@ func TestConsole_RequeuesADeadLetterInTheBrowser(t *testing.T) {
 	var j struct {
 		Entries []struct{ ID, Outcome string } `json:"entries"`
 	}
-	_ = json.NewDecoder(resp.Body).Decode(&j)
+	err = json.NewDecoder(resp.Body).Decode(&j)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("decode /api/journal: %v", err)
+	}
 	if len(j.Entries) == 0 || j.Entries[0].Outcome != "ok" || j.Entries[0].ID == id {
 		t.Errorf("journal = %+v", j.Entries)
 	}
