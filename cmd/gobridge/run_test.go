@@ -62,7 +62,21 @@ routes:
 	ctx, cancel := context.WithCancel(t.Context())
 	var stdout, stderr bytes.Buffer
 	code := make(chan int, 1)
-	go func() { code <- run(ctx, []string{"run", "-c", path}, &stdout, &stderr) }()
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		code <- run(ctx, []string{"run", "-c", path}, &stdout, &stderr)
+	}()
+	// The test owns the run goroutine: on a failure path it is stopped and
+	// waited for too.
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			t.Error("run did not return within 15s of cancel")
+		}
+	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.Dial("tcp", addr)
@@ -70,8 +84,12 @@ routes:
 			_ = c.Close()
 			break
 		}
+		select {
+		case c := <-code: // it gave up (e.g. the probed port was taken): do not wait 10s
+			t.Fatalf("run exited with %d before its listener came up; stderr:\n%s", c, stderr.String())
+		default:
+		}
 		if time.Now().After(deadline) {
-			cancel()
 			t.Fatalf("listener never came up: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond) // polling for the port
@@ -80,7 +98,7 @@ routes:
 	select {
 	case c := <-code:
 		if c != exitOK {
-			t.Fatalf("exit %d after cancel, want 0", c)
+			t.Fatalf("exit %d after cancel, want 0; stderr:\n%s", c, stderr.String())
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("run did not return within 15s of cancel")
