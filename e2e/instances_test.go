@@ -168,10 +168,23 @@ func TestMultiInstance_KillOne(t *testing.T) {
 
 	pub := publisher(t, mqttURL, run+"-pub")
 	start := time.Now()
+	// The test owns the publisher goroutine: when it fails early, the
+	// cleanup (run before the publisher disconnects) stops it and waits.
 	pubDone := make(chan []paho.Token, 1)
+	stopPub, pubExited := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() {
+		close(stopPub)
+		<-pubExited
+	})
 	go func() {
+		defer close(pubExited)
 		toks := make([]paho.Token, 0, n)
 		for i := range n {
+			select {
+			case <-stopPub:
+				return
+			default:
+			}
 			body, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("m-%05d", i), "n": i})
 			toks = append(toks, pub.Publish(fmt.Sprintf("%s/line-%d/telemetry", run, i%20), 1, false, body))
 		}
