@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -232,19 +233,18 @@ func TestDirectHold_PermanentFailuresAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	// The sink rejects "bad" with 400 (permanent); a processor fails on
 	// non-JSON payloads (no msg_id field).
-	var srvURL string
-	{
-		s := newSink(t)
-		srvURL = s.srv.URL
-		s.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			b, _ := io.ReadAll(r.Body)
-			if strings.Contains(string(b), "bad") {
-				http.Error(w, "no", http.StatusBadRequest)
-				return
-			}
-			w.WriteHeader(http.StatusNoContent)
-		})
-	}
+	// The handler is set before the server starts (replacing a running
+	// server's Handler would race with its connection goroutines).
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(b), "bad") {
+			http.Error(w, "no", http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	srvURL := srv.URL
 	addr := freeAddr(t)
 	cfg := parseConfig(t, listenerConfig(addr, "", "{type: memory}",
 		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, srvURL), `
