@@ -19,9 +19,19 @@ import (
 
 var buildOnce struct {
 	sync.Once
+	dir  string
 	path string
 	err  error
 	out  []byte
+}
+
+// TestMain removes the gobridge binary a test built (38 MB per run).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildOnce.dir != "" {
+		_ = os.RemoveAll(buildOnce.dir)
+	}
+	os.Exit(code)
 }
 
 // gobridgeBinary builds cmd/gobridge once per test process.
@@ -33,7 +43,7 @@ func gobridgeBinary(t *testing.T) string {
 			buildOnce.err = err
 			return
 		}
-		buildOnce.path = filepath.Join(dir, "gobridge")
+		buildOnce.dir, buildOnce.path = dir, filepath.Join(dir, "gobridge")
 		cmd := exec.Command("go", "build", "-o", buildOnce.path, "../cmd/gobridge")
 		buildOnce.out, buildOnce.err = cmd.CombinedOutput()
 	})
