@@ -66,12 +66,17 @@ func newQueue(t testing.TB, fifo bool) *fauxqs {
 func (q *fauxqs) receive(t *testing.T, n int) []types.Message {
 	t.Helper()
 	var got []types.Message
-	deadline := time.Now().Add(15 * time.Second)
+	seen := map[string]bool{}
+	deadline := time.Now().Add(30 * time.Second)
 	for len(got) < n && time.Now().Before(deadline) {
+		// A short visibility timeout: when a loaded machine makes the SDK
+		// retry a ReceiveMessage whose first answer it lost, the messages
+		// that answer made invisible come back within seconds, not 30 s.
 		out, err := q.client.ReceiveMessage(t.Context(), &sqs.ReceiveMessageInput{
 			QueueUrl:                    aws.String(q.queueURL),
 			MaxNumberOfMessages:         10,
 			WaitTimeSeconds:             1,
+			VisibilityTimeout:           3,
 			MessageAttributeNames:       []string{"All"},
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		})
@@ -79,6 +84,10 @@ func (q *fauxqs) receive(t *testing.T, n int) []types.Message {
 			t.Fatalf("receive: %v", err)
 		}
 		for _, m := range out.Messages {
+			if seen[aws.ToString(m.MessageId)] { // came back before its delete
+				continue
+			}
+			seen[aws.ToString(m.MessageId)] = true
 			got = append(got, m)
 			if _, err := q.client.DeleteMessage(t.Context(), &sqs.DeleteMessageInput{QueueUrl: aws.String(q.queueURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
 				t.Fatalf("delete: %v", err)
