@@ -91,7 +91,11 @@ func (a *adminServer) run(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = a.srv.Shutdown(sctx)
+	if err := a.srv.Shutdown(sctx); err != nil {
+		// Requests still running after 2s (a slow client): close their
+		// connections rather than leave handler goroutines behind.
+		_ = a.srv.Close()
+	}
 	<-errc
 	return nil
 }
