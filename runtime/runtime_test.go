@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/internal/testservices"
+	"github.com/gobridge/gobridge/stores/dynamodb"
 )
 
 // listenerConfig is a config with an embedded listener on addr, a memory
@@ -98,8 +100,24 @@ func TestRuntime_SharedOutboxOnDynamoDB(t *testing.T) {
 	s := newSink(t)
 	addr := freeAddr(t)
 	suffix := time.Now().UnixNano()
-	store := fmt.Sprintf("{type: dynamodb, options: {table: rt_outbox_%d, region: us-east-1, endpoint: %q}}\n  lease: {type: dynamodb, options: {table: rt_leases_%d, region: us-east-1, endpoint: %q}}",
-		suffix, endpoint, suffix, endpoint)
+	outboxTable, leaseTable := fmt.Sprintf("rt_outbox_%d", suffix), fmt.Sprintf("rt_leases_%d", suffix)
+	client, err := dynamodb.NewClient(t.Context(), dynamodb.Options{Table: outboxTable, Region: "us-east-1", Endpoint: endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered before startRuntime, so it runs after the runtime stopped:
+	// DynamoDB Local keeps every table in its (shared, bounded) heap.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for _, table := range []string{outboxTable, leaseTable} {
+			if err := dynamodb.DeleteTable(ctx, client, table); err != nil {
+				t.Logf("delete table %s: %v", table, err)
+			}
+		}
+	})
+	store := fmt.Sprintf("{type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}\n  lease: {type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}",
+		outboxTable, endpoint, leaseTable, endpoint)
 	cfg := parseConfig(t, listenerConfig(addr, "", store,
 		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
   - id: ddb
