@@ -56,6 +56,9 @@ type Receiver struct {
 	mu     sync.Mutex
 	status receivers.Status
 	broker string // the broker of the current or last connection attempt
+	// subscribing is closed when the onConnect in progress (if any) has
+	// finished; nil before the first connection.
+	subscribing chan struct{}
 }
 
 // New validates cfg and builds a receiver that hands messages to sink. It
@@ -122,6 +125,21 @@ func (r *Receiver) Run(ctx context.Context) error {
 	if !client.IsConnectionOpen() {
 		quiesce = 0 // nothing to flush; do not wait for a connection attempt
 	}
+	// A SUBSCRIBE still in flight is let finish first (bounded by the
+	// same quiesce): disconnecting before its SUBACK lost an acknowledgement
+	// written just before (Mosquitto 2.0 redelivered the message to the
+	// next session; TestReceiver_RedeliversUnackedAfterRestart under load).
+	r.mu.Lock()
+	subscribing := r.subscribing
+	r.mu.Unlock()
+	if subscribing != nil && quiesce > 0 {
+		wait := time.NewTimer(disconnectQuiesce)
+		select {
+		case <-subscribing:
+		case <-wait.C:
+		}
+		wait.Stop()
+	}
 	client.Disconnect(quiesce)
 	close(quitAck)
 	wg.Wait()
@@ -182,6 +200,11 @@ func (r *Receiver) handle(_ paho.Client, m paho.Message) {
 // and subscribes: a broker without a persistent session, or one that was
 // restarted without persistence, has forgotten the subscriptions.
 func (r *Receiver) onConnect(c paho.Client) {
+	done := make(chan struct{})
+	defer close(done)
+	r.mu.Lock()
+	r.subscribing = done
+	r.mu.Unlock()
 	if r.connects.Add(1) > 1 {
 		r.reconnects.Add(1)
 	}
