@@ -169,28 +169,7 @@ routes:
 
 func TestOutbox_StatsPerRouteOnDynamoDB(t *testing.T) {
 	fx := newStoreFixture(t, "dynamodb")
-	ctx := t.Context()
-	now := time.Now()
-	fx.dead(t, "alarms", 2, []byte(`x`), "boom", now.Add(-time.Hour))
-	var recs []stores.Record
-	for i := range 4 {
-		next := now.Add(-time.Minute)
-		if i == 3 {
-			next = now.Add(time.Hour) // retrying later: pending, not due
-		}
-		recs = append(recs, stores.Record{Session: "plant", Route: "alarms", CreatedAt: now.Add(-time.Duration(10-i) * time.Minute),
-			NextAttemptAt: next, Envelope: delivery.Envelope{ID: delivery.NewID(), Topic: "a/1", QoS: 1}})
-	}
-	if err := fx.st.Append(ctx, recs...); err != nil {
-		t.Fatal(err)
-	}
-	c, err := fx.st.Claim(ctx, stores.ClaimRequest{Session: "plant", Token: 5, Limit: 2, Now: now, Until: now.Add(time.Minute)})
-	if err != nil || len(c) != 2 {
-		t.Fatalf("claim %d %v", len(c), err)
-	}
-	if err := fx.st.Complete(ctx, c[0]); err != nil {
-		t.Fatal(err)
-	}
+	fillStats(t, fx)
 	// alarms: recs[1] claimed, recs[2] pending due, recs[3] pending not due,
 	// recs[0] done, two dead.
 	code, out, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg)

@@ -12,28 +12,7 @@ import (
 
 func TestOutbox_StatsPerRoute(t *testing.T) {
 	fx := newStoreFixture(t, "sqlite")
-	ctx := t.Context()
-	now := time.Now()
-	fx.dead(t, "alarms", 2, []byte(`x`), "boom", now.Add(-time.Hour))
-	var recs []stores.Record
-	for i := range 4 {
-		next := now.Add(-time.Minute)
-		if i == 3 {
-			next = now.Add(time.Hour) // retrying later: pending, not due
-		}
-		recs = append(recs, stores.Record{Session: "plant", Route: "alarms", CreatedAt: now.Add(-time.Duration(10-i) * time.Minute),
-			NextAttemptAt: next, Envelope: delivery.Envelope{ID: delivery.NewID(), Topic: "a/1", QoS: 1}})
-	}
-	if err := fx.st.Append(ctx, recs...); err != nil {
-		t.Fatal(err)
-	}
-	c, err := fx.st.Claim(ctx, stores.ClaimRequest{Session: "plant", Token: 5, Limit: 2, Now: now, Until: now.Add(time.Minute)})
-	if err != nil || len(c) != 2 {
-		t.Fatalf("claim %d %v", len(c), err)
-	}
-	if err := fx.st.Complete(ctx, c[0]); err != nil {
-		t.Fatal(err)
-	}
+	fillStats(t, fx)
 	// alarms: recs[1] claimed, recs[2] pending due, recs[3] pending not due,
 	// recs[0] done, two dead. telemetry: nothing (listed from the config).
 	code, out, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg, "--format", "json")
@@ -66,5 +45,35 @@ func TestOutbox_StatsPerRoute(t *testing.T) {
 	}
 	if f := strings.Fields(lines[1]); len(f) != 8 || f[2] != "2" || f[3] != "1" || f[4] != "1" || f[6] != "2" || f[7] != "1" {
 		t.Errorf("alarms row = %q", lines[1])
+	}
+}
+
+// fillStats gives route "alarms" of session "plant" one record of each kind
+// that `outbox stats` counts: recs[0] done, recs[1] claimed, recs[2] pending
+// and due, recs[3] pending and not due (the oldest live one is 9m old), and
+// two dead letters.
+func fillStats(t *testing.T, fx *storeFixture) {
+	t.Helper()
+	ctx := t.Context()
+	now := time.Now()
+	fx.dead(t, "alarms", 2, []byte(`x`), "boom", now.Add(-time.Hour))
+	var recs []stores.Record
+	for i := range 4 {
+		next := now.Add(-time.Minute)
+		if i == 3 {
+			next = now.Add(time.Hour) // retrying later: pending, not due
+		}
+		recs = append(recs, stores.Record{Session: "plant", Route: "alarms", CreatedAt: now.Add(-time.Duration(10-i) * time.Minute),
+			NextAttemptAt: next, Envelope: delivery.Envelope{ID: delivery.NewID(), Topic: "a/1", QoS: 1}})
+	}
+	if err := fx.st.Append(ctx, recs...); err != nil {
+		t.Fatal(err)
+	}
+	c, err := fx.st.Claim(ctx, stores.ClaimRequest{Session: "plant", Token: 5, Limit: 2, Now: now, Until: now.Add(time.Minute)})
+	if err != nil || len(c) != 2 {
+		t.Fatalf("claim %d %v", len(c), err)
+	}
+	if err := fx.st.Complete(ctx, c[0]); err != nil {
+		t.Fatal(err)
 	}
 }
