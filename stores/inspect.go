@@ -1,7 +1,9 @@
 package stores
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 )
 
@@ -36,4 +38,29 @@ type RouteStats struct {
 	Dead int `json:"dead"`
 	// DoneLastHour counts completions in the hour before now.
 	DoneLastHour int `json:"done_last_hour"`
+}
+
+// RouteStatsSet collects the RouteStats of an Inspect by (Session, Route).
+type RouteStatsSet map[[2]string]*RouteStats
+
+// Get returns the stats of session and route, adding them when new.
+func (set RouteStatsSet) Get(session, route string) *RouteStats {
+	k := [2]string{session, route}
+	if set[k] == nil {
+		set[k] = &RouteStats{Session: session, Route: route}
+	}
+	return set[k]
+}
+
+// Sorted returns the stats sorted by Session, then Route: the order Inspect
+// promises.
+func (set RouteStatsSet) Sorted() []RouteStats {
+	out := make([]RouteStats, 0, len(set))
+	for _, st := range set {
+		out = append(out, *st)
+	}
+	slices.SortFunc(out, func(a, b RouteStats) int {
+		return cmp.Or(cmp.Compare(a.Session, b.Session), cmp.Compare(a.Route, b.Route))
+	})
+	return out
 }

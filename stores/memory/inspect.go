@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
@@ -50,15 +49,8 @@ func (s *Store) Inspect(ctx context.Context, now time.Time) ([]stores.RouteStats
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
 	defer s.mu.Unlock()
-	type rk struct{ session, route string }
-	by := map[rk]*stores.RouteStats{}
-	get := func(session, route string) *stores.RouteStats {
-		k := rk{session, route}
-		if by[k] == nil {
-			by[k] = &stores.RouteStats{Session: session, Route: route}
-		}
-		return by[k]
-	}
+	set := stores.RouteStatsSet{}
+	get := set.Get
 	for _, l := range s.parts {
 		for e := l.head; e != nil; e = e.next {
 			r := &e.rec
@@ -87,15 +79,5 @@ func (s *Store) Inspect(ctx context.Context, now time.Time) ([]stores.RouteStats
 			get(k.session, k.route).DoneLastHour += n
 		}
 	}
-	out := make([]stores.RouteStats, 0, len(by))
-	for _, st := range by {
-		out = append(out, *st)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Session != out[j].Session {
-			return out[i].Session < out[j].Session
-		}
-		return out[i].Route < out[j].Route
-	})
-	return out, nil
+	return set.Sorted(), nil
 }

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
@@ -24,15 +23,8 @@ const sqlDoneCount = `SELECT session, route, sum(n) FROM done_count
 // Inspect implements stores.Inspector on the read pool, so it works while
 // another process (a running bridge) writes to the same file.
 func (s *Store) Inspect(ctx context.Context, now time.Time) ([]stores.RouteStats, error) {
-	type rk struct{ session, route string }
-	by := map[rk]*stores.RouteStats{}
-	get := func(session, route string) *stores.RouteStats {
-		k := rk{session, route}
-		if by[k] == nil {
-			by[k] = &stores.RouteStats{Session: session, Route: route}
-		}
-		return by[k]
-	}
+	set := stores.RouteStatsSet{}
+	get := set.Get
 	rows, err := s.r.QueryContext(ctx, sqlInspect, nanos(now))
 	if err != nil {
 		return nil, fmt.Errorf("inspect: %w", mapErr(err))
@@ -83,15 +75,5 @@ func (s *Store) Inspect(ctx context.Context, now time.Time) ([]stores.RouteStats
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
-	out := make([]stores.RouteStats, 0, len(by))
-	for _, st := range by {
-		out = append(out, *st)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Session != out[j].Session {
-			return out[i].Session < out[j].Session
-		}
-		return out[i].Route < out[j].Route
-	})
-	return out, nil
+	return set.Sorted(), nil
 }
