@@ -21,7 +21,7 @@ func readmeRows(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	s := string(data)
-	start := strings.Index(s, "<!-- section: config (owner: config) -->")
+	start := strings.Index(s, "<!-- section: config -->")
 	end := strings.Index(s, "<!-- /section: config -->")
 	if start < 0 || end < start {
 		t.Fatal("README has no config section")
