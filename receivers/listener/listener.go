@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/routes"
@@ -189,7 +190,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	if l.tls != nil {
 		ln = tls.NewListener(ln, l.tls)
 	}
-	if err := srv.AddListener(newNetListener(l.id, ln)); err != nil {
+	if err := srv.AddListener(newNetListener(l.id, ln, func(id string) { disconnectClients(srv, id) })); err != nil {
 		ln.Close()
 		return fmt.Errorf("add listener: %w", err)
 	}
@@ -211,6 +212,17 @@ func (l *Listener) Run(ctx context.Context) error {
 	l.setStatus(receivers.Status{Reason: "stopped"})
 	l.log.Info("stopped")
 	return nil
+}
+
+// disconnectClients tells every live client of listener id that the server is
+// shutting down and closes it, like mochi's closeListenerClients but taking
+// the client map's read lock once (see netListener).
+func disconnectClients(srv *mochi.Server, id string) {
+	for _, cl := range srv.Clients.GetAll() {
+		if cl.Net.Listener == id && !cl.Closed() {
+			_ = srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		}
+	}
 }
 
 // Ready is closed once Run listens; Addr is valid from then on.

@@ -15,9 +15,16 @@ import (
 // connection accepted during shutdown races with the Wait (the race detector
 // reports it, and the client may outlive Close). Waiting here, before mochi's
 // Wait, orders every such Add before it.
+//
+// Close also does not call mochi's CloseFn: in v2.7.9 it runs
+// Clients.GetByListener, which read-locks the client map twice (via Len), so a
+// client detaching in between (Clients.Delete waiting for the write lock)
+// deadlocks shutdown for good. disconnect closes the listener's clients with a
+// single read lock instead.
 type netListener struct {
-	id string
-	ln net.Listener
+	id         string
+	ln         net.Listener
+	disconnect func(listenerID string)
 
 	mu     sync.Mutex
 	closed bool
@@ -27,8 +34,8 @@ type netListener struct {
 
 var _ listeners.Listener = (*netListener)(nil)
 
-func newNetListener(id string, ln net.Listener) *netListener {
-	return &netListener{id: id, ln: ln, conns: map[net.Conn]struct{}{}}
+func newNetListener(id string, ln net.Listener, disconnect func(listenerID string)) *netListener {
+	return &netListener{id: id, ln: ln, disconnect: disconnect, conns: map[net.Conn]struct{}{}}
 }
 
 func (l *netListener) Init(*slog.Logger) error { return nil }
@@ -63,9 +70,10 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
-// Close stops accepting, lets mochi close the clients it knows, closes the
+// Close stops accepting, disconnects the clients mochi knows, closes the
 // connections it does not know yet, and waits for every establish call.
-func (l *netListener) Close(closeClients listeners.CloseFn) {
+// mochi's CloseFn is not used (see netListener).
+func (l *netListener) Close(listeners.CloseFn) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -75,7 +83,7 @@ func (l *netListener) Close(closeClients listeners.CloseFn) {
 	l.ln.Close()
 	l.mu.Unlock()
 
-	closeClients(l.id)
+	l.disconnect(l.id)
 	l.mu.Lock()
 	for c := range l.conns {
 		c.Close()

@@ -1,0 +1,89 @@
+package listener
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/receivers/internal/testsink"
+)
+
+// TestListener_StopsWhileClientsComeAndGo stops the listener while clients
+// keep connecting and dropping their connections. mochi v2.7.9's own
+// listener-close path read-locks its client map twice, so a client detaching
+// in between deadlocked shutdown forever (seen in CI); Run must return.
+func TestListener_StopsWhileClientsComeAndGo(t *testing.T) {
+	t.Parallel()
+	const rounds, churners = 25, 6
+	for round := range rounds {
+		b := setup(t, testsink.New(true), nil)
+		addr := b.url[len("tcp://"):]
+		var (
+			quit      = make(chan struct{})
+			wg        sync.WaitGroup
+			connected atomic.Int64
+		)
+		for c := range churners {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-quit:
+						return
+					default:
+					}
+					if connectAndDrop(addr, fmt.Sprintf("churn-%d-%d-%d", round, c, i)) {
+						connected.Add(1)
+					}
+				}
+			}()
+		}
+		for connected.Load() < churners*3 {
+			time.Sleep(time.Millisecond)
+		}
+		stopped := make(chan struct{})
+		go func() { b.stop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(time.Minute): // a deadlock detector, not a speed bound
+			// Cleanup would wait on the same stop, so fail loudly right here.
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			panic(fmt.Sprintf("round %d: the listener did not stop within a minute while clients churned\n%s", round, buf))
+		}
+		close(quit)
+		wg.Wait()
+	}
+}
+
+// connectAndDrop opens a connection, sends an MQTT 3.1.1 CONNECT with a clean
+// session, waits for the CONNACK and drops the connection without a
+// DISCONNECT. It reports whether the broker accepted the connection.
+func connectAndDrop(addr, clientID string) bool {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	variable := []byte{0, 4, 'M', 'Q', 'T', 'T', 4, 0x02, 0, 60}
+	payload := binary.BigEndian.AppendUint16(nil, uint16(len(clientID)))
+	payload = append(payload, clientID...)
+	pkt := append([]byte{0x10, byte(len(variable) + len(payload))}, variable...)
+	pkt = append(pkt, payload...)
+	if _, err := conn.Write(pkt); err != nil {
+		return false
+	}
+	var connack [4]byte
+	if _, err := io.ReadFull(conn, connack[:]); err != nil {
+		return false
+	}
+	return connack[0] == 0x20 && connack[3] == 0
+}
