@@ -1,0 +1,54 @@
+package mqtt
+
+import (
+	"fmt"
+	"net"
+	"testing"
+
+	"github.com/gobridge/gobridge/receivers/internal/testsink"
+	"github.com/gobridge/gobridge/receivers/internal/testtls"
+)
+
+// TestReceiver_WebSockets subscribes over ws:// and wss:// (private CA) to a
+// Mosquitto that also listens on plain TCP, where the messages are
+// published.
+func TestReceiver_WebSockets(t *testing.T) {
+	t.Parallel()
+	files := testtls.Write(t)
+	wsPort, wssPort := freePort(t), freePort(t)
+	m := startMosquitto(t,
+		fmt.Sprintf("listener %d 127.0.0.1", wsPort), "protocol websockets",
+		fmt.Sprintf("listener %d 127.0.0.1", wssPort), "protocol websockets",
+		"cafile "+files.CAFile, "certfile "+files.CertFile, "keyfile "+files.KeyFile)
+
+	for _, tc := range []struct{ name, url string }{
+		{"ws", fmt.Sprintf("ws://127.0.0.1:%d/mqtt", wsPort)},
+		{"wss", fmt.Sprintf("wss://127.0.0.1:%d/mqtt", wssPort)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := unique(t)
+			cfg := config(tc.url, id, "ws/"+id+"/#")
+			cfg.Options.TLS.CAFile = files.CAFile
+			sink := testsink.New(true)
+			r := newReceiver(t, cfg, sink)
+			run(t, r)
+			waitSubscribed(t, r)
+			publish(t, "tcp://"+m.addr(), "ws/"+id+"/a", "over "+tc.name)
+			if d := sink.Next(t); string(d.Msg.Payload) != "over "+tc.name || d.Msg.QoS != 1 {
+				t.Fatalf("got %+v", d.Msg)
+			}
+			testsink.Eventually(t, "the ack", func() bool { return r.Stats().Acked == 1 })
+		})
+	}
+}
+
+// freePort returns a port nothing listened on a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
