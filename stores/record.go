@@ -22,6 +22,18 @@ func (r *Record) Validate() error {
 	return nil
 }
 
+// ValidateDead reports a record that AppendDead cannot hold: one that fails
+// Validate, or has no DeadReason.
+func (r *Record) ValidateDead() error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	if r.DeadReason == "" {
+		return fmt.Errorf("%w: empty dead reason of %s", ErrInvalid, r.Envelope.ID)
+	}
+	return nil
+}
+
 // DeadCursor is the position of dead letter r in list order (DeadAt, then
 // Seq), as DeadFilter.After takes it.
 func DeadCursor(r *Record) string {

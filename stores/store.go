@@ -191,6 +191,20 @@ type DeadLetters interface {
 	Requeue(ctx context.Context, id string, now time.Time) (Record, error)
 	// DropDead deletes a dead letter. ErrNotFound when there is none.
 	DropDead(ctx context.Context, id string) error
+	// AppendDead persists recs directly as dead letters, for failures that
+	// happen before a record is ever claimed (a processor error, a
+	// direct_hold permanent failure): atomically (all or none) with one
+	// durable commit, like Append (DynamoDB: per call of at most its Append
+	// limit). Every record must pass Validate and have a non-empty
+	// DeadReason, else the call fails with ErrInvalid and writes nothing.
+	// It is idempotent on (Session, Route, Envelope.ID): a record already
+	// present, in any state, is left as it is (a batch mixing new and
+	// existing keys writes only the new ones). It stamps State=Dead, Seq,
+	// CreatedAt (when zero) and DeadAt (when zero: the store's wall clock),
+	// and clears Token and ClaimUntil (no claim made it); Attempts,
+	// LastError and the other fields are kept as given. Dead letters are
+	// not live: they never count in Stats, and no Claim returns them.
+	AppendDead(ctx context.Context, recs ...Record) error
 }
 
 // Store is what a backend provides: the outbox and its dead letters.

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
@@ -26,11 +27,53 @@ func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string
 		e.rec.DeadAt = time.Now()
 	}
 	e.rec.DeadReason = reason
+	s.insertDead(e)
+	return nil
+}
+
+// AppendDead implements stores.DeadLetters: new records go straight to the
+// dead letters, never into a partition list, so they are not live.
+func (s *Store) AppendDead(ctx context.Context, recs ...stores.Record) error {
+	for i := range recs {
+		if err := recs[i].ValidateDead(); err != nil {
+			return fmt.Errorf("append dead letters: %w", err)
+		}
+	}
+	if err := s.lock(ctx); err != nil {
+		return fmt.Errorf("append dead letters: %w", err)
+	}
+	defer s.mu.Unlock()
+	now := time.Now()
+	for i := range recs {
+		r := recs[i]
+		if _, ok := s.byKey[r.Key()]; ok {
+			continue
+		}
+		s.seq++
+		r.Seq = s.seq
+		r.State = stores.Dead
+		r.Token, r.ClaimUntil = 0, time.Time{}
+		if r.CreatedAt.IsZero() {
+			r.CreatedAt = now
+		}
+		if r.DeadAt.IsZero() {
+			r.DeadAt = now
+		}
+		r.Envelope.Headers = maps.Clone(r.Envelope.Headers)
+		e := &entry{rec: r}
+		s.byKey[r.Key()] = e
+		s.insertDead(e)
+	}
+	return nil
+}
+
+// insertDead adds e to the dead letters in list order. The caller holds the
+// mutex.
+func (s *Store) insertDead(e *entry) {
 	i := sort.Search(len(s.dead), func(i int) bool { return !deadLess(s.dead[i], e) })
 	s.dead = append(s.dead, nil)
 	copy(s.dead[i+1:], s.dead[i:])
 	s.dead[i] = e
-	return nil
 }
 
 func deadLess(a, b *entry) bool {

@@ -124,3 +124,58 @@ func (s *Store) DropDead(ctx context.Context, id string) error {
 	s.addDone(ctx, 1)
 	return nil
 }
+
+// sqlInsertDead inserts a dead letter unless its key exists, in any state
+// (done tombstones included). It is a cold path, so it is not prepared.
+const sqlInsertDead = `INSERT INTO outbox (session, part, route, id, topic, payload, headers, qos, received_at,
+	okey, ckey, causation_id, state, attempts, first_attempt_at, next_at, last_error, created_at,
+	expires_at, token, claim_until, dead_at, dead_reason)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'dead', ?, ?, ?, ?, ?, ?, 0, 0, ?, ?)
+	ON CONFLICT (session, route, id) DO NOTHING`
+
+// AppendDead implements stores.DeadLetters in one transaction, one durable
+// commit. Dead rows are not live, so the depth table is left as it is. A
+// failed commit (disk full: stores.ErrFull) persists nothing of the call.
+func (s *Store) AppendDead(ctx context.Context, recs ...stores.Record) error {
+	for i := range recs {
+		if err := recs[i].ValidateDead(); err != nil {
+			return fmt.Errorf("append dead letters: %w", err)
+		}
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	now := time.Now()
+	err := s.writeTx(ctx, func(tx *sql.Tx, _ map[partKey]int) error {
+		for i := range recs {
+			r := &recs[i]
+			headers, err := encodeHeaders(r.Envelope.Headers)
+			if err != nil {
+				return fmt.Errorf("encode headers of %s: %w", r.Envelope.ID, err)
+			}
+			payload := r.Envelope.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			created, deadAt := r.CreatedAt, r.DeadAt
+			if created.IsZero() {
+				created = now
+			}
+			if deadAt.IsZero() {
+				deadAt = now
+			}
+			_, err = tx.ExecContext(ctx, sqlInsertDead, r.Session, r.Partition, r.Route, r.Envelope.ID,
+				r.Envelope.Topic, payload, headers, r.Envelope.QoS, nanos(r.Envelope.ReceivedAt), r.Envelope.Key,
+				r.CoalesceKey, r.CausationID, r.Attempts, nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt),
+				r.LastError, nanos(created), nanos(r.ExpiresAt), nanos(deadAt), r.DeadReason)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("append %d dead letters: %w", len(recs), err)
+	}
+	return nil
+}
