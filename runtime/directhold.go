@@ -38,10 +38,10 @@ func newHolder(rt *Runtime, r *route) *holder {
 	}
 }
 
-// submit waits for a send slot (or ctx) and starts the delivery of env;
+// submit waits for a send slot (or ctx) and starts the delivery of m;
 // settle is called when it has settled. It returns false when ctx ended
 // first.
-func (h *holder) submit(ctx context.Context, env *delivery.Envelope, settle func()) bool {
+func (h *holder) submit(ctx context.Context, m *message, settle func()) bool {
 	select {
 	case h.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -56,17 +56,17 @@ func (h *holder) submit(ctx context.Context, env *delivery.Envelope, settle func
 			<-h.sem
 			h.rt.metrics.inFlight.WithLabelValues(h.r.id).Set(float64(len(h.sem)))
 		}()
-		if h.deliver(env) {
+		if h.deliver(m) {
 			settle()
 		}
 	}()
 	return true
 }
 
-// deliver sends env until the target accepts it or it fails permanently;
-// it returns false when shutdown interrupted it (env stays unacknowledged).
-func (h *holder) deliver(env *delivery.Envelope) bool {
-	rt, mt, id := h.rt, h.rt.metrics, h.r.id
+// deliver sends m until the target accepts it or it fails permanently;
+// it returns false when shutdown interrupted it (m stays unacknowledged).
+func (h *holder) deliver(m *message) bool {
+	rt, mt, id, env := h.rt, h.rt.metrics, h.r.id, m.env
 	log := rt.log.With("route", id, "record_id", env.ID)
 	envs := []*delivery.Envelope{env}
 	for attempt := 1; ; attempt++ {
@@ -85,7 +85,7 @@ func (h *holder) deliver(env *delivery.Envelope) bool {
 			mt.sent.WithLabelValues(id).Inc()
 			return true
 		case delivery.Fatal:
-			return rt.settleFailure(rt.holdCtx, h.r, env, err.Error())
+			return rt.settleFailure(rt.holdCtx, h.r, m, err.Error())
 		}
 		mt.retried.WithLabelValues(id, class.String()).Inc()
 		if rt.stoppingNow() {
@@ -124,53 +124,32 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// deadSessionPrefix names the sessions that hold dead letters made at
-// ingest (processor errors, direct_hold permanent failures). No drainer
-// serves them: a record only passes through on its way to the dead letters.
+// deadSessionPrefix names the sessions that hold the dead letters made at
+// ingest (processor errors, direct_hold permanent failures), one per route.
+// No drainer serves them; the replayer runs their requeued records through
+// their route again.
 const deadSessionPrefix = "gobridge.ingest-dead."
 
-// deadLetterDirect makes env a dead letter of route r with reason, without a
-// drainer: it appends the record to the route's ingest-dead session (with
-// the reason as its last error, so a crash between the steps loses nothing:
-// the next call sweeps it up), claims that session and dead-letters what it
-// claimed. A record there without a last error was requeued by an operator;
-// it is released untouched (no drainer serves these sessions: see the
-// README section "operations").
-func (rt *Runtime) deadLetterDirect(ctx context.Context, r *route, env *delivery.Envelope, reason string) error {
-	rt.deadMu.Lock()
-	defer rt.deadMu.Unlock()
-	if reason == "" {
-		reason = "permanent failure"
+// deadLetter makes m a dead letter of route r with reason, without a
+// drainer. A replayed message dead-letters the record it replays (under the
+// replayer's claim); any other is appended to the route's ingest-dead
+// session as it arrived (with the route's envelope ID), in one write.
+func (rt *Runtime) deadLetter(ctx context.Context, r *route, m *message, reason string) error {
+	if m.replay != nil {
+		if err := rt.outbox.DeadLetter(ctx, *m.replay, reason); err != nil {
+			return fmt.Errorf("dead-letter replay: %w", err)
+		}
+		m.dead = true
+		return nil
 	}
-	now := time.Now()
-	session := deadSessionPrefix + r.id
-	rec := stores.Record{Session: session, Route: r.id, Envelope: *env, LastError: reason}
-	if err := rt.outbox.Append(ctx, rec); err != nil {
+	env := m.received
+	env.ID = m.env.ID
+	rec := stores.Record{
+		Session: deadSessionPrefix + r.id, Route: r.id, Envelope: env,
+		LastError: reason, DeadReason: reason, DeadAt: time.Now(),
+	}
+	if err := rt.outbox.AppendDead(ctx, rec); err != nil {
 		return fmt.Errorf("append dead letter: %w", err)
-	}
-	claimed, err := rt.outbox.Claim(ctx, stores.ClaimRequest{
-		Session: session, Token: now.UnixNano(), Limit: 100, Now: now, Until: now.Add(time.Minute),
-	})
-	if err != nil {
-		return fmt.Errorf("claim dead letter: %w", err)
-	}
-	for _, c := range claimed {
-		if c.LastError == "" {
-			// Not ours: a dead letter an operator requeued (Requeued clears
-			// the error). Leave it pending rather than dead-letter it again.
-			if err := rt.outbox.Release(ctx, c, now, ""); err != nil {
-				return fmt.Errorf("release requeued record: %w", err)
-			}
-			continue
-		}
-		why := c.LastError
-		if c.Envelope.ID == env.ID {
-			why = reason
-		}
-		c.DeadAt = now
-		if err := rt.outbox.DeadLetter(ctx, c, why); err != nil {
-			return fmt.Errorf("dead-letter: %w", err)
-		}
 	}
 	return nil
 }

@@ -72,6 +72,14 @@ func parseConfig(t testing.TB, yml string) *routes.Config {
 // that Run returned nil.
 func startRuntime(t testing.TB, cfg *routes.Config) *Runtime {
 	t.Helper()
+	rt, _ := runStoppable(t, cfg)
+	return rt
+}
+
+// runStoppable runs a runtime and returns it with a stop function that
+// cancels it and checks that Run returned nil (also called at cleanup).
+func runStoppable(t testing.TB, cfg *routes.Config) (*Runtime, func()) {
+	t.Helper()
 	rt, err := New(cfg, Options{Logger: testLogger(t), Stdout: io.Discard})
 	if err != nil {
 		t.Fatal(err)
@@ -79,18 +87,22 @@ func startRuntime(t testing.TB, cfg *routes.Config) *Runtime {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- rt.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Errorf("Run returned %v", err)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-errc:
+				if err != nil {
+					t.Errorf("Run returned %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("Run did not return within 30s of cancel")
 			}
-		case <-time.After(30 * time.Second):
-			t.Error("Run did not return within 30s of cancel")
-		}
-	})
-	return rt
+		})
+	}
+	t.Cleanup(stop)
+	return rt, stop
 }
 
 // waitFor polls cond until it holds or the deadline passes.

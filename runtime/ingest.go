@@ -59,20 +59,43 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 	s := &settler{done: acked}
 	s.left.Store(int32(len(matched)))
 	for _, r := range matched {
-		env := &delivery.Envelope{
+		env := delivery.Envelope{
 			ID: delivery.NewID(), Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, ReceivedAt: m.ReceivedAt,
 		}
-		if !in.rt.dispatch(ctx, r, env, s.settle) {
+		if !in.rt.dispatch(ctx, r, newMessage(env, nil), s.settle) {
 			return
 		}
 	}
 }
 
-// dispatch delivers env on route r and arranges for settle to be called
-// when its delivery has settled. It returns false when ctx ended before the
-// delivery was accepted (settle will not be called).
-func (rt *Runtime) dispatch(ctx context.Context, r *route, env *delivery.Envelope, settle func()) bool {
-	mt := rt.metrics
+// message is one route's copy of a message on its way through the route.
+type message struct {
+	// env is the route's envelope; its processors change it.
+	env *delivery.Envelope
+	// received is the envelope as it arrived, before processors: what an
+	// ingest dead letter keeps, so that a requeue runs it through the route
+	// again. (Processors never write into a payload and copy headers before
+	// changing them, so sharing them is safe.)
+	received delivery.Envelope
+	// replay is the requeued ingest dead letter this message replays,
+	// claimed by the replayer; nil for a message from a receiver. A
+	// permanent failure dead-letters it again, and then sets dead.
+	replay *stores.Record
+	dead   bool
+}
+
+func newMessage(env delivery.Envelope, replay *stores.Record) *message {
+	m := &message{received: env, replay: replay}
+	m.env = &env
+	return m
+}
+
+// dispatch runs m through route r (processors, then its delivery mode) and
+// arranges for settle to be called when its delivery has settled. It returns
+// false when ctx ended before the delivery was accepted (settle will not be
+// called).
+func (rt *Runtime) dispatch(ctx context.Context, r *route, m *message, settle func()) bool {
+	mt, env := rt.metrics, m.env
 	mt.routeReceived.WithLabelValues(r.id).Inc()
 	settleRoute := func() {
 		mt.routeAcked.WithLabelValues(r.id).Inc()
@@ -82,7 +105,7 @@ func (rt *Runtime) dispatch(ctx context.Context, r *route, env *delivery.Envelop
 	if r.process != nil {
 		drop, ck, err := r.process(env)
 		if err != nil {
-			return rt.failAtIngest(ctx, r, env, fmt.Sprintf("processor: %v", err), settleRoute)
+			return rt.failAtIngest(ctx, r, m, fmt.Sprintf("processor: %v", err), settleRoute)
 		}
 		if drop {
 			mt.filtered.WithLabelValues(r.id).Inc()
@@ -92,10 +115,10 @@ func (rt *Runtime) dispatch(ctx context.Context, r *route, env *delivery.Envelop
 		coalesceKey = ck
 	}
 	if env.ID == "" {
-		return rt.failAtIngest(ctx, r, env, "processor: empty envelope id", settleRoute)
+		return rt.failAtIngest(ctx, r, m, "processor: empty envelope id", settleRoute)
 	}
 	if r.mode == routes.DirectHold {
-		return r.hold.submit(ctx, env, settleRoute)
+		return r.hold.submit(ctx, m, settleRoute)
 	}
 	rec := stores.Record{
 		Session:     r.session,
@@ -120,28 +143,31 @@ func partitionKey(env *delivery.Envelope) string {
 // failAtIngest settles a message that failed permanently before delivery (a
 // processor or ordering-key error) by the route's on_permanent_failure: dead
 // letter (retried until durable, or until ctx ends) or drop.
-func (rt *Runtime) failAtIngest(ctx context.Context, r *route, env *delivery.Envelope, reason string, settle func()) bool {
-	if env.ID == "" {
-		env.ID = delivery.NewID()
+func (rt *Runtime) failAtIngest(ctx context.Context, r *route, m *message, reason string, settle func()) bool {
+	if m.env.ID == "" {
+		m.env.ID = delivery.NewID()
 	}
-	if !rt.settleFailure(ctx, r, env, reason) {
+	if !rt.settleFailure(ctx, r, m, reason) {
 		return false
 	}
 	settle()
 	return true
 }
 
-// settleFailure applies on_permanent_failure to env; it reports false only
+// settleFailure applies on_permanent_failure to m; it reports false only
 // when ctx ended before a dead letter was durable.
-func (rt *Runtime) settleFailure(ctx context.Context, r *route, env *delivery.Envelope, reason string) bool {
-	log := rt.log.With("route", r.id, "record_id", env.ID)
+func (rt *Runtime) settleFailure(ctx context.Context, r *route, m *message, reason string) bool {
+	log := rt.log.With("route", r.id, "record_id", m.env.ID)
 	if !r.dlq {
 		rt.metrics.dropped.WithLabelValues(r.id).Inc()
 		log.Warn("permanent failure: message dropped", "error", reason)
 		return true
 	}
+	if reason == "" {
+		reason = "permanent failure"
+	}
 	for attempt := 1; ; attempt++ {
-		err := rt.deadLetterDirect(ctx, r, env, reason)
+		err := rt.deadLetter(ctx, r, m, reason)
 		if err == nil {
 			rt.metrics.deadLettered.WithLabelValues(r.id).Inc()
 			log.Warn("permanent failure: message dead-lettered", "error", reason)
@@ -150,6 +176,13 @@ func (rt *Runtime) settleFailure(ctx context.Context, r *route, env *delivery.En
 		if errors.Is(err, stores.ErrInvalid) {
 			rt.metrics.dropped.WithLabelValues(r.id).Inc()
 			log.Error("permanent failure: dead letter rejected by the store; message dropped", "error", err)
+			return true
+		}
+		if errors.Is(err, stores.ErrStaleToken) {
+			// A replay whose claim lapsed: another replayer owns the record
+			// now and settles it.
+			m.dead = true
+			log.Warn("permanent failure of a replay whose claim lapsed; left to its new claimer", "error", reason)
 			return true
 		}
 		log.Warn("dead letter failed; retrying", "error", err, "attempt", attempt)

@@ -25,8 +25,10 @@ var buildOnce struct {
 	out  []byte
 }
 
-// TestMain removes the gobridge binary a test built (38 MB per run).
+// TestMain makes the replayer poll often and removes the gobridge binary a
+// test built (38 MB per run).
 func TestMain(m *testing.M) {
+	replayInterval = 20 * time.Millisecond // requeued dead letters replay at once
 	code := m.Run()
 	if buildOnce.dir != "" {
 		_ = os.RemoveAll(buildOnce.dir)

@@ -67,7 +67,6 @@ type Runtime struct {
 	commit    *committer // nil without an outbox store
 	admin     *adminServer
 	journal   *admin.Journal // delivery outcomes, for the admin API and console
-	deadMu    sync.Mutex     // serialises ingest-side dead-lettering
 
 	// holdCtx bounds direct_hold sends; it is cancelled only when the
 	// shutdown deadline passes. stopping is closed when shutdown begins.
@@ -290,7 +289,8 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		})
 	}
 
-	var recv errgroup.Group
+	var recv errgroup.Group // receivers, and the replayer that ingests like one
+	recv.Go(func() error { rt.replayRequeued(ingestCtx); return nil })
 	for _, nr := range rt.receivers {
 		recv.Go(func() error {
 			if err := nr.r.Run(ingestCtx); err != nil && ingestCtx.Err() == nil {

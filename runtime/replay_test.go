@@ -1,0 +1,132 @@
+package runtime
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/stores"
+)
+
+// onlyDeadLetter returns the one dead letter of route.
+func onlyDeadLetter(t *testing.T, s stores.Store, route string) stores.Record {
+	t.Helper()
+	dead, _, err := s.ListDead(t.Context(), stores.DeadFilter{Route: route})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters on route %s, want 1: %+v", len(dead), route, dead)
+	}
+	return dead[0]
+}
+
+func TestReplay_RequeuedDirectHoldDeadLetterIsDeliveredOnceTheTargetAccepts(t *testing.T) {
+	t.Parallel()
+	var rejecting atomic.Bool
+	rejecting.Store(true)
+	var delivered atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if rejecting.Load() {
+			http.Error(w, "schema mismatch", http.StatusUnprocessableEntity)
+			return
+		}
+		if string(b) == `{"msg_id": "m-1", "v": 7}` {
+			delivered.Add(1)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	addr := freeAddr(t)
+	cfg := parseConfig(t, listenerConfig(addr, "", "{type: memory}",
+		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, srv.URL), `
+  - id: direct
+    receiver: edge
+    topic: "#"
+    sender: sink
+    processors: [{type: idempotency_key, from: "{payload.msg_id}"}]
+    policy: {on_permanent_failure: dlq}`))
+	rt := startRuntime(t, cfg)
+	pub := publisher(t, "tcp://"+addr, "replay-direct")
+	waitTokens(t, []paho.Token{pub.Publish("line/1", 1, false, `{"msg_id": "m-1", "v": 7}`)}, 10*time.Second)
+
+	d := onlyDeadLetter(t, rt.outbox, "direct")
+	if d.Envelope.ID != "m-1" || d.Envelope.Topic != "line/1" || !strings.Contains(d.DeadReason, "422") {
+		t.Fatalf("dead letter = %s on %s (%q), want m-1 on line/1 with the 422", d.Envelope.ID, d.Envelope.Topic, d.DeadReason)
+	}
+
+	rejecting.Store(false)
+	if _, err := rt.outbox.Requeue(t.Context(), "m-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the requeued message at the target", func() bool { return delivered.Load() == 1 })
+	waitFor(t, 10*time.Second, "the replayed record to be completed", func() bool {
+		st, err := rt.outbox.Stats(t.Context(), deadSessionPrefix+"direct")
+		return err == nil && st.Pending == 0
+	})
+	if dead, _, err := rt.outbox.ListDead(t.Context(), stores.DeadFilter{}); err != nil || len(dead) != 0 {
+		t.Fatalf("dead letters after a successful replay: %d (%v)", len(dead), err)
+	}
+	if n := delivered.Load(); n != 1 {
+		t.Fatalf("target got the message %d times, want 1", n)
+	}
+}
+
+// The operator's path for a processor that was wrong: the message is dead
+// at ingest as it arrived; the config is fixed and the bridge restarted;
+// a requeue runs the message through the fixed route.
+func TestReplay_RequeueAfterAConfigFixRunsTheFixedProcessors(t *testing.T) {
+	t.Parallel()
+	snk := newSink(t)
+	store := fmt.Sprintf("{type: sqlite, options: {path: %q}}", filepath.Join(t.TempDir(), "outbox.db"))
+	config := func(addr, idFrom string) *routes.Config {
+		return parseConfig(t, listenerConfig(addr, "", store,
+			fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, snk.srv.URL), `
+  - id: readings
+    receiver: edge
+    topic: "#"
+    sender: sink
+    delivery_mode: shared_outbox
+    session: {id: plant}
+    processors:
+      - {type: idempotency_key, from: "`+idFrom+`"}
+      - {type: transform, expr: 'payload.value * 10'}
+    policy: {on_permanent_failure: dlq}`))
+	}
+
+	addr := freeAddr(t)
+	rt, stop := runStoppable(t, config(addr, "{payload.serial}")) // wrong field
+	pub := publisher(t, "tcp://"+addr, "replay-fix")
+	waitTokens(t, []paho.Token{pub.Publish("line/1", 1, false, `{"id": "r-1", "value": 4}`)}, 10*time.Second)
+	d := onlyDeadLetter(t, rt.outbox, "readings")
+	if string(d.Envelope.Payload) != `{"id": "r-1", "value": 4}` || !strings.Contains(d.DeadReason, "processor") {
+		t.Fatalf("dead letter payload %q (%q), want the message as it arrived with a processor reason",
+			d.Envelope.Payload, d.DeadReason)
+	}
+	pub.Disconnect(0)
+	stop()
+
+	addr = freeAddr(t)
+	rt, _ = runStoppable(t, config(addr, "{payload.id}")) // fixed
+	if _, err := rt.outbox.Requeue(t.Context(), d.Envelope.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the transformed message at the target", func() bool { return snk.count("40") == 1 })
+	waitFor(t, 10*time.Second, "the replayed record to be completed", func() bool {
+		st, err := rt.outbox.Stats(t.Context(), deadSessionPrefix+"readings")
+		return err == nil && st.Pending == 0
+	})
+	if dead, _, err := rt.outbox.ListDead(t.Context(), stores.DeadFilter{}); err != nil || len(dead) != 0 {
+		t.Fatalf("dead letters after a successful replay: %d (%v)", len(dead), err)
+	}
+}
