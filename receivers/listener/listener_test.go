@@ -45,6 +45,13 @@ func (h *ackRecorder) count() int {
 	return len(h.acks)
 }
 
+// waitFor waits until n PUBACKs were recorded: mochi runs OnPacketSent
+// after the write, so a publisher may hold its PUBACK before the hook ran.
+func (h *ackRecorder) waitFor(t *testing.T, n int) {
+	t.Helper()
+	testsink.Eventually(t, fmt.Sprintf("%d PUBACKs recorded", n), func() bool { return h.count() >= n })
+}
+
 type bundle struct {
 	l    *Listener
 	sink *testsink.Sink
@@ -161,6 +168,7 @@ func TestListener_PubackOnlyAfterDone(t *testing.T) {
 	d1.Done()
 	waitToken(t, tok1)
 	waitToken(t, tok2)
+	b.acks.waitFor(t, 2)
 	if acks := b.acks.snapshot(); !slices.Equal(acks, []uint16{1, 2}) {
 		t.Fatalf("PUBACKs %v, want [1 2]", acks)
 	}
@@ -214,6 +222,7 @@ func TestListener_AcksInArrivalOrder(t *testing.T) {
 	for _, tok := range toks {
 		waitToken(t, tok)
 	}
+	b.acks.waitFor(t, n)
 	acks := b.acks.snapshot()
 	if len(acks) != n {
 		t.Fatalf("%d PUBACKs, want %d", len(acks), n)
