@@ -17,7 +17,8 @@ type partKey struct {
 }
 
 // writeTx runs fn in one BEGIN IMMEDIATE transaction on the writer and
-// commits it; the commit is the durable point. It returns fn's error, or a
+// commits it; the commit is the durable point. Before the commit it adds
+// the live rows of the pending records fn inserted with insertRow. It returns fn's error, or a
 // mapped SQLite error.
 func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx, depth map[partKey]int) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -25,9 +26,16 @@ func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx, depth map[partK
 		return mapErr(err)
 	}
 	depth := make(map[partKey]int, 1)
+	s.liveLater = s.liveLater[:0]
 	if err := fn(tx, depth); err != nil {
 		_ = tx.Rollback()
 		return mapErr(err)
+	}
+	for _, seq := range s.liveLater {
+		if _, err := tx.StmtContext(ctx, s.stmts.liveOne).ExecContext(ctx, seq); err != nil {
+			_ = tx.Rollback()
+			return mapErr(err)
+		}
 	}
 	add := tx.StmtContext(ctx, s.stmts.depthAdd)
 	for k, d := range depth {
@@ -61,6 +69,10 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 	var tombstoned int64
 	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
 		tombstoned = 0
+		var high int64 // rows above it are this call's
+		if err := tx.StmtContext(ctx, s.stmts.seqHigh).QueryRowContext(ctx).Scan(&high); err != nil {
+			return err
+		}
 		var chunk []any // args of up to insertChunk plain records, in order
 		rows := 0
 		flush := func() error {
@@ -96,7 +108,12 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 				}
 			}
 		}
-		return flush()
+		if err := flush(); err != nil {
+			return err
+		}
+		// The live rows of every record this call added, in one statement.
+		_, err := tx.StmtContext(ctx, s.stmts.liveSweep).ExecContext(ctx, high)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("append %d records: %w", len(recs), err)
@@ -182,23 +199,46 @@ func rowArgs(r *stores.Record, state stores.State, now time.Time) ([]any, error)
 	}
 	return []any{r.Session, r.Partition, r.Route, r.Envelope.ID, r.Envelope.Topic,
 		payload, headers, r.Envelope.QoS, nanos(r.Envelope.ReceivedAt), r.Envelope.Key, r.CoalesceKey,
-		r.CausationID, string(state), r.Attempts, nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt),
+		r.CausationID, dbState(state), r.Attempts, nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt),
 		r.LastError, nanos(created), nanos(r.ExpiresAt)}, nil
 }
 
+// dbState is the outbox table's state of a record in state: pending and
+// claimed records are 'live' there, their claim state is in the live table.
+func dbState(state stores.State) string {
+	if state == stores.Pending || state == stores.Claimed {
+		return "live"
+	}
+	return string(state)
+}
+
 // insertRow inserts r in state unless its key exists; it reports whether it
-// did.
+// did. ins is the transaction's s.stmts.insert. A pending record's live row
+// is added at the end of the transaction (see writeTx), so that
+// last_insert_rowid() stays the new row's seq.
 func (s *Store) insertRow(ctx context.Context, ins *sql.Stmt, r *stores.Record, state stores.State, now time.Time) (bool, error) {
+	seq, err := insertOutboxRow(ctx, ins, r, state, now)
+	if seq != 0 && state == stores.Pending {
+		s.liveLater = append(s.liveLater, seq)
+	}
+	return seq != 0, err
+}
+
+// insertOutboxRow inserts r's outbox row in state unless its key exists; it
+// returns the new row's seq, or 0.
+func insertOutboxRow(ctx context.Context, ins *sql.Stmt, r *stores.Record, state stores.State, now time.Time) (int64, error) {
 	args, err := rowArgs(r, state, now)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	res, err := ins.ExecContext(ctx, args...)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return 0, err
+	}
+	return res.LastInsertId()
 }
 
 // coalesce appends r, which has a coalesce key: it replaces the newest
@@ -226,12 +266,12 @@ func (s *Store) coalesce(ctx context.Context, tx *sql.Tx, r *stores.Record, now 
 	ins := tx.StmtContext(ctx, s.stmts.insert)
 	if found && nanos(r.Envelope.ReceivedAt) < oldRecv {
 		// An older message never replaces a newer one.
-		_, err := s.insertRow(ctx, ins, r, stores.Done, now)
+		_, err := insertOutboxRow(ctx, ins, r, stores.Done, now)
 		return 1, err
 	}
 	var made int64
 	if found {
-		if _, err := tx.StmtContext(ctx, s.stmts.tombstone).ExecContext(ctx, oldSeq); err != nil {
+		if err := s.tombstoneLive(ctx, tx, r.Session, oldPart, oldSeq); err != nil {
 			return 0, err
 		}
 		depth[partKey{r.Session, oldPart}]--
@@ -244,11 +284,26 @@ func (s *Store) coalesce(ctx context.Context, tx *sql.Tx, r *stores.Record, now 
 			r = &rr
 		}
 	}
-	if _, err := s.insertRow(ctx, ins, r, stores.Pending, now); err != nil {
+	seq, err := insertOutboxRow(ctx, ins, r, stores.Pending, now)
+	if err != nil {
+		return 0, err
+	}
+	// Its live row at once: a later record of this call may replace it.
+	if _, err := tx.StmtContext(ctx, s.stmts.liveOne).ExecContext(ctx, seq); err != nil {
 		return 0, err
 	}
 	depth[partKey{r.Session, r.Partition}]++
 	return made, nil
+}
+
+// tombstoneLive makes the live record seq of session partition part a done
+// tombstone.
+func (s *Store) tombstoneLive(ctx context.Context, tx *sql.Tx, session string, part int, seq int64) error {
+	if _, err := tx.StmtContext(ctx, s.stmts.tombstone).ExecContext(ctx, seq); err != nil {
+		return err
+	}
+	_, err := tx.StmtContext(ctx, s.stmts.liveDelete).ExecContext(ctx, session, part, seq)
+	return err
 }
 
 // addDone counts n new done tombstones and, past the retention plus a slack

@@ -44,8 +44,9 @@ func TestStore_AppendChunkDepth(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rows, err := s.w.QueryContext(t.Context(), `SELECT d.part, d.live, (SELECT count(*) FROM outbox
-		WHERE session = d.session AND part = d.part AND state IN ('pending', 'claimed')) FROM depth AS d`)
+	rows, err := s.w.QueryContext(t.Context(), `SELECT d.part, d.live, (SELECT count(*) FROM live
+		WHERE session = d.session AND part = d.part), (SELECT count(*) FROM outbox
+		WHERE session = d.session AND part = d.part AND state = 'live') FROM depth AS d`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,12 +54,12 @@ func TestStore_AppendChunkDepth(t *testing.T) {
 	want := map[int]int{0: 2*insertChunk + insertChunk + insertChunk/2 + insertChunk/2, 1: insertChunk / 2}
 	got := map[int]int{}
 	for rows.Next() {
-		var part, live, count int
-		if err := rows.Scan(&part, &live, &count); err != nil {
+		var part, live, count, outbox int
+		if err := rows.Scan(&part, &live, &count, &outbox); err != nil {
 			t.Fatal(err)
 		}
-		if live != count {
-			t.Errorf("partition %d: depth counter %d, live rows %d", part, live, count)
+		if live != count || live != outbox {
+			t.Errorf("partition %d: depth counter %d, live rows %d, live outbox rows %d", part, live, count, outbox)
 		}
 		got[part] = live
 	}

@@ -7,14 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Claim implements stores.Outbox in one transaction: lapsed claims of the
-// partition go back to pending, then one UPDATE … RETURNING claims the first
-// req.Limit claimable pending rows in seq order.
+// Claim implements stores.Outbox in one transaction: one SELECT reads the
+// first req.Limit claimable live rows of the partition in seq order (due
+// pending rows and lapsed claims alike) with their outbox columns, and one
+// UPDATE claims them in the narrow live table.
 func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
 	if req.Session == "" || req.Partition < 0 || req.Limit < 1 {
 		return nil, fmt.Errorf("claim: %w: session %q, partition %d, limit %d",
@@ -22,32 +24,56 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	}
 	out := make([]stores.Record, 0, min(req.Limit, 256))
 	now := nanos(req.Now)
+	var seqs []byte
 	err := s.writeTx(ctx, func(tx *sql.Tx, _ map[partKey]int) error {
 		out = out[:0]
-		if _, err := tx.StmtContext(ctx, s.stmts.resetLapsed).ExecContext(ctx, req.Session, req.Partition, now); err != nil {
-			return err
-		}
-		rows, err := tx.StmtContext(ctx, s.stmts.claim).QueryContext(ctx,
-			req.Token, nanos(req.Until), now, req.Session, req.Partition, req.Limit)
+		rows, err := tx.StmtContext(ctx, s.stmts.claim).QueryContext(ctx, req.Session, req.Partition, now, req.Limit)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			r, err := scanClaimed(rows, &req)
+			r, err := scanClaimed(rows, &req, now)
 			if err != nil {
 				return err
 			}
 			out = append(out, r)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		seqs = seqsJSON(seqs[:0], out)
+		res, err := tx.StmtContext(ctx, s.stmts.claimMark).ExecContext(ctx,
+			req.Token, nanos(req.Until), now, req.Session, req.Partition, string(seqs))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != int64(len(out)) {
+			return fmt.Errorf("claim marked %d of %d rows", n, len(out))
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim %s/%d: %w", req.Session, req.Partition, err)
 	}
-	// RETURNING does not promise an order.
-	slices.SortFunc(out, func(a, b stores.Record) int { return int(a.Seq - b.Seq) })
 	return out, nil
+}
+
+// seqsJSON appends the JSON array of the records' seqs to b.
+func seqsJSON(b []byte, recs []stores.Record) []byte {
+	b = append(b, '[')
+	for i := range recs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, recs[i].Seq, 10)
+	}
+	return append(b, ']')
 }
 
 // withSeqs returns recs with each zero Seq looked up by key, so that a
@@ -81,8 +107,9 @@ func stale(r *stores.Record) error {
 }
 
 // Complete implements stores.Outbox: one transaction, all records or none.
-// Completed rows become payload-less done tombstones (see
-// Options.DoneRetention).
+// The records' live rows are deleted (one statement per token and
+// partition, normally one per batch) and their outbox rows become
+// payload-less done tombstones (see Options.DoneRetention).
 func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -95,71 +122,78 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 		if err != nil {
 			return err
 		}
-		// One statement per token (normally one per batch).
-		type group struct {
-			seqs []int64
-			want map[int64]string // seq -> envelope ID
+		type groupKey struct {
+			token int64
+			part  partKey
 		}
+		type routeKey struct{ session, route string }
 		var (
-			groups = map[int64]*group{}
-			order  []int64
+			groups   = map[groupKey][]int{} // indexes into recs
+			order    []groupKey
+			seen     = make(map[int64]bool, len(recs))
+			perRoute = map[routeKey]int64{}
+			keys     []any // [seq, id, route] of every record, for sqlCompleteDone
 		)
 		for i := range recs {
 			r := &recs[i]
-			g := groups[r.Token]
-			if g == nil {
-				g = &group{want: map[int64]string{}}
-				groups[r.Token] = g
-				order = append(order, r.Token)
+			if seen[r.Seq] {
+				continue
 			}
-			if _, dup := g.want[r.Seq]; !dup {
-				g.seqs = append(g.seqs, r.Seq)
-				g.want[r.Seq] = r.Envelope.ID
+			seen[r.Seq] = true
+			k := groupKey{r.Token, partKey{r.Session, r.Partition}}
+			if _, ok := groups[k]; !ok {
+				order = append(order, k)
 			}
+			groups[k] = append(groups[k], i)
+			keys = append(keys, [3]any{r.Seq, r.Envelope.ID, r.Route})
 		}
-		type routeKey struct{ session, route string }
-		perRoute := map[routeKey]int64{}
-		st := tx.StmtContext(ctx, s.stmts.complete)
-		for _, token := range order {
-			g := groups[token]
-			seqs, err := json.Marshal(g.seqs)
+		var seqs []byte
+		del := tx.StmtContext(ctx, s.stmts.completeLive)
+		for _, k := range order {
+			g := groups[k]
+			seqs = seqs[:0]
+			seqs = append(seqs, '[')
+			for j, i := range g {
+				if j > 0 {
+					seqs = append(seqs, ',')
+				}
+				seqs = strconv.AppendInt(seqs, recs[i].Seq, 10)
+			}
+			seqs = append(seqs, ']')
+			res, err := del.ExecContext(ctx, k.part.session, k.part.part, string(seqs), k.token)
 			if err != nil {
 				return err
 			}
-			rows, err := st.QueryContext(ctx, string(seqs), token)
+			n, err := res.RowsAffected()
 			if err != nil {
 				return err
 			}
-			got := 0
-			for rows.Next() {
-				var (
-					seq int64
-					id  string
-					k   partKey
-					rt  string
-				)
-				if err := rows.Scan(&seq, &id, &k.session, &k.part, &rt); err != nil {
-					rows.Close()
-					return err
-				}
-				if g.want[seq] != id {
-					rows.Close()
-					return fmt.Errorf("%w: seq %d holds %s, not %s", stores.ErrStaleToken, seq, id, g.want[seq])
-				}
-				depth[k]--
-				perRoute[routeKey{k.session, rt}]++
-				got++
+			if n != int64(len(g)) {
+				return fmt.Errorf("%w: %d of %d records of %s/%d are no longer claimed under token %d",
+					stores.ErrStaleToken, int64(len(g))-n, len(g), k.part.session, k.part.part, k.token)
 			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
+			depth[k.part] -= len(g)
+			for _, i := range g {
+				perRoute[routeKey{k.part.session, recs[i].Route}]++
 			}
-			if got != len(g.seqs) {
-				return fmt.Errorf("%w: %d of %d records are no longer claimed under token %d",
-					stores.ErrStaleToken, len(g.seqs)-got, len(g.seqs), token)
-			}
-			done += got
 		}
+		js, err := json.Marshal(keys)
+		if err != nil {
+			return err
+		}
+		res, err := tx.StmtContext(ctx, s.stmts.completeDone).ExecContext(ctx, string(js))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n != int64(len(keys)) {
+			return fmt.Errorf("%w: %d of %d records do not match their claimed rows (envelope ID or route)",
+				stores.ErrStaleToken, int64(len(keys))-n, len(keys))
+		}
+		done = len(keys)
 		minute := time.Now().Unix() / 60
 		add := tx.StmtContext(ctx, s.stmts.doneCount)
 		for k, n := range perRoute {
@@ -197,7 +231,7 @@ func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, 
 		}
 		rec := rs[0]
 		res, err := tx.StmtContext(ctx, s.stmts.release).ExecContext(ctx,
-			nanos(next), lastError, rec.Seq, rec.Envelope.ID, rec.Token)
+			nanos(next), lastError, rec.Session, rec.Partition, rec.Seq, rec.Token, rec.Envelope.ID)
 		if err != nil {
 			return err
 		}
@@ -229,16 +263,27 @@ func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string
 			return err
 		}
 		rec := rs[0]
-		var k partKey
-		err = tx.StmtContext(ctx, s.stmts.dead).QueryRowContext(ctx,
-			nanos(deadAt), reason, rec.Seq, rec.Envelope.ID, rec.Token).Scan(&k.session, &k.part)
+		var (
+			attempts, first, next, until int64
+			lastError                    string
+		)
+		err = tx.StmtContext(ctx, s.stmts.deadLive).QueryRowContext(ctx,
+			rec.Session, rec.Partition, rec.Seq, rec.Token).Scan(&attempts, &first, &next, &lastError, &until)
 		if errors.Is(err, sql.ErrNoRows) {
 			return stale(&rec)
 		}
 		if err != nil {
 			return err
 		}
-		depth[k]--
+		res, err := tx.StmtContext(ctx, s.stmts.dead).ExecContext(ctx, nanos(deadAt), reason, attempts, first,
+			next, lastError, rec.Token, until, rec.Seq, rec.Envelope.ID)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return errors.Join(err, stale(&rec))
+		}
+		depth[partKey{rec.Session, rec.Partition}]--
 		return nil
 	})
 	if err != nil {

@@ -10,12 +10,15 @@ import (
 
 // sqlCoalesceOther finds the newest pending record of a coalesce key other
 // than the one just released (seq ?4).
-const sqlCoalesceOther = `SELECT seq, part, received_at, next_at FROM outbox INDEXED BY outbox_coalesce
-	WHERE state='pending' AND ckey<>'' AND session = ?1 AND route = ?2 AND ckey = ?3 AND seq <> ?4
-	ORDER BY seq DESC LIMIT 1`
+const sqlCoalesceOther = `SELECT w.seq, w.part, w.received_at, l.next_at FROM outbox AS w INDEXED BY outbox_coalesce
+	CROSS JOIN live AS l ON l.session = w.session AND l.part = w.part AND l.seq = w.seq
+	WHERE w.state='live' AND w.ckey<>'' AND w.session = ?1 AND w.route = ?2 AND w.ckey = ?3 AND w.seq <> ?4
+		AND l.claimed = 0
+	ORDER BY w.seq DESC LIMIT 1`
 
 // sqlLaterNext makes a pending record due no earlier than ?1.
-const sqlLaterNext = `UPDATE outbox SET next_at = MAX(next_at, ?1) WHERE seq = ?2 AND state='pending'`
+const sqlLaterNext = `UPDATE live SET next_at = MAX(next_at, ?1) WHERE session = ?2 AND part = ?3 AND seq = ?4
+	AND claimed = 0`
 
 // settleReleased keeps one pending record per coalesce key after rec (just
 // released, due at next) went back to pending: a pending record of the same
@@ -46,15 +49,15 @@ func (s *Store) settleReleased(ctx context.Context, tx *sql.Tx, rec *stores.Reco
 	if err != nil {
 		return 0, err
 	}
-	gone, keep, keepNext, gonePart := rec.Seq, oSeq, next, part
+	gone, keep, keepNext, gonePart, keepPart := rec.Seq, oSeq, next, part, oPart
 	if oRecv < recv {
-		gone, keep, keepNext, gonePart = oSeq, rec.Seq, oNext, oPart
+		gone, keep, keepNext, gonePart, keepPart = oSeq, rec.Seq, oNext, oPart, part
 	}
-	if _, err := tx.StmtContext(ctx, s.stmts.tombstone).ExecContext(ctx, gone); err != nil {
+	if err := s.tombstoneLive(ctx, tx, rec.Session, gonePart, gone); err != nil {
 		return 0, err
 	}
 	depth[partKey{rec.Session, gonePart}]--
-	if _, err := tx.ExecContext(ctx, sqlLaterNext, keepNext, keep); err != nil {
+	if _, err := tx.ExecContext(ctx, sqlLaterNext, keepNext, rec.Session, keepPart, keep); err != nil {
 		return 0, err
 	}
 	return 1, nil

@@ -10,11 +10,16 @@ import (
 
 var _ stores.Inspector = (*Store)(nil)
 
-// sqlInspect groups live and dead rows by session, route and state. It scans
-// the table (done tombstones included): an operator query, never a hot one.
-const sqlInspect = `SELECT session, route, state, count(*), coalesce(sum(next_at <= ?), 0), min(created_at)
-	FROM outbox WHERE state IN ('pending', 'claimed', 'dead')
-	GROUP BY session, route, state`
+// sqlInspect groups live rows (by their claim state) and dead rows by
+// session, route and state. It scans the live table and the dead rows: an
+// operator query, never a hot one.
+const sqlInspect = `SELECT w.session, w.route, CASE l.claimed WHEN 0 THEN 'pending' ELSE 'claimed' END, count(*),
+		coalesce(sum(l.claimed = 0 AND l.next_at <= ?1), 0), min(w.created_at)
+	FROM live AS l CROSS JOIN outbox AS w ON w.seq = l.seq
+	GROUP BY 1, 2, 3
+	UNION ALL
+	SELECT session, route, 'dead', count(*), 0, min(created_at) FROM outbox WHERE state = 'dead'
+	GROUP BY session, route`
 
 // sqlDoneCount sums the done counters of minutes (from, to].
 const sqlDoneCount = `SELECT session, route, sum(n) FROM done_count

@@ -108,6 +108,42 @@ var migrations = []string{
 	// route) of the call instead of two trigger statements per row (see
 	// Complete).
 	`DROP TRIGGER outbox_done_count;`,
+
+	// 4: the claim state of live records moves to a narrow table. A claim
+	// or a complete used to rewrite the whole outbox row (payload included)
+	// and move it between partial indexes; now a claim rewrites one small
+	// live row in place (its key does not change) and a complete deletes it.
+	// Outbox rows of live records have state 'live' and keep their append-
+	// time attempts, next_at and last_error; the live row holds the current
+	// ones, which are copied back when the record is dead-lettered.
+	`CREATE TABLE live (
+		session          TEXT    NOT NULL,
+		part             INTEGER NOT NULL,
+		seq              INTEGER NOT NULL,
+		claimed          INTEGER NOT NULL, -- 0 pending, 1 claimed
+		next_at          INTEGER NOT NULL,
+		claim_until      INTEGER NOT NULL,
+		token            INTEGER NOT NULL,
+		attempts         INTEGER NOT NULL,
+		first_attempt_at INTEGER NOT NULL,
+		last_error       TEXT    NOT NULL,
+		okey             TEXT    NOT NULL,
+		PRIMARY KEY (session, part, seq)
+	) WITHOUT ROWID;
+	INSERT INTO live (session, part, seq, claimed, next_at, claim_until, token, attempts, first_attempt_at,
+		last_error, okey)
+		SELECT session, part, seq, state = 'claimed', next_at, claim_until, token, attempts, first_attempt_at,
+			last_error, okey
+		FROM outbox WHERE state IN ('pending', 'claimed');
+	DROP INDEX outbox_pending;
+	DROP INDEX outbox_claimed;
+	DROP INDEX outbox_okey;
+	DROP INDEX outbox_coalesce;
+	UPDATE outbox SET state = 'live' WHERE state IN ('pending', 'claimed');
+	-- Claim: older live rows of the same ordering key.
+	CREATE INDEX live_okey ON live(session, okey, seq) WHERE okey<>'';
+	-- Append: the pending row a coalesce key would replace.
+	CREATE INDEX outbox_coalesce ON outbox(session, route, ckey, seq) WHERE state='live' AND ckey<>'';`,
 }
 
 // migrate brings the schema up to date.

@@ -10,8 +10,8 @@ import (
 )
 
 // Stats implements stores.Outbox on the read pool: one read of the depth
-// counters, then for each partition with live records the first pending and
-// the first claimed row by seq (two index probes).
+// counters, then for each partition with live records its first live row by
+// seq (one probe of the live table's key).
 func (s *Store) Stats(ctx context.Context, session string) (stores.SessionStats, error) {
 	var st stores.SessionStats
 	rows, err := s.stmts.depthRows.QueryContext(ctx, session)
@@ -34,19 +34,17 @@ func (s *Store) Stats(ctx context.Context, session string) (stores.SessionStats,
 	}
 	oldestSeq := int64(-1)
 	for _, part := range parts {
-		for _, q := range []*sql.Stmt{s.stmts.oldestPending, s.stmts.oldestClaimed} {
-			var seq, created int64
-			err := q.QueryRowContext(ctx, session, part).Scan(&seq, &created)
-			if errors.Is(err, sql.ErrNoRows) {
-				continue
-			}
-			if err != nil {
-				return st, fmt.Errorf("stats %s: %w", session, err)
-			}
-			if oldestSeq < 0 || seq < oldestSeq {
-				oldestSeq = seq
-				st.OldestCreatedAt = fromNanos(created)
-			}
+		var seq, created int64
+		err := s.stmts.oldestLive.QueryRowContext(ctx, session, part).Scan(&seq, &created)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return st, fmt.Errorf("stats %s: %w", session, err)
+		}
+		if oldestSeq < 0 || seq < oldestSeq {
+			oldestSeq = seq
+			st.OldestCreatedAt = fromNanos(created)
 		}
 	}
 	return st, nil

@@ -12,12 +12,13 @@ import (
 // tx.StmtContext; reader statements are prepared on the read pool.
 type stmts struct {
 	insert, insertChunk, insertChunkN, exists, coalesceFind, tombstone, depthAdd *sql.Stmt
-	resetLapsed, claim                                                           *sql.Stmt
-	complete, doneCount, donePrune, release, dead                                *sql.Stmt
+	seqHigh, liveSweep, liveOne, liveDelete                                      *sql.Stmt
+	claim, claimMark                                                             *sql.Stmt
+	completeLive, completeDone, doneCount, donePrune, release, deadLive, dead    *sql.Stmt
 	deadByID                                                                     *sql.Stmt
 
-	depthRows, oldestPending, oldestClaimed *sql.Stmt
-	listDead, listDeadRoute, getDead        *sql.Stmt
+	depthRows, oldestLive            *sql.Stmt
+	listDead, listDeadRoute, getDead *sql.Stmt
 }
 
 const (
@@ -33,40 +34,67 @@ const (
 
 	sqlExists = `SELECT 1 FROM outbox WHERE session = ? AND route = ? AND id = ?`
 
-	sqlCoalesceFind = `SELECT seq, part, received_at, next_at FROM outbox INDEXED BY outbox_coalesce
-		WHERE state='pending' AND ckey<>'' AND session = ? AND route = ? AND ckey = ?
-		ORDER BY seq DESC LIMIT 1`
+	// sqlSeqHigh is the highest seq ever given (AUTOINCREMENT never reuses
+	// one): outbox rows above it were inserted after it was read.
+	sqlSeqHigh = `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)`
 
-	sqlTombstone = `UPDATE outbox SET state='done', payload=NULL, headers=NULL WHERE seq = ?`
+	// sqlLiveSweep gives the live outbox rows inserted after seq ?1 their
+	// live (claim state) rows, in one statement per Append; sqlLiveOne
+	// does it for the row seq ?1.
+	sqlLiveSweep = `INSERT INTO live (session, part, seq, claimed, next_at, claim_until, token, attempts,
+			first_attempt_at, last_error, okey)
+		SELECT session, part, seq, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
+		FROM outbox WHERE seq > ?1 AND state='live'
+		ON CONFLICT DO NOTHING`
+	sqlLiveOne = `INSERT INTO live (session, part, seq, claimed, next_at, claim_until, token, attempts,
+			first_attempt_at, last_error, okey)
+		SELECT session, part, seq, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
+		FROM outbox WHERE seq = ?1 AND state='live'
+		ON CONFLICT DO NOTHING`
+
+	sqlCoalesceFind = `SELECT w.seq, w.part, w.received_at, l.next_at FROM outbox AS w INDEXED BY outbox_coalesce
+		CROSS JOIN live AS l ON l.session = w.session AND l.part = w.part AND l.seq = w.seq
+		WHERE w.state='live' AND w.ckey<>'' AND w.session = ?1 AND w.route = ?2 AND w.ckey = ?3 AND l.claimed = 0
+		ORDER BY w.seq DESC LIMIT 1`
+
+	// sqlTombstone makes an outbox row a payload-less done tombstone; a
+	// live one also loses its live row (sqlLiveDelete).
+	sqlTombstone  = `UPDATE outbox SET state='done', payload=NULL, headers=NULL WHERE seq = ?`
+	sqlLiveDelete = `DELETE FROM live WHERE session = ? AND part = ? AND seq = ?`
 
 	sqlDepthAdd = `INSERT INTO depth (session, part, live) VALUES (?, ?, ?)
 		ON CONFLICT (session, part) DO UPDATE SET live = live + excluded.live`
 
-	// sqlResetLapsed returns lapsed claims of one partition to pending, so
-	// that the claim below sees them through the pending index.
-	sqlResetLapsed = `UPDATE outbox SET state='pending'
-		WHERE seq IN (SELECT seq FROM outbox INDEXED BY outbox_claimed
-			WHERE state='claimed' AND session = ?1 AND part = ?2 AND claim_until <= ?3)`
+	// sqlClaim reads the first ?4 claimable live rows of one partition in
+	// seq order (due pending rows and lapsed claims alike) with their
+	// outbox columns, skipping records held back by an older live record of
+	// their ordering key; sqlClaimMark then claims them in place. The live
+	// table's key is (session, part, seq), so the walk starts at the head of
+	// the partition whatever the backlog behind it.
+	sqlClaim = `SELECT o.seq, o.attempts, o.first_attempt_at, o.next_at, o.last_error, o.okey,
+			w.route, w.id, w.topic, w.payload, w.headers, w.qos, w.received_at, w.ckey, w.causation_id,
+			w.created_at, w.expires_at
+		FROM live AS o CROSS JOIN outbox AS w ON w.seq = o.seq
+		WHERE o.session = ?1 AND o.part = ?2
+			AND (CASE o.claimed WHEN 0 THEN o.next_at ELSE o.claim_until END) <= ?3
+			AND (o.okey = '' OR NOT EXISTS (SELECT 1 FROM live AS b INDEXED BY live_okey
+				WHERE b.okey<>'' AND b.session = o.session AND b.okey = o.okey AND b.seq < o.seq
+				AND (CASE b.claimed WHEN 0 THEN b.next_at ELSE b.claim_until END) > ?3))
+		ORDER BY o.seq LIMIT ?4`
 
-	// sqlClaim is the claim: one statement over the pending partial index
-	// (its predicate repeated literally), in seq order, skipping records
-	// held back by an older live record of their ordering key.
-	sqlClaim = `UPDATE outbox SET state='claimed', token = ?1, claim_until = ?2, attempts = attempts + 1,
+	sqlClaimMark = `UPDATE live SET claimed = 1, token = ?1, claim_until = ?2, attempts = attempts + 1,
 			first_attempt_at = CASE first_attempt_at WHEN 0 THEN ?3 ELSE first_attempt_at END
-		WHERE seq IN (SELECT o.seq FROM outbox AS o INDEXED BY outbox_pending
-			WHERE o.state='pending' AND o.session = ?4 AND o.part = ?5 AND o.next_at <= ?3
-			AND (o.okey = '' OR NOT EXISTS (SELECT 1 FROM outbox AS b INDEXED BY outbox_okey
-				WHERE b.state IN ('pending','claimed') AND b.okey<>''
-				AND b.session = o.session AND b.okey = o.okey AND b.seq < o.seq
-				AND ((b.state = 'pending' AND b.next_at > ?3) OR (b.state = 'claimed' AND b.claim_until > ?3))))
-			ORDER BY o.seq LIMIT ?6)
-		RETURNING ` + claimColumns
+		WHERE session = ?4 AND part = ?5 AND seq IN (SELECT value FROM json_each(?6))`
 
-	// sqlComplete settles the records of one token in one statement; the
-	// seqs come as a JSON array.
-	sqlComplete = `UPDATE outbox NOT INDEXED SET state='done', payload=NULL, headers=NULL
-		WHERE seq IN (SELECT value FROM json_each(?1)) AND state='claimed' AND token = ?2
-		RETURNING seq, id, session, part, route`
+	// sqlCompleteLive ends the claims of one token in one partition (the
+	// seqs come as a JSON array); sqlCompleteDone makes their outbox rows
+	// done tombstones, checking each row's envelope ID and route (the
+	// records come as a JSON array of [seq, id, route]).
+	sqlCompleteLive = `DELETE FROM live
+		WHERE session = ?1 AND part = ?2 AND seq IN (SELECT value FROM json_each(?3)) AND claimed = 1 AND token = ?4`
+	sqlCompleteDone = `UPDATE outbox SET state='done', payload=NULL, headers=NULL
+		FROM (SELECT value->>0 AS seq, value->>1 AS id, value->>2 AS route FROM json_each(?1)) AS k
+		WHERE outbox.seq = k.seq AND outbox.id = k.id AND outbox.route = k.route AND outbox.state='live'`
 
 	// sqlDoneCount adds n completions of a route to a minute; sqlDonePrune
 	// forgets minutes older than the hour the Inspector reports.
@@ -74,21 +102,26 @@ const (
 		ON CONFLICT (minute, session, route) DO UPDATE SET n = n + excluded.n`
 	sqlDonePrune = `DELETE FROM done_count WHERE minute < ?`
 
-	sqlRelease = `UPDATE outbox SET state='pending', next_at = ?, last_error = ?
-		WHERE seq = ? AND id = ? AND state='claimed' AND token = ?`
+	sqlRelease = `UPDATE live SET claimed = 0, next_at = ?1, last_error = ?2
+		WHERE session = ?3 AND part = ?4 AND seq = ?5 AND claimed = 1 AND token = ?6
+		AND EXISTS (SELECT 1 FROM outbox WHERE seq = ?5 AND id = ?7)`
 
-	sqlDead = `UPDATE outbox SET state='dead', dead_at = ?, dead_reason = ?
-		WHERE seq = ? AND id = ? AND state='claimed' AND token = ? RETURNING session, part`
+	// sqlDeadLive ends a claim for a dead letter, returning the claim state
+	// that sqlDead copies to the outbox row.
+	sqlDeadLive = `DELETE FROM live WHERE session = ? AND part = ? AND seq = ? AND claimed = 1 AND token = ?
+		RETURNING attempts, first_attempt_at, next_at, last_error, claim_until`
+	sqlDead = `UPDATE outbox SET state='dead', dead_at = ?, dead_reason = ?, attempts = ?, first_attempt_at = ?,
+			next_at = ?, last_error = ?, token = ?, claim_until = ?
+		WHERE seq = ? AND id = ? AND state='live'`
 
 	sqlGetDead = `SELECT ` + columns + ` FROM outbox WHERE state='dead' AND id = ? ORDER BY dead_at, seq LIMIT 1`
 
 	sqlDepthRows = `SELECT part, live FROM depth WHERE session = ? AND live > 0`
 
-	sqlOldestPending = `SELECT seq, created_at FROM outbox INDEXED BY outbox_pending WHERE state='pending' AND session = ? AND part = ?
-		ORDER BY seq LIMIT 1`
-
-	sqlOldestClaimed = `SELECT seq, created_at FROM outbox INDEXED BY outbox_claimed WHERE state='claimed' AND session = ? AND part = ?
-		ORDER BY seq LIMIT 1`
+	// sqlOldestLive is the first live (pending or claimed) record of a
+	// partition by seq.
+	sqlOldestLive = `SELECT l.seq, w.created_at FROM live AS l CROSS JOIN outbox AS w ON w.seq = l.seq
+		WHERE l.session = ? AND l.part = ? ORDER BY l.seq LIMIT 1`
 
 	sqlListDead = `SELECT ` + columns + ` FROM outbox WHERE state='dead' AND (dead_at, seq) > (?, ?)
 		ORDER BY dead_at, seq LIMIT ?`
@@ -118,20 +151,25 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.w, &s.stmts.insertChunk, sqlInsertRows(insertChunk)},
 		{s.w, &s.stmts.insertChunkN, strings.TrimSuffix(sqlInsertRows(insertChunk), " RETURNING session, part")},
 		{s.w, &s.stmts.exists, sqlExists},
+		{s.w, &s.stmts.seqHigh, sqlSeqHigh},
+		{s.w, &s.stmts.liveSweep, sqlLiveSweep},
+		{s.w, &s.stmts.liveOne, sqlLiveOne},
+		{s.w, &s.stmts.liveDelete, sqlLiveDelete},
 		{s.w, &s.stmts.coalesceFind, sqlCoalesceFind},
 		{s.w, &s.stmts.tombstone, sqlTombstone},
 		{s.w, &s.stmts.depthAdd, sqlDepthAdd},
-		{s.w, &s.stmts.resetLapsed, sqlResetLapsed},
 		{s.w, &s.stmts.claim, sqlClaim},
-		{s.w, &s.stmts.complete, sqlComplete},
+		{s.w, &s.stmts.claimMark, sqlClaimMark},
+		{s.w, &s.stmts.completeLive, sqlCompleteLive},
+		{s.w, &s.stmts.completeDone, sqlCompleteDone},
 		{s.w, &s.stmts.doneCount, sqlDoneCountAdd},
 		{s.w, &s.stmts.donePrune, sqlDonePrune},
 		{s.w, &s.stmts.release, sqlRelease},
+		{s.w, &s.stmts.deadLive, sqlDeadLive},
 		{s.w, &s.stmts.dead, sqlDead},
 		{s.w, &s.stmts.deadByID, sqlGetDead},
 		{s.r, &s.stmts.depthRows, sqlDepthRows},
-		{s.r, &s.stmts.oldestPending, sqlOldestPending},
-		{s.r, &s.stmts.oldestClaimed, sqlOldestClaimed},
+		{s.r, &s.stmts.oldestLive, sqlOldestLive},
 		{s.r, &s.stmts.listDead, sqlListDead},
 		{s.r, &s.stmts.listDeadRoute, sqlListDeadRoute},
 		{s.r, &s.stmts.getDead, sqlGetDead},
@@ -146,9 +184,10 @@ func (s *Store) prepare(ctx context.Context) error {
 }
 
 func (st *stmts) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.insertChunk, st.insertChunkN, st.exists, st.coalesceFind, st.tombstone, st.depthAdd,
-		st.resetLapsed, st.claim, st.complete, st.doneCount, st.donePrune, st.release, st.dead, st.deadByID,
-		st.depthRows, st.oldestPending, st.oldestClaimed, st.listDead, st.listDeadRoute, st.getDead} {
+	for _, s := range []*sql.Stmt{st.insert, st.insertChunk, st.insertChunkN, st.exists, st.seqHigh, st.liveSweep,
+		st.liveOne, st.liveDelete, st.coalesceFind, st.tombstone, st.depthAdd, st.claim, st.claimMark,
+		st.completeLive, st.completeDone, st.doneCount, st.donePrune, st.release, st.deadLive, st.dead, st.deadByID,
+		st.depthRows, st.oldestLive, st.listDead, st.listDeadRoute, st.getDead} {
 		if s != nil {
 			_ = s.Close()
 		}

@@ -72,6 +72,12 @@ type Store struct {
 
 	stmts stmts
 
+	// liveLater are the seqs of the pending rows that insertRow added in
+	// the running write transaction; only writeTx's fn touches it, and
+	// write transactions run one at a time on the single writer
+	// connection.
+	liveLater []int64
+
 	doneCount  atomic.Int64 // done tombstones in the table
 	donePruned atomic.Int64 // the minute done_count was last pruned in
 	compactMu  sync.Mutex
@@ -204,22 +210,18 @@ const columns = `seq, session, part, route, id, topic, payload, headers, qos, re
 	causation_id, state, attempts, first_attempt_at, next_at, last_error, created_at, expires_at,
 	token, claim_until, dead_at, dead_reason`
 
-// claimColumns is what a claim returns: the columns scanClaimed cannot
-// know from the request.
-const claimColumns = `seq, route, id, topic, payload, headers, qos, received_at, okey, ckey,
-	causation_id, attempts, first_attempt_at, next_at, last_error, created_at, expires_at`
-
-// scanClaimed reads a row of claimColumns claimed by req.
-func scanClaimed(sc scanner, req *stores.ClaimRequest) (stores.Record, error) {
+// scanClaimed reads a row of sqlClaim as claimed by req at now (sqlClaimMark
+// adds the attempt and stamps the first one).
+func scanClaimed(sc scanner, req *stores.ClaimRequest, now int64) (stores.Record, error) {
 	r := stores.Record{Session: req.Session, Partition: req.Partition, State: stores.Claimed,
 		Token: req.Token, ClaimUntil: fromNanos(nanos(req.Until))}
 	var (
 		headers                                 sql.NullString
 		received, first, next, created, expires int64
 	)
-	err := sc.Scan(&r.Seq, &r.Route, &r.Envelope.ID, &r.Envelope.Topic, &r.Envelope.Payload, &headers,
-		&r.Envelope.QoS, &received, &r.Envelope.Key, &r.CoalesceKey, &r.CausationID, &r.Attempts,
-		&first, &next, &r.LastError, &created, &expires)
+	err := sc.Scan(&r.Seq, &r.Attempts, &first, &next, &r.LastError, &r.Envelope.Key, &r.Route, &r.Envelope.ID,
+		&r.Envelope.Topic, &r.Envelope.Payload, &headers, &r.Envelope.QoS, &received, &r.CoalesceKey,
+		&r.CausationID, &created, &expires)
 	if err != nil {
 		return r, err
 	}
@@ -227,6 +229,10 @@ func scanClaimed(sc scanner, req *stores.ClaimRequest) (stores.Record, error) {
 		if err := json.Unmarshal([]byte(headers.String), &r.Envelope.Headers); err != nil {
 			return r, fmt.Errorf("decode headers of %s: %w", r.Envelope.ID, err)
 		}
+	}
+	r.Attempts++
+	if first == 0 {
+		first = now
 	}
 	r.Envelope.ReceivedAt = fromNanos(received)
 	r.FirstAttemptAt = fromNanos(first)
