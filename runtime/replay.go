@@ -89,21 +89,21 @@ func (rt *Runtime) replayBatch(ctx context.Context, r *route) int {
 	}
 	done := make([]bool, len(recs))
 	for range dispatched {
-		var i int
 		select {
-		case i = <-settled:
+		case i := <-settled:
+			done[i] = true
+			if msgs[i].dead {
+				continue // dead-lettered again, under this claim
+			}
+			sctx, cancel := detached(ctx)
+			if err := rt.outbox.Complete(sctx, recs[i]); err != nil && !errors.Is(err, stores.ErrStaleToken) {
+				log.Warn("replay: complete", "record_id", recs[i].Envelope.ID, "error", err)
+			}
+			cancel()
+			continue
 		case <-ctx.Done():
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		done[i] = true
-		if msgs[i].dead {
-			continue // dead-lettered again, under this claim
-		}
-		if err := rt.outbox.Complete(ctx, recs[i]); err != nil && !errors.Is(err, stores.ErrStaleToken) {
-			log.Warn("replay: complete", "record_id", recs[i].Envelope.ID, "error", err)
-		}
+		break
 	}
 	// Shutdown: what did not settle goes back to pending at once (a late
 	// delivery of it is a duplicate, which at-least-once allows).
@@ -111,11 +111,17 @@ func (rt *Runtime) replayBatch(ctx context.Context, r *route) int {
 		if done[i] {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if err := rt.outbox.Release(rctx, recs[i], time.Now(), ""); err != nil && !errors.Is(err, stores.ErrStaleToken) {
+		sctx, cancel := detached(ctx)
+		if err := rt.outbox.Release(sctx, recs[i], time.Now(), ""); err != nil && !errors.Is(err, stores.ErrStaleToken) {
 			log.Warn("replay: release at shutdown", "record_id", recs[i].Envelope.ID, "error", err)
 		}
 		cancel()
 	}
 	return len(recs)
+}
+
+// detached is ctx without its cancellation, bounded to 5 s: settling a
+// replay must not be cut short by the shutdown that ended it.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 }
