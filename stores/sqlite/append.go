@@ -307,8 +307,10 @@ func (s *Store) tombstoneLive(ctx context.Context, tx *sql.Tx, session string, p
 }
 
 // addDone counts n new done tombstones and, past the retention plus a slack
-// of 1,000, deletes the oldest ones in one transaction. A failed compaction
-// is retried on the next call; it never fails the caller.
+// of 1,000, deletes the oldest ones in one transaction: completed records
+// first (by seq), then tombstones of coalesced, requeued or dropped
+// records. A failed compaction is retried on the next call; it never fails
+// the caller.
 func (s *Store) addDone(ctx context.Context, n int64) {
 	if n == 0 {
 		return
@@ -325,12 +327,41 @@ func (s *Store) addDone(ctx context.Context, n int64) {
 	if excess <= 0 {
 		return
 	}
-	res, err := s.w.ExecContext(context.WithoutCancel(ctx),
-		`DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state='done' ORDER BY seq LIMIT ?)`, excess)
-	if err != nil {
-		return
-	}
-	if deleted, err := res.RowsAffected(); err == nil {
+	var deleted int64
+	ctx = context.WithoutCancel(ctx)
+	err := s.writeTx(ctx, func(tx *sql.Tx, _ map[partKey]int) error {
+		deleted = 0
+		var last int64 // the newest completed seq to delete
+		err := tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM
+			(SELECT seq FROM completed ORDER BY seq LIMIT ?)`, excess).Scan(&last)
+		if err != nil {
+			return err
+		}
+		if last > 0 {
+			res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE seq IN (SELECT seq FROM completed WHERE seq <= ?)`, last)
+			if err != nil {
+				return err
+			}
+			if deleted, err = res.RowsAffected(); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM completed WHERE seq <= ?`, last); err != nil {
+				return err
+			}
+		}
+		if deleted >= excess {
+			return nil
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE seq IN
+			(SELECT seq FROM outbox INDEXED BY outbox_done WHERE state='done' ORDER BY seq LIMIT ?)`, excess-deleted)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		deleted += n
+		return err
+	})
+	if err == nil {
 		s.doneCount.Add(-deleted)
 	}
 }

@@ -108,8 +108,9 @@ func stale(r *stores.Record) error {
 
 // Complete implements stores.Outbox: one transaction, all records or none.
 // The records' live rows are deleted (one statement per token and
-// partition, normally one per batch) and their outbox rows become
-// payload-less done tombstones (see Options.DoneRetention).
+// partition, normally one per batch) and their seqs listed in completed;
+// their outbox rows stay, unchanged, as done tombstones until compaction
+// (see Options.DoneRetention).
 func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 	if len(recs) == 0 {
 		return nil

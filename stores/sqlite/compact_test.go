@@ -44,7 +44,7 @@ func TestStore_CompactsDoneRecords(t *testing.T) {
 	}
 	rows := func() (n int) {
 		t.Helper()
-		if err := s.r.QueryRow(`SELECT count(*) FROM outbox WHERE state='done'`).Scan(&n); err != nil {
+		if err := s.r.QueryRow(`SELECT (SELECT count(*) FROM completed) + (SELECT count(*) FROM outbox WHERE state='done')`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

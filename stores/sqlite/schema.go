@@ -144,6 +144,12 @@ var migrations = []string{
 	CREATE INDEX live_okey ON live(session, okey, seq) WHERE okey<>'';
 	-- Append: the pending row a coalesce key would replace.
 	CREATE INDEX outbox_coalesce ON outbox(session, route, ckey, seq) WHERE state='live' AND ckey<>'';`,
+
+	// 5: a complete deletes the live rows and lists the seqs here instead
+	// of rewriting each outbox row as a done tombstone: the outbox row
+	// (state still 'live', no live row) is the tombstone, payload included,
+	// until compaction deletes it with its entry here.
+	`CREATE TABLE completed (seq INTEGER PRIMARY KEY);`,
 }
 
 // migrate brings the schema up to date.

@@ -87,14 +87,15 @@ const (
 		WHERE session = ?4 AND part = ?5 AND seq IN (SELECT value FROM json_each(?6))`
 
 	// sqlCompleteLive ends the claims of one token in one partition (the
-	// seqs come as a JSON array); sqlCompleteDone makes their outbox rows
-	// done tombstones, checking each row's envelope ID and route (the
-	// records come as a JSON array of [seq, id, route]).
+	// seqs come as a JSON array); sqlCompleteDone lists their seqs in
+	// completed, checking each outbox row's envelope ID and route (the
+	// records come as a JSON array of [seq, id, route]) without rewriting
+	// it.
 	sqlCompleteLive = `DELETE FROM live
 		WHERE session = ?1 AND part = ?2 AND seq IN (SELECT value FROM json_each(?3)) AND claimed = 1 AND token = ?4`
-	sqlCompleteDone = `UPDATE outbox SET state='done', payload=NULL, headers=NULL
-		FROM (SELECT value->>0 AS seq, value->>1 AS id, value->>2 AS route FROM json_each(?1)) AS k
-		WHERE outbox.seq = k.seq AND outbox.id = k.id AND outbox.route = k.route AND outbox.state='live'`
+	sqlCompleteDone = `INSERT INTO completed (seq)
+		SELECT o.seq FROM json_each(?1) CROSS JOIN outbox AS o ON o.seq = json_each.value->>0
+		WHERE o.id = json_each.value->>1 AND o.route = json_each.value->>2 AND o.state='live'`
 
 	// sqlDoneCount adds n completions of a route to a minute; sqlDonePrune
 	// forgets minutes older than the hour the Inspector reports.

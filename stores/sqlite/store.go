@@ -136,7 +136,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, mapErr(err))
 	}
 	var done int64
-	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM outbox WHERE state='done'`).Scan(&done); err != nil {
+	if err := s.w.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM completed) + (SELECT count(*) FROM outbox WHERE state='done')`).Scan(&done); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, mapErr(err))
 	}
