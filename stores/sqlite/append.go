@@ -10,12 +10,6 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// partKey names one session partition, for depth accounting.
-type partKey struct {
-	session string
-	part    int
-}
-
 // writeTx runs fn in one BEGIN IMMEDIATE transaction on the writer and
 // commits it; the commit is the durable point. Before the commit it adds
 // the live rows of the pending records fn inserted with insertRow. It returns fn's error, or a
@@ -27,12 +21,13 @@ func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx, depth map[partK
 	}
 	depth := make(map[partKey]int, 1)
 	s.liveLater = s.liveLater[:0]
+	clear(s.pids.added)
 	if err := fn(tx, depth); err != nil {
 		_ = tx.Rollback()
 		return mapErr(err)
 	}
-	for _, seq := range s.liveLater {
-		if _, err := tx.StmtContext(ctx, s.stmts.liveOne).ExecContext(ctx, seq); err != nil {
+	for _, l := range s.liveLater {
+		if err := s.addLive(ctx, tx, l.part, l.seq); err != nil {
 			_ = tx.Rollback()
 			return mapErr(err)
 		}
@@ -47,10 +42,22 @@ func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx, depth map[partK
 			return mapErr(err)
 		}
 	}
+	added := s.takePids()
 	if err := tx.Commit(); err != nil {
 		return mapErr(err)
 	}
+	s.commitPids(added)
 	return nil
+}
+
+// addLive adds the live row of the live outbox row seq of partition k.
+func (s *Store) addLive(ctx context.Context, tx *sql.Tx, k partKey, seq int64) error {
+	pid, err := s.pid(ctx, tx, k, true)
+	if err != nil {
+		return err
+	}
+	_, err = tx.StmtContext(ctx, s.stmts.liveOne).ExecContext(ctx, seq, pid)
+	return err
 }
 
 // Append implements stores.Outbox: one transaction, one durable commit.
@@ -72,6 +79,24 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 		var high int64 // rows above it are this call's
 		if err := tx.StmtContext(ctx, s.stmts.seqHigh).QueryRowContext(ctx).Scan(&high); err != nil {
 			return err
+		}
+		// The pid of the call's partition (the usual batch), or of each.
+		var pid int64
+		one := partKey{recs[0].Session, recs[0].Partition}
+		for i := range recs {
+			k := partKey{recs[i].Session, recs[i].Partition}
+			if i > 0 && k == one {
+				continue
+			}
+			p, err := s.pid(ctx, tx, k, true)
+			if err != nil {
+				return err
+			}
+			if i == 0 {
+				pid = p
+			} else {
+				pid = 0 // several partitions
+			}
 		}
 		var chunk []any // args of up to insertChunk plain records, in order
 		rows := 0
@@ -112,7 +137,11 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 			return err
 		}
 		// The live rows of every record this call added, in one statement.
-		_, err := tx.StmtContext(ctx, s.stmts.liveSweep).ExecContext(ctx, high)
+		if pid != 0 {
+			_, err := tx.StmtContext(ctx, s.stmts.liveSweep).ExecContext(ctx, high, pid)
+			return err
+		}
+		_, err := tx.StmtContext(ctx, s.stmts.liveSweepJoin).ExecContext(ctx, high)
 		return err
 	})
 	if err != nil {
@@ -219,7 +248,7 @@ func dbState(state stores.State) string {
 func (s *Store) insertRow(ctx context.Context, ins *sql.Stmt, r *stores.Record, state stores.State, now time.Time) (bool, error) {
 	seq, err := insertOutboxRow(ctx, ins, r, state, now)
 	if seq != 0 && state == stores.Pending {
-		s.liveLater = append(s.liveLater, seq)
+		s.liveLater = append(s.liveLater, liveRow{partKey{r.Session, r.Partition}, seq})
 	}
 	return seq != 0, err
 }
@@ -289,7 +318,7 @@ func (s *Store) coalesce(ctx context.Context, tx *sql.Tx, r *stores.Record, now 
 		return 0, err
 	}
 	// Its live row at once: a later record of this call may replace it.
-	if _, err := tx.StmtContext(ctx, s.stmts.liveOne).ExecContext(ctx, seq); err != nil {
+	if err := s.addLive(ctx, tx, partKey{r.Session, r.Partition}, seq); err != nil {
 		return 0, err
 	}
 	depth[partKey{r.Session, r.Partition}]++
@@ -302,7 +331,11 @@ func (s *Store) tombstoneLive(ctx context.Context, tx *sql.Tx, session string, p
 	if _, err := tx.StmtContext(ctx, s.stmts.tombstone).ExecContext(ctx, seq); err != nil {
 		return err
 	}
-	_, err := tx.StmtContext(ctx, s.stmts.liveDelete).ExecContext(ctx, session, part, seq)
+	pid, err := s.pid(ctx, tx, partKey{session, part}, false)
+	if err != nil {
+		return err
+	}
+	_, err = tx.StmtContext(ctx, s.stmts.liveDelete).ExecContext(ctx, pid, seq)
 	return err
 }
 

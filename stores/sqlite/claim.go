@@ -27,7 +27,11 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	var seqs []byte
 	err := s.writeTx(ctx, func(tx *sql.Tx, _ map[partKey]int) error {
 		out = out[:0]
-		rows, err := tx.StmtContext(ctx, s.stmts.claim).QueryContext(ctx, req.Session, req.Partition, now, req.Limit)
+		pid, err := s.pid(ctx, tx, partKey{req.Session, req.Partition}, false)
+		if err != nil || pid == 0 {
+			return err // no live rows in this partition, ever
+		}
+		rows, err := tx.StmtContext(ctx, s.stmts.claim).QueryContext(ctx, pid, now, req.Limit)
 		if err != nil {
 			return err
 		}
@@ -47,7 +51,7 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 		}
 		seqs = seqsJSON(seqs[:0], out)
 		res, err := tx.StmtContext(ctx, s.stmts.claimMark).ExecContext(ctx,
-			req.Token, nanos(req.Until), now, req.Session, req.Partition, string(seqs))
+			req.Token, nanos(req.Until), now, pid, string(seqs))
 		if err != nil {
 			return err
 		}
@@ -161,7 +165,11 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 				seqs = strconv.AppendInt(seqs, recs[i].Seq, 10)
 			}
 			seqs = append(seqs, ']')
-			res, err := del.ExecContext(ctx, k.part.session, k.part.part, string(seqs), k.token)
+			pid, err := s.pid(ctx, tx, k.part, false)
+			if err != nil {
+				return err
+			}
+			res, err := del.ExecContext(ctx, pid, string(seqs), k.token)
 			if err != nil {
 				return err
 			}
@@ -231,8 +239,12 @@ func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, 
 			return err
 		}
 		rec := rs[0]
+		pid, err := s.pid(ctx, tx, partKey{rec.Session, rec.Partition}, false)
+		if err != nil {
+			return err
+		}
 		res, err := tx.StmtContext(ctx, s.stmts.release).ExecContext(ctx,
-			nanos(next), lastError, rec.Session, rec.Partition, rec.Seq, rec.Token, rec.Envelope.ID)
+			nanos(next), lastError, pid, rec.Seq, rec.Token, rec.Envelope.ID)
 		if err != nil {
 			return err
 		}
@@ -268,8 +280,12 @@ func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string
 			attempts, first, next, until int64
 			lastError                    string
 		)
+		pid, err := s.pid(ctx, tx, partKey{rec.Session, rec.Partition}, false)
+		if err != nil {
+			return err
+		}
 		err = tx.StmtContext(ctx, s.stmts.deadLive).QueryRowContext(ctx,
-			rec.Session, rec.Partition, rec.Seq, rec.Token).Scan(&attempts, &first, &next, &lastError, &until)
+			pid, rec.Seq, rec.Token).Scan(&attempts, &first, &next, &lastError, &until)
 		if errors.Is(err, sql.ErrNoRows) {
 			return stale(&rec)
 		}

@@ -150,6 +150,41 @@ var migrations = []string{
 	// (state still 'live', no live row) is the tombstone, payload included,
 	// until compaction deletes it with its entry here.
 	`CREATE TABLE completed (seq INTEGER PRIMARY KEY);`,
+
+	// 6: the live table is keyed by integers, (pid, seq), where parts
+	// names each session partition's pid: a claim, a complete and their
+	// seeks compare two integers per key instead of a text and two
+	// integers. The session stays as a column for the ordering-key index.
+	`CREATE TABLE parts (
+		pid     INTEGER PRIMARY KEY,
+		session TEXT    NOT NULL,
+		part    INTEGER NOT NULL
+	);
+	CREATE UNIQUE INDEX parts_key ON parts(session, part);
+	INSERT INTO parts (session, part) SELECT DISTINCT session, part FROM live ORDER BY session, part;
+	CREATE TABLE live_by_pid (
+		pid              INTEGER NOT NULL,
+		seq              INTEGER NOT NULL,
+		session          TEXT    NOT NULL,
+		claimed          INTEGER NOT NULL, -- 0 pending, 1 claimed
+		next_at          INTEGER NOT NULL,
+		claim_until      INTEGER NOT NULL,
+		token            INTEGER NOT NULL,
+		attempts         INTEGER NOT NULL,
+		first_attempt_at INTEGER NOT NULL,
+		last_error       TEXT    NOT NULL,
+		okey             TEXT    NOT NULL,
+		PRIMARY KEY (pid, seq)
+	) WITHOUT ROWID;
+	INSERT INTO live_by_pid (pid, seq, session, claimed, next_at, claim_until, token, attempts,
+		first_attempt_at, last_error, okey)
+		SELECT p.pid, l.seq, l.session, l.claimed, l.next_at, l.claim_until, l.token, l.attempts,
+			l.first_attempt_at, l.last_error, l.okey
+		FROM live AS l JOIN parts AS p ON p.session = l.session AND p.part = l.part;
+	DROP TABLE live;
+	ALTER TABLE live_by_pid RENAME TO live;
+	-- Claim: older live rows of the same ordering key.
+	CREATE INDEX live_okey ON live(session, okey, seq) WHERE okey<>'';`,
 }
 
 // migrate brings the schema up to date.

@@ -12,7 +12,7 @@ import (
 // tx.StmtContext; reader statements are prepared on the read pool.
 type stmts struct {
 	insert, insertChunk, insertChunkN, exists, coalesceFind, tombstone, depthAdd *sql.Stmt
-	seqHigh, liveSweep, liveOne, liveDelete                                      *sql.Stmt
+	seqHigh, liveSweep, liveSweepJoin, liveOne, liveDelete, pidFind, pidAdd      *sql.Stmt
 	claim, claimMark                                                             *sql.Stmt
 	completeLive, completeDone, doneCount, donePrune, release, deadLive, dead    *sql.Stmt
 	deadByID                                                                     *sql.Stmt
@@ -38,53 +38,65 @@ const (
 	// one): outbox rows above it were inserted after it was read.
 	sqlSeqHigh = `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)`
 
-	// sqlLiveSweep gives the live outbox rows inserted after seq ?1 their
-	// live (claim state) rows, in one statement per Append; sqlLiveOne
-	// does it for the row seq ?1.
-	sqlLiveSweep = `INSERT INTO live (session, part, seq, claimed, next_at, claim_until, token, attempts,
+	// sqlLiveSweep gives the live outbox rows inserted after seq ?1, all of
+	// session partition pid ?2, their live (claim state) rows, in one
+	// statement per Append; sqlLiveSweepJoin does it for rows of several
+	// partitions, and sqlLiveOne for the row seq ?1 of pid ?2.
+	sqlLiveSweep = `INSERT INTO live (pid, seq, session, claimed, next_at, claim_until, token, attempts,
 			first_attempt_at, last_error, okey)
-		SELECT session, part, seq, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
+		SELECT ?2, seq, session, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
 		FROM outbox WHERE seq > ?1 AND state='live'
 		ON CONFLICT DO NOTHING`
-	sqlLiveOne = `INSERT INTO live (session, part, seq, claimed, next_at, claim_until, token, attempts,
+	sqlLiveSweepJoin = `INSERT INTO live (pid, seq, session, claimed, next_at, claim_until, token, attempts,
 			first_attempt_at, last_error, okey)
-		SELECT session, part, seq, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
+		SELECT p.pid, o.seq, o.session, 0, o.next_at, 0, 0, o.attempts, o.first_attempt_at, o.last_error, o.okey
+		FROM outbox AS o CROSS JOIN parts AS p INDEXED BY parts_key ON p.session = o.session AND p.part = o.part
+		WHERE o.seq > ?1 AND o.state='live'
+		ON CONFLICT DO NOTHING`
+	sqlLiveOne = `INSERT INTO live (pid, seq, session, claimed, next_at, claim_until, token, attempts,
+			first_attempt_at, last_error, okey)
+		SELECT ?2, seq, session, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
 		FROM outbox WHERE seq = ?1 AND state='live'
 		ON CONFLICT DO NOTHING`
 
+	// sqlPidFind and sqlPidAdd read and add a session partition's pid.
+	sqlPidFind = `SELECT pid FROM parts INDEXED BY parts_key WHERE session = ? AND part = ?`
+	sqlPidAdd  = `INSERT INTO parts (session, part) VALUES (?, ?) RETURNING pid`
+
 	sqlCoalesceFind = `SELECT w.seq, w.part, w.received_at, l.next_at FROM outbox AS w INDEXED BY outbox_coalesce
-		CROSS JOIN live AS l ON l.session = w.session AND l.part = w.part AND l.seq = w.seq
+		CROSS JOIN parts AS p INDEXED BY parts_key ON p.session = w.session AND p.part = w.part
+		CROSS JOIN live AS l ON l.pid = p.pid AND l.seq = w.seq
 		WHERE w.state='live' AND w.ckey<>'' AND w.session = ?1 AND w.route = ?2 AND w.ckey = ?3 AND l.claimed = 0
 		ORDER BY w.seq DESC LIMIT 1`
 
 	// sqlTombstone makes an outbox row a payload-less done tombstone; a
 	// live one also loses its live row (sqlLiveDelete).
 	sqlTombstone  = `UPDATE outbox SET state='done', payload=NULL, headers=NULL WHERE seq = ?`
-	sqlLiveDelete = `DELETE FROM live WHERE session = ? AND part = ? AND seq = ?`
+	sqlLiveDelete = `DELETE FROM live WHERE pid = ? AND seq = ?`
 
 	sqlDepthAdd = `INSERT INTO depth (session, part, live) VALUES (?, ?, ?)
 		ON CONFLICT (session, part) DO UPDATE SET live = live + excluded.live`
 
-	// sqlClaim reads the first ?4 claimable live rows of one partition in
+	// sqlClaim reads the first ?3 claimable live rows of partition ?1 in
 	// seq order (due pending rows and lapsed claims alike) with their
 	// outbox columns, skipping records held back by an older live record of
 	// their ordering key; sqlClaimMark then claims them in place. The live
-	// table's key is (session, part, seq), so the walk starts at the head of
-	// the partition whatever the backlog behind it.
+	// table's key is (pid, seq), so the walk starts at the head of the
+	// partition whatever the backlog behind it.
 	sqlClaim = `SELECT o.seq, o.attempts, o.first_attempt_at, o.next_at, o.last_error, o.okey,
 			w.route, w.id, w.topic, w.payload, w.headers, w.qos, w.received_at, w.ckey, w.causation_id,
 			w.created_at, w.expires_at
 		FROM live AS o CROSS JOIN outbox AS w ON w.seq = o.seq
-		WHERE o.session = ?1 AND o.part = ?2
-			AND (CASE o.claimed WHEN 0 THEN o.next_at ELSE o.claim_until END) <= ?3
+		WHERE o.pid = ?1
+			AND (CASE o.claimed WHEN 0 THEN o.next_at ELSE o.claim_until END) <= ?2
 			AND (o.okey = '' OR NOT EXISTS (SELECT 1 FROM live AS b INDEXED BY live_okey
 				WHERE b.okey<>'' AND b.session = o.session AND b.okey = o.okey AND b.seq < o.seq
-				AND (CASE b.claimed WHEN 0 THEN b.next_at ELSE b.claim_until END) > ?3))
-		ORDER BY o.seq LIMIT ?4`
+				AND (CASE b.claimed WHEN 0 THEN b.next_at ELSE b.claim_until END) > ?2))
+		ORDER BY o.seq LIMIT ?3`
 
 	sqlClaimMark = `UPDATE live SET claimed = 1, token = ?1, claim_until = ?2, attempts = attempts + 1,
 			first_attempt_at = CASE first_attempt_at WHEN 0 THEN ?3 ELSE first_attempt_at END
-		WHERE session = ?4 AND part = ?5 AND seq IN (SELECT value FROM json_each(?6))`
+		WHERE pid = ?4 AND seq IN (SELECT value FROM json_each(?5))`
 
 	// sqlCompleteLive ends the claims of one token in one partition (the
 	// seqs come as a JSON array); sqlCompleteDone lists their seqs in
@@ -92,7 +104,7 @@ const (
 	// records come as a JSON array of [seq, id, route]) without rewriting
 	// it.
 	sqlCompleteLive = `DELETE FROM live
-		WHERE session = ?1 AND part = ?2 AND seq IN (SELECT value FROM json_each(?3)) AND claimed = 1 AND token = ?4`
+		WHERE pid = ?1 AND seq IN (SELECT value FROM json_each(?2)) AND claimed = 1 AND token = ?3`
 	sqlCompleteDone = `INSERT INTO completed (seq)
 		SELECT o.seq FROM json_each(?1) CROSS JOIN outbox AS o ON o.seq = json_each.value->>0
 		WHERE o.id = json_each.value->>1 AND o.route = json_each.value->>2 AND o.state='live'`
@@ -104,12 +116,12 @@ const (
 	sqlDonePrune = `DELETE FROM done_count WHERE minute < ?`
 
 	sqlRelease = `UPDATE live SET claimed = 0, next_at = ?1, last_error = ?2
-		WHERE session = ?3 AND part = ?4 AND seq = ?5 AND claimed = 1 AND token = ?6
-		AND EXISTS (SELECT 1 FROM outbox WHERE seq = ?5 AND id = ?7)`
+		WHERE pid = ?3 AND seq = ?4 AND claimed = 1 AND token = ?5
+		AND EXISTS (SELECT 1 FROM outbox WHERE seq = ?4 AND id = ?6)`
 
 	// sqlDeadLive ends a claim for a dead letter, returning the claim state
 	// that sqlDead copies to the outbox row.
-	sqlDeadLive = `DELETE FROM live WHERE session = ? AND part = ? AND seq = ? AND claimed = 1 AND token = ?
+	sqlDeadLive = `DELETE FROM live WHERE pid = ? AND seq = ? AND claimed = 1 AND token = ?
 		RETURNING attempts, first_attempt_at, next_at, last_error, claim_until`
 	sqlDead = `UPDATE outbox SET state='dead', dead_at = ?, dead_reason = ?, attempts = ?, first_attempt_at = ?,
 			next_at = ?, last_error = ?, token = ?, claim_until = ?
@@ -121,8 +133,9 @@ const (
 
 	// sqlOldestLive is the first live (pending or claimed) record of a
 	// partition by seq.
-	sqlOldestLive = `SELECT l.seq, w.created_at FROM live AS l CROSS JOIN outbox AS w ON w.seq = l.seq
-		WHERE l.session = ? AND l.part = ? ORDER BY l.seq LIMIT 1`
+	sqlOldestLive = `SELECT l.seq, w.created_at FROM parts AS p INDEXED BY parts_key CROSS JOIN live AS l ON l.pid = p.pid
+		CROSS JOIN outbox AS w ON w.seq = l.seq
+		WHERE p.session = ? AND p.part = ? ORDER BY l.seq LIMIT 1`
 
 	sqlListDead = `SELECT ` + columns + ` FROM outbox WHERE state='dead' AND (dead_at, seq) > (?, ?)
 		ORDER BY dead_at, seq LIMIT ?`
@@ -154,6 +167,9 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.w, &s.stmts.exists, sqlExists},
 		{s.w, &s.stmts.seqHigh, sqlSeqHigh},
 		{s.w, &s.stmts.liveSweep, sqlLiveSweep},
+		{s.w, &s.stmts.liveSweepJoin, sqlLiveSweepJoin},
+		{s.w, &s.stmts.pidFind, sqlPidFind},
+		{s.w, &s.stmts.pidAdd, sqlPidAdd},
 		{s.w, &s.stmts.liveOne, sqlLiveOne},
 		{s.w, &s.stmts.liveDelete, sqlLiveDelete},
 		{s.w, &s.stmts.coalesceFind, sqlCoalesceFind},
@@ -186,6 +202,7 @@ func (s *Store) prepare(ctx context.Context) error {
 
 func (st *stmts) close() {
 	for _, s := range []*sql.Stmt{st.insert, st.insertChunk, st.insertChunkN, st.exists, st.seqHigh, st.liveSweep,
+		st.liveSweepJoin, st.pidFind, st.pidAdd,
 		st.liveOne, st.liveDelete, st.coalesceFind, st.tombstone, st.depthAdd, st.claim, st.claimMark,
 		st.completeLive, st.completeDone, st.doneCount, st.donePrune, st.release, st.deadLive, st.dead, st.deadByID,
 		st.depthRows, st.oldestLive, st.listDead, st.listDeadRoute, st.getDead} {

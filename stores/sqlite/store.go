@@ -76,7 +76,9 @@ type Store struct {
 	// the running write transaction; only writeTx's fn touches it, and
 	// write transactions run one at a time on the single writer
 	// connection.
-	liveLater []int64
+	liveLater []liveRow
+	pids      pids
+	pidMu     sync.RWMutex
 
 	doneCount  atomic.Int64 // done tombstones in the table
 	donePruned atomic.Int64 // the minute done_count was last pruned in
@@ -108,7 +110,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.CacheKiB <= 0 {
 		opts.CacheKiB = 32768
 	}
-	s := &Store{path: path, opts: opts}
+	s := &Store{path: path, opts: opts, pids: pids{committed: map[partKey]int64{}, added: map[partKey]int64{}}}
 	ctx := context.Background()
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
