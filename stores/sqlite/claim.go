@@ -3,11 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
@@ -137,7 +137,7 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 			order    []groupKey
 			seen     = make(map[int64]bool, len(recs))
 			perRoute = map[routeKey]int64{}
-			keys     []any // [seq, id, route] of every record, for sqlCompleteDone
+			all      = make([]int, 0, len(recs)) // indexes of distinct records
 		)
 		for i := range recs {
 			r := &recs[i]
@@ -145,31 +145,32 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 				continue
 			}
 			seen[r.Seq] = true
+			all = append(all, i)
 			k := groupKey{r.Token, partKey{r.Session, r.Partition}}
 			if _, ok := groups[k]; !ok {
 				order = append(order, k)
 			}
 			groups[k] = append(groups[k], i)
-			keys = append(keys, [3]any{r.Seq, r.Envelope.ID, r.Route})
 		}
-		var seqs []byte
+		seqs := func(idx []int) string {
+			b := make([]byte, 0, 16*len(idx))
+			b = append(b, '[')
+			for j, i := range idx {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = strconv.AppendInt(b, recs[i].Seq, 10)
+			}
+			return string(append(b, ']'))
+		}
 		del := tx.StmtContext(ctx, s.stmts.completeLive)
 		for _, k := range order {
 			g := groups[k]
-			seqs = seqs[:0]
-			seqs = append(seqs, '[')
-			for j, i := range g {
-				if j > 0 {
-					seqs = append(seqs, ',')
-				}
-				seqs = strconv.AppendInt(seqs, recs[i].Seq, 10)
-			}
-			seqs = append(seqs, ']')
 			pid, err := s.pid(ctx, tx, k.part, false)
 			if err != nil {
 				return err
 			}
-			res, err := del.ExecContext(ctx, pid, string(seqs), k.token)
+			res, err := del.ExecContext(ctx, pid, seqs(g), k.token)
 			if err != nil {
 				return err
 			}
@@ -186,23 +187,23 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 				perRoute[routeKey{k.part.session, recs[i].Route}]++
 			}
 		}
-		js, err := json.Marshal(keys)
-		if err != nil {
+		// The claimed rows are the records' own: same envelope ID and route.
+		allSeqs := seqs(all)
+		var got sql.NullString
+		if err := tx.StmtContext(ctx, s.stmts.completeCheck).QueryRowContext(ctx, allSeqs).Scan(&got); err != nil {
 			return err
 		}
-		res, err := tx.StmtContext(ctx, s.stmts.completeDone).ExecContext(ctx, string(js))
-		if err != nil {
+		want := make([]string, len(all))
+		for j, i := range all {
+			want[j] = recs[i].Envelope.ID + " " + recs[i].Route
+		}
+		if !sameLines(got.String, want) {
+			return fmt.Errorf("%w: a record's seq holds another envelope ID or route", stores.ErrStaleToken)
+		}
+		if _, err := tx.StmtContext(ctx, s.stmts.completeDone).ExecContext(ctx, allSeqs); err != nil {
 			return err
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if n != int64(len(keys)) {
-			return fmt.Errorf("%w: %d of %d records do not match their claimed rows (envelope ID or route)",
-				stores.ErrStaleToken, int64(len(keys))-n, len(keys))
-		}
-		done = len(keys)
+		done = len(seen)
 		minute := time.Now().Unix() / 60
 		add := tx.StmtContext(ctx, s.stmts.doneCount)
 		for k, n := range perRoute {
@@ -307,4 +308,16 @@ func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string
 		return fmt.Errorf("dead-letter: %w", err)
 	}
 	return nil
+}
+
+// sameLines reports whether the lines of got are want, in any order (the
+// lines of want contain no newline).
+func sameLines(got string, want []string) bool {
+	lines := strings.Split(got, "\n")
+	if len(lines) != len(want) {
+		return false
+	}
+	slices.Sort(lines)
+	slices.Sort(want)
+	return slices.Equal(lines, want)
 }

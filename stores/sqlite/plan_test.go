@@ -43,7 +43,7 @@ func TestStore_QueryPlans(t *testing.T) {
 		{"claim", sqlClaim, []any{int64(1), now, 100}},
 		{"claim mark", sqlClaimMark, []any{int64(1), now, now, int64(1), "[1,2]"}},
 		{"complete live", sqlCompleteLive, []any{int64(1), "[1,2]", int64(1)}},
-		{"complete done", sqlCompleteDone, []any{`[[1,"id","r"]]`}},
+		{"complete check", sqlCompleteCheck, []any{"[1,2]"}},
 		{"release", sqlRelease, []any{now, "", int64(1), int64(1), int64(1), "id"}},
 		{"dead live", sqlDeadLive, []any{int64(1), int64(1), int64(1)}},
 		{"dead", sqlDead, []any{now, "", 1, now, now, "", int64(1), now, int64(1), "id"}},

@@ -14,7 +14,8 @@ type stmts struct {
 	insert, insertChunk, insertChunkN, exists, coalesceFind, tombstone, depthAdd *sql.Stmt
 	seqHigh, liveSweep, liveSweepJoin, liveOne, liveDelete, pidFind, pidAdd      *sql.Stmt
 	claim, claimMark                                                             *sql.Stmt
-	completeLive, completeDone, doneCount, donePrune, release, deadLive, dead    *sql.Stmt
+	completeLive, completeCheck, completeDone, doneCount, donePrune              *sql.Stmt
+	release, deadLive, dead                                                      *sql.Stmt
 	deadByID                                                                     *sql.Stmt
 
 	depthRows, oldestLive            *sql.Stmt
@@ -99,15 +100,16 @@ const (
 		WHERE pid = ?4 AND seq IN (SELECT value FROM json_each(?5))`
 
 	// sqlCompleteLive ends the claims of one token in one partition (the
-	// seqs come as a JSON array); sqlCompleteDone lists their seqs in
-	// completed, checking each outbox row's envelope ID and route (the
-	// records come as a JSON array of [seq, id, route]) without rewriting
-	// it.
+	// seqs come as a JSON array). sqlCompleteCheck returns the envelope ID
+	// and route of the outbox rows of a JSON array of seqs, one line each
+	// in no set order, for Complete to check against its records;
+	// sqlCompleteDone lists the seqs in completed. The outbox rows are not
+	// rewritten.
 	sqlCompleteLive = `DELETE FROM live
 		WHERE pid = ?1 AND seq IN (SELECT value FROM json_each(?2)) AND claimed = 1 AND token = ?3`
-	sqlCompleteDone = `INSERT INTO completed (seq)
-		SELECT o.seq FROM json_each(?1) CROSS JOIN outbox AS o ON o.seq = json_each.value->>0
-		WHERE o.id = json_each.value->>1 AND o.route = json_each.value->>2 AND o.state='live'`
+	sqlCompleteCheck = `SELECT group_concat(o.id || ' ' || o.route, char(10))
+		FROM json_each(?1) CROSS JOIN outbox AS o ON o.seq = json_each.value`
+	sqlCompleteDone = `INSERT INTO completed (seq) SELECT value FROM json_each(?1)`
 
 	// sqlDoneCount adds n completions of a route to a minute; sqlDonePrune
 	// forgets minutes older than the hour the Inspector reports.
@@ -178,6 +180,7 @@ func (s *Store) prepare(ctx context.Context) error {
 		{s.w, &s.stmts.claim, sqlClaim},
 		{s.w, &s.stmts.claimMark, sqlClaimMark},
 		{s.w, &s.stmts.completeLive, sqlCompleteLive},
+		{s.w, &s.stmts.completeCheck, sqlCompleteCheck},
 		{s.w, &s.stmts.completeDone, sqlCompleteDone},
 		{s.w, &s.stmts.doneCount, sqlDoneCountAdd},
 		{s.w, &s.stmts.donePrune, sqlDonePrune},
@@ -204,7 +207,7 @@ func (st *stmts) close() {
 	for _, s := range []*sql.Stmt{st.insert, st.insertChunk, st.insertChunkN, st.exists, st.seqHigh, st.liveSweep,
 		st.liveSweepJoin, st.pidFind, st.pidAdd,
 		st.liveOne, st.liveDelete, st.coalesceFind, st.tombstone, st.depthAdd, st.claim, st.claimMark,
-		st.completeLive, st.completeDone, st.doneCount, st.donePrune, st.release, st.deadLive, st.dead, st.deadByID,
+		st.completeLive, st.completeCheck, st.completeDone, st.doneCount, st.donePrune, st.release, st.deadLive, st.dead, st.deadByID,
 		st.depthRows, st.oldestLive, st.listDead, st.listDeadRoute, st.getDead} {
 		if s != nil {
 			_ = s.Close()
