@@ -11,8 +11,7 @@ import (
 // sqlCoalesceOther finds the newest pending record of a coalesce key other
 // than the one just released (seq ?4).
 const sqlCoalesceOther = `SELECT w.seq, w.part, w.received_at, l.next_at FROM outbox AS w INDEXED BY outbox_coalesce
-	CROSS JOIN parts AS p INDEXED BY parts_key ON p.session = w.session AND p.part = w.part
-	CROSS JOIN live AS l ON l.pid = p.pid AND l.seq = w.seq
+	CROSS JOIN live AS l ON l.seq = w.seq
 	WHERE w.state='live' AND w.ckey<>'' AND w.session = ?1 AND w.route = ?2 AND w.ckey = ?3 AND w.seq <> ?4
 		AND l.claimed = 0
 	ORDER BY w.seq DESC LIMIT 1`

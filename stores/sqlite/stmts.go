@@ -65,8 +65,7 @@ const (
 	sqlPidAdd  = `INSERT INTO parts (session, part) VALUES (?, ?) RETURNING pid`
 
 	sqlCoalesceFind = `SELECT w.seq, w.part, w.received_at, l.next_at FROM outbox AS w INDEXED BY outbox_coalesce
-		CROSS JOIN parts AS p INDEXED BY parts_key ON p.session = w.session AND p.part = w.part
-		CROSS JOIN live AS l ON l.pid = p.pid AND l.seq = w.seq
+		CROSS JOIN live AS l ON l.seq = w.seq
 		WHERE w.state='live' AND w.ckey<>'' AND w.session = ?1 AND w.route = ?2 AND w.ckey = ?3 AND l.claimed = 0
 		ORDER BY w.seq DESC LIMIT 1`
 
@@ -83,11 +82,12 @@ const (
 	// outbox columns, skipping records held back by an older live record of
 	// their ordering key; sqlClaimMark then claims them in place. The live
 	// table's key is (pid, seq), so the walk starts at the head of the
-	// partition whatever the backlog behind it.
+	// partition whatever the backlog behind it. (The live table's key is
+	// seq; live_pid orders it by (pid, seq).)
 	sqlClaim = `SELECT o.seq, o.attempts, o.first_attempt_at, o.next_at, o.last_error, o.okey,
 			w.route, w.id, w.topic, w.payload, w.headers, w.qos, w.received_at, w.ckey, w.causation_id,
 			w.created_at, w.expires_at
-		FROM live AS o CROSS JOIN outbox AS w ON w.seq = o.seq
+		FROM live AS o INDEXED BY live_pid CROSS JOIN outbox AS w ON w.seq = o.seq
 		WHERE o.pid = ?1
 			AND (CASE o.claimed WHEN 0 THEN o.next_at ELSE o.claim_until END) <= ?2
 			AND (o.okey = '' OR NOT EXISTS (SELECT 1 FROM live AS b INDEXED BY live_okey
@@ -97,7 +97,7 @@ const (
 
 	sqlClaimMark = `UPDATE live SET claimed = 1, token = ?1, claim_until = ?2, attempts = attempts + 1,
 			first_attempt_at = CASE first_attempt_at WHEN 0 THEN ?3 ELSE first_attempt_at END
-		WHERE pid = ?4 AND seq IN (SELECT value FROM json_each(?5))`
+		WHERE seq IN (SELECT value FROM json_each(?5)) AND +pid = ?4`
 
 	// sqlCompleteLive ends the claims of one token in one partition (the
 	// seqs come as a JSON array). sqlCompleteCheck returns the envelope ID
@@ -106,7 +106,7 @@ const (
 	// sqlCompleteDone lists the seqs in completed. The outbox rows are not
 	// rewritten.
 	sqlCompleteLive = `DELETE FROM live
-		WHERE pid = ?1 AND seq IN (SELECT value FROM json_each(?2)) AND claimed = 1 AND token = ?3`
+		WHERE seq IN (SELECT value FROM json_each(?2)) AND +pid = ?1 AND claimed = 1 AND token = ?3`
 	sqlCompleteCheck = `SELECT group_concat(o.id || ' ' || o.route, char(10))
 		FROM json_each(?1) CROSS JOIN outbox AS o ON o.seq = json_each.value`
 	sqlCompleteDone = `INSERT INTO completed (seq) SELECT value FROM json_each(?1)`
@@ -135,7 +135,8 @@ const (
 
 	// sqlOldestLive is the first live (pending or claimed) record of a
 	// partition by seq.
-	sqlOldestLive = `SELECT l.seq, w.created_at FROM parts AS p INDEXED BY parts_key CROSS JOIN live AS l ON l.pid = p.pid
+	sqlOldestLive = `SELECT l.seq, w.created_at FROM parts AS p INDEXED BY parts_key
+		CROSS JOIN live AS l INDEXED BY live_pid ON l.pid = p.pid
 		CROSS JOIN outbox AS w ON w.seq = l.seq
 		WHERE p.session = ? AND p.part = ? ORDER BY l.seq LIMIT 1`
 
