@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
@@ -151,13 +152,30 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 	return nil
 }
 
-// insertRows inserts rows plain records whose arguments are in args: a full
-// chunk in one statement, fewer one by one. New rows count in depth.
+// insertRows inserts rows plain records whose arguments are in args, in
+// multi-row statements of 32, 16, 8, 4, 2 and 1 rows (so at most six for
+// any chunk). New rows count in depth.
 func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, args []any, rows int, depth map[partKey]int) error {
 	n := len(args) / rows
-	if rows == insertChunk && samePartition(args, n) {
+	for size := insertChunk; rows > 0; size /= 2 {
+		for ; rows >= size; rows -= size {
+			chunk := args[:size*n]
+			args = args[size*n:]
+			if err := s.insertSized(ctx, tx, chunk, size, n, depth); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// insertSized inserts the size rows of n arguments each in args with one
+// statement.
+func (s *Store) insertSized(ctx context.Context, tx *sql.Tx, args []any, size, n int, depth map[partKey]int) error {
+	i := bits.TrailingZeros(uint(size))
+	if samePartition(args, n) {
 		// One partition (the usual batch): the change count is its depth.
-		res, err := tx.StmtContext(ctx, s.stmts.insertChunkN).ExecContext(ctx, args...)
+		res, err := tx.StmtContext(ctx, s.stmts.insertSame[i]).ExecContext(ctx, args...)
 		if err != nil {
 			return err
 		}
@@ -168,35 +186,19 @@ func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, args []any, rows int
 		depth[partKey{args[0].(string), args[1].(int)}] += int(added)
 		return nil
 	}
-	if rows == insertChunk {
-		res, err := tx.StmtContext(ctx, s.stmts.insertChunk).QueryContext(ctx, args...)
-		if err != nil {
-			return err
-		}
-		defer res.Close()
-		for res.Next() {
-			var k partKey
-			if err := res.Scan(&k.session, &k.part); err != nil {
-				return err
-			}
-			depth[k]++
-		}
-		return res.Err()
+	res, err := tx.StmtContext(ctx, s.stmts.insertMixed[i]).QueryContext(ctx, args...)
+	if err != nil {
+		return err
 	}
-	ins := tx.StmtContext(ctx, s.stmts.insert)
-	for i := 0; i < rows; i++ {
-		row := args[i*n : (i+1)*n]
-		res, err := ins.ExecContext(ctx, row...)
-		if err != nil {
+	defer res.Close()
+	for res.Next() {
+		var k partKey
+		if err := res.Scan(&k.session, &k.part); err != nil {
 			return err
 		}
-		if k, err := res.RowsAffected(); err != nil {
-			return err
-		} else if k == 1 {
-			depth[partKey{row[0].(string), row[1].(int)}]++
-		}
+		depth[k]++
 	}
-	return nil
+	return res.Err()
 }
 
 // samePartition reports whether the rows of n arguments each in args all

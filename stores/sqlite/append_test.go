@@ -34,11 +34,14 @@ func TestStore_AppendChunkDepth(t *testing.T) {
 	mixed := recs(insertChunk, func(i int) int { return i % 2 })
 	newer := recs(insertChunk, zero)
 	halfOld := append(append([]stores.Record{}, first[:insertChunk/2]...), recs(insertChunk/2, zero)...)
+	odd := recs(insertChunk-1, func(i int) int { return i % 2 }) // 16 + 8 + 4 + 2 + 1 rows, mixed
 	for _, batch := range [][]stores.Record{
 		first,
 		append(append([]stores.Record{}, first...), newer...), // two chunks of re-appends, one new
 		mixed,
 		halfOld,
+		odd,
+		append(append([]stores.Record{}, odd[:3]...), recs(2, zero)...), // 4 + 1 rows, 2 new
 	} {
 		if err := s.Append(t.Context(), batch...); err != nil {
 			t.Fatal(err)
@@ -51,7 +54,8 @@ func TestStore_AppendChunkDepth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	want := map[int]int{0: 2*insertChunk + insertChunk + insertChunk/2 + insertChunk/2, 1: insertChunk / 2}
+	want := map[int]int{0: 2*insertChunk + insertChunk + insertChunk/2 + insertChunk/2 + insertChunk/2 + 2,
+		1: insertChunk/2 + insertChunk/2 - 1}
 	got := map[int]int{}
 	for rows.Next() {
 		var part, live, count, outbox int

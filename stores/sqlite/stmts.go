@@ -11,12 +11,16 @@ import (
 // prepared on the single writer connection and bound into transactions with
 // tx.StmtContext; reader statements are prepared on the read pool.
 type stmts struct {
-	insert, insertChunk, insertChunkN, exists, coalesceFind, tombstone, depthAdd *sql.Stmt
-	seqHigh, liveSweep, liveSweepJoin, liveOne, liveDelete, pidFind, pidAdd      *sql.Stmt
-	claim, claimMark                                                             *sql.Stmt
-	completeLive, completeCheck, completeDone, doneCount, donePrune              *sql.Stmt
-	release, deadLive, dead                                                      *sql.Stmt
-	deadByID                                                                     *sql.Stmt
+	insert, exists, coalesceFind, tombstone, depthAdd *sql.Stmt
+	// insertSame[i] and insertMixed[i] insert 1<<i rows (up to
+	// insertChunk); the latter returns the session and partition of each
+	// new row, for rows of several partitions.
+	insertSame, insertMixed                                                 [insertSizes]*sql.Stmt
+	seqHigh, liveSweep, liveSweepJoin, liveOne, liveDelete, pidFind, pidAdd *sql.Stmt
+	claim, claimMark                                                        *sql.Stmt
+	completeLive, completeCheck, completeDone, doneCount, donePrune         *sql.Stmt
+	release, deadLive, dead                                                 *sql.Stmt
+	deadByID                                                                *sql.Stmt
 
 	depthRows, oldestLive            *sql.Stmt
 	listDead, listDeadRoute, getDead *sql.Stmt
@@ -32,6 +36,7 @@ const (
 	// insertChunk rows go in one statement; RETURNING names the rows that
 	// were new (ON CONFLICT DO NOTHING returns nothing for the others).
 	insertChunk = 32
+	insertSizes = 6 // 1, 2, 4, …, insertChunk rows
 
 	sqlExists = `SELECT 1 FROM outbox WHERE session = ? AND route = ? AND id = ?`
 
@@ -165,8 +170,6 @@ func (s *Store) prepare(ctx context.Context) error {
 		sql string
 	}{
 		{s.w, &s.stmts.insert, sqlInsert},
-		{s.w, &s.stmts.insertChunk, sqlInsertRows(insertChunk)},
-		{s.w, &s.stmts.insertChunkN, strings.TrimSuffix(sqlInsertRows(insertChunk), " RETURNING session, part")},
 		{s.w, &s.stmts.exists, sqlExists},
 		{s.w, &s.stmts.seqHigh, sqlSeqHigh},
 		{s.w, &s.stmts.liveSweep, sqlLiveSweep},
@@ -201,15 +204,28 @@ func (s *Store) prepare(ctx context.Context) error {
 		}
 		*p.dst = st
 	}
+	for i := range insertSizes {
+		mixed := sqlInsertRows(1 << i)
+		for dst, q := range map[**sql.Stmt]string{
+			&s.stmts.insertSame[i]:  strings.TrimSuffix(mixed, " RETURNING session, part"),
+			&s.stmts.insertMixed[i]: mixed,
+		} {
+			st, err := s.w.PrepareContext(ctx, q)
+			if err != nil {
+				return fmt.Errorf("prepare %q: %w", q, err)
+			}
+			*dst = st
+		}
+	}
 	return nil
 }
 
 func (st *stmts) close() {
-	for _, s := range []*sql.Stmt{st.insert, st.insertChunk, st.insertChunkN, st.exists, st.seqHigh, st.liveSweep,
+	for _, s := range append(append([]*sql.Stmt{st.insert, st.exists, st.seqHigh, st.liveSweep,
 		st.liveSweepJoin, st.pidFind, st.pidAdd,
 		st.liveOne, st.liveDelete, st.coalesceFind, st.tombstone, st.depthAdd, st.claim, st.claimMark,
 		st.completeLive, st.completeCheck, st.completeDone, st.doneCount, st.donePrune, st.release, st.deadLive, st.dead, st.deadByID,
-		st.depthRows, st.oldestLive, st.listDead, st.listDeadRoute, st.getDead} {
+		st.depthRows, st.oldestLive, st.listDead, st.listDeadRoute, st.getDead}, st.insertSame[:]...), st.insertMixed[:]...) {
 		if s != nil {
 			_ = s.Close()
 		}
