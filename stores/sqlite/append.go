@@ -81,6 +81,9 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 		if err := tx.StmtContext(ctx, s.stmts.seqHigh).QueryRowContext(ctx).Scan(&high); err != nil {
 			return err
 		}
+		if high > maxSeq-int64(len(recs)) {
+			return fmt.Errorf("%w: seq %d", errKeySpace, high)
+		}
 		// The pid of the call's partition (the usual batch), or of each.
 		var pid int64
 		one := partKey{recs[0].Session, recs[0].Partition}
@@ -337,7 +340,7 @@ func (s *Store) tombstoneLive(ctx context.Context, tx *sql.Tx, session string, p
 	if err != nil {
 		return err
 	}
-	_, err = tx.StmtContext(ctx, s.stmts.liveDelete).ExecContext(ctx, pid, seq)
+	_, err = tx.StmtContext(ctx, s.stmts.liveDelete).ExecContext(ctx, liveKey(pid, seq))
 	return err
 }
 

@@ -47,7 +47,7 @@ func TestStore_AppendChunkDepth(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rows, err := s.w.QueryContext(t.Context(), `SELECT d.part, d.live, (SELECT count(*) FROM live AS l JOIN parts AS p ON p.pid = l.pid
+	rows, err := s.w.QueryContext(t.Context(), `SELECT d.part, d.live, (SELECT count(*) FROM live AS l JOIN parts AS p ON l.k >> 43 = p.pid
 		WHERE p.session = d.session AND p.part = d.part), (SELECT count(*) FROM outbox
 		WHERE session = d.session AND part = d.part AND state = 'live') FROM depth AS d`)
 	if err != nil {

@@ -31,7 +31,8 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 		if err != nil || pid == 0 {
 			return err // no live rows in this partition, ever
 		}
-		rows, err := tx.StmtContext(ctx, s.stmts.claim).QueryContext(ctx, pid, now, req.Limit)
+		rows, err := tx.StmtContext(ctx, s.stmts.claim).QueryContext(ctx,
+			liveKey(pid, 0), liveKey(pid+1, 0), now, req.Limit)
 		if err != nil {
 			return err
 		}
@@ -49,9 +50,9 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 		if len(out) == 0 {
 			return nil
 		}
-		seqs = seqsJSON(seqs[:0], out)
+		seqs = keysJSON(seqs[:0], pid, out)
 		res, err := tx.StmtContext(ctx, s.stmts.claimMark).ExecContext(ctx,
-			req.Token, nanos(req.Until), now, pid, string(seqs))
+			req.Token, nanos(req.Until), now, string(seqs))
 		if err != nil {
 			return err
 		}
@@ -68,14 +69,15 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	return out, nil
 }
 
-// seqsJSON appends the JSON array of the records' seqs to b.
-func seqsJSON(b []byte, recs []stores.Record) []byte {
+// keysJSON appends the JSON array of the live keys of the records of
+// partition pid to b.
+func keysJSON(b []byte, pid int64, recs []stores.Record) []byte {
 	b = append(b, '[')
 	for i := range recs {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendInt(b, recs[i].Seq, 10)
+		b = strconv.AppendInt(b, liveKey(pid, recs[i].Seq), 10)
 	}
 	return append(b, ']')
 }
@@ -152,14 +154,16 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 			}
 			groups[k] = append(groups[k], i)
 		}
-		seqs := func(idx []int) string {
-			b := make([]byte, 0, 16*len(idx))
+		// seqs returns the JSON array of the live keys (pid > 0) or the seqs
+		// of recs[i] for i in idx.
+		seqs := func(pid int64, idx []int) string {
+			b := make([]byte, 0, 20*len(idx))
 			b = append(b, '[')
 			for j, i := range idx {
 				if j > 0 {
 					b = append(b, ',')
 				}
-				b = strconv.AppendInt(b, recs[i].Seq, 10)
+				b = strconv.AppendInt(b, liveKey(pid, recs[i].Seq), 10)
 			}
 			return string(append(b, ']'))
 		}
@@ -170,7 +174,11 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 			if err != nil {
 				return err
 			}
-			res, err := del.ExecContext(ctx, pid, seqs(g), k.token)
+			if pid == 0 {
+				return fmt.Errorf("%w: partition %s/%d has no live records", stores.ErrStaleToken,
+					k.part.session, k.part.part)
+			}
+			res, err := del.ExecContext(ctx, seqs(pid, g), k.token)
 			if err != nil {
 				return err
 			}
@@ -188,7 +196,7 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 			}
 		}
 		// The claimed rows are the records' own: same envelope ID and route.
-		allSeqs := seqs(all)
+		allSeqs := seqs(0, all)
 		var got sql.NullString
 		if err := tx.StmtContext(ctx, s.stmts.completeCheck).QueryRowContext(ctx, allSeqs).Scan(&got); err != nil {
 			return err
@@ -245,7 +253,7 @@ func (s *Store) Release(ctx context.Context, rec stores.Record, next time.Time, 
 			return err
 		}
 		res, err := tx.StmtContext(ctx, s.stmts.release).ExecContext(ctx,
-			nanos(next), lastError, pid, rec.Seq, rec.Token, rec.Envelope.ID)
+			nanos(next), lastError, liveKey(pid, rec.Seq), rec.Token, rec.Seq, rec.Envelope.ID)
 		if err != nil {
 			return err
 		}
@@ -286,7 +294,7 @@ func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string
 			return err
 		}
 		err = tx.StmtContext(ctx, s.stmts.deadLive).QueryRowContext(ctx,
-			pid, rec.Seq, rec.Token).Scan(&attempts, &first, &next, &lastError, &until)
+			liveKey(pid, rec.Seq), rec.Token).Scan(&attempts, &first, &next, &lastError, &until)
 		if errors.Is(err, sql.ErrNoRows) {
 			return stale(&rec)
 		}

@@ -11,13 +11,14 @@ import (
 // sqlCoalesceOther finds the newest pending record of a coalesce key other
 // than the one just released (seq ?4).
 const sqlCoalesceOther = `SELECT w.seq, w.part, w.received_at, l.next_at FROM outbox AS w INDEXED BY outbox_coalesce
-	CROSS JOIN live AS l ON l.seq = w.seq
+	CROSS JOIN parts AS p INDEXED BY parts_key ON p.session = w.session AND p.part = w.part
+	CROSS JOIN live AS l ON l.k = (p.pid << 43) | w.seq
 	WHERE w.state='live' AND w.ckey<>'' AND w.session = ?1 AND w.route = ?2 AND w.ckey = ?3 AND w.seq <> ?4
 		AND l.claimed = 0
 	ORDER BY w.seq DESC LIMIT 1`
 
 // sqlLaterNext makes a pending record due no earlier than ?1.
-const sqlLaterNext = `UPDATE live SET next_at = MAX(next_at, ?1) WHERE pid = ?2 AND seq = ?3 AND claimed = 0`
+const sqlLaterNext = `UPDATE live SET next_at = MAX(next_at, ?1) WHERE k = ?2 AND claimed = 0`
 
 // settleReleased keeps one pending record per coalesce key after rec (just
 // released, due at next) went back to pending: a pending record of the same
@@ -60,7 +61,7 @@ func (s *Store) settleReleased(ctx context.Context, tx *sql.Tx, rec *stores.Reco
 	if err != nil {
 		return 0, err
 	}
-	if _, err := tx.ExecContext(ctx, sqlLaterNext, keepNext, pid, keep); err != nil {
+	if _, err := tx.ExecContext(ctx, sqlLaterNext, keepNext, liveKey(pid, keep)); err != nil {
 		return 0, err
 	}
 	return 1, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"maps"
 )
 
@@ -12,6 +13,21 @@ type partKey struct {
 	session string
 	part    int
 }
+
+// The live table's key is liveKey(pid, seq): a partition's live rows are
+// one range of the table, in seq order. Seqs below 2^43 (8.8e12 appends,
+// 5.6 years at 50k a second) and pids below 2^20 fit.
+const (
+	seqBits = 43
+	maxSeq  = 1<<seqBits - 1
+	maxPid  = 1<<(63-seqBits) - 1
+)
+
+// errKeySpace is returned (wrapped) by Append when the store has used up the
+// seqs or session partitions that the live table's key can hold.
+var errKeySpace = errors.New("the outbox key space is exhausted")
+
+func liveKey(pid, seq int64) int64 { return pid<<seqBits | seq }
 
 // pids caches the parts table: each session partition's pid, the first
 // column of the live table's key. Entries are only added, and only for
@@ -50,6 +66,9 @@ func (s *Store) pid(ctx context.Context, tx *sql.Tx, k partKey, create bool) (in
 	}
 	if err := tx.StmtContext(ctx, s.stmts.pidAdd).QueryRowContext(ctx, k.session, k.part).Scan(&pid); err != nil {
 		return 0, err
+	}
+	if pid > maxPid {
+		return 0, fmt.Errorf("%w: more than %d session partitions", errKeySpace, maxPid)
 	}
 	s.pids.added[k] = pid
 	return pid, nil

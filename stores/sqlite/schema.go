@@ -214,6 +214,33 @@ var migrations = []string{
 	CREATE INDEX live_pid ON live(pid, seq);
 	-- Claim: older live rows of the same ordering key.
 	CREATE INDEX live_okey ON live(session, okey, seq) WHERE okey<>'';`,
+
+	// 8: the live table's rowid becomes k = pid<<43 | seq (see liveKey), so
+	// that a partition's live rows are one range of the table itself: no
+	// (pid, seq) index to maintain on Append and Complete, and a claim
+	// walks the table without a lookup per row.
+	`CREATE TABLE live_by_k (
+		k                INTEGER PRIMARY KEY, -- pid<<43 | seq
+		seq              INTEGER NOT NULL,
+		session          TEXT    NOT NULL,
+		claimed          INTEGER NOT NULL, -- 0 pending, 1 claimed
+		next_at          INTEGER NOT NULL,
+		claim_until      INTEGER NOT NULL,
+		token            INTEGER NOT NULL,
+		attempts         INTEGER NOT NULL,
+		first_attempt_at INTEGER NOT NULL,
+		last_error       TEXT    NOT NULL,
+		okey             TEXT    NOT NULL
+	);
+	INSERT INTO live_by_k (k, seq, session, claimed, next_at, claim_until, token, attempts,
+		first_attempt_at, last_error, okey)
+		SELECT (pid << 43) | seq, seq, session, claimed, next_at, claim_until, token, attempts,
+			first_attempt_at, last_error, okey
+		FROM live;
+	DROP TABLE live;
+	ALTER TABLE live_by_k RENAME TO live;
+	-- Claim: older live rows of the same ordering key.
+	CREATE INDEX live_okey ON live(session, okey, seq) WHERE okey<>'';`,
 }
 
 // migrate brings the schema up to date.

@@ -48,20 +48,21 @@ const (
 	// session partition pid ?2, their live (claim state) rows, in one
 	// statement per Append; sqlLiveSweepJoin does it for rows of several
 	// partitions, and sqlLiveOne for the row seq ?1 of pid ?2.
-	sqlLiveSweep = `INSERT INTO live (pid, seq, session, claimed, next_at, claim_until, token, attempts,
+	sqlLiveSweep = `INSERT INTO live (k, seq, session, claimed, next_at, claim_until, token, attempts,
 			first_attempt_at, last_error, okey)
-		SELECT ?2, seq, session, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
+		SELECT (?2 << 43) | seq, seq, session, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
 		FROM outbox WHERE seq > ?1 AND state='live'
 		ON CONFLICT DO NOTHING`
-	sqlLiveSweepJoin = `INSERT INTO live (pid, seq, session, claimed, next_at, claim_until, token, attempts,
+	sqlLiveSweepJoin = `INSERT INTO live (k, seq, session, claimed, next_at, claim_until, token, attempts,
 			first_attempt_at, last_error, okey)
-		SELECT p.pid, o.seq, o.session, 0, o.next_at, 0, 0, o.attempts, o.first_attempt_at, o.last_error, o.okey
+		SELECT (p.pid << 43) | o.seq, o.seq, o.session, 0, o.next_at, 0, 0, o.attempts, o.first_attempt_at,
+			o.last_error, o.okey
 		FROM outbox AS o CROSS JOIN parts AS p INDEXED BY parts_key ON p.session = o.session AND p.part = o.part
 		WHERE o.seq > ?1 AND o.state='live'
 		ON CONFLICT DO NOTHING`
-	sqlLiveOne = `INSERT INTO live (pid, seq, session, claimed, next_at, claim_until, token, attempts,
+	sqlLiveOne = `INSERT INTO live (k, seq, session, claimed, next_at, claim_until, token, attempts,
 			first_attempt_at, last_error, okey)
-		SELECT ?2, seq, session, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
+		SELECT (?2 << 43) | seq, seq, session, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
 		FROM outbox WHERE seq = ?1 AND state='live'
 		ON CONFLICT DO NOTHING`
 
@@ -70,48 +71,49 @@ const (
 	sqlPidAdd  = `INSERT INTO parts (session, part) VALUES (?, ?) RETURNING pid`
 
 	sqlCoalesceFind = `SELECT w.seq, w.part, w.received_at, l.next_at FROM outbox AS w INDEXED BY outbox_coalesce
-		CROSS JOIN live AS l ON l.seq = w.seq
+		CROSS JOIN parts AS p INDEXED BY parts_key ON p.session = w.session AND p.part = w.part
+		CROSS JOIN live AS l ON l.k = (p.pid << 43) | w.seq
 		WHERE w.state='live' AND w.ckey<>'' AND w.session = ?1 AND w.route = ?2 AND w.ckey = ?3 AND l.claimed = 0
 		ORDER BY w.seq DESC LIMIT 1`
 
 	// sqlTombstone makes an outbox row a payload-less done tombstone; a
 	// live one also loses its live row (sqlLiveDelete).
 	sqlTombstone  = `UPDATE outbox SET state='done', payload=NULL, headers=NULL WHERE seq = ?`
-	sqlLiveDelete = `DELETE FROM live WHERE pid = ? AND seq = ?`
+	sqlLiveDelete = `DELETE FROM live WHERE k = ?`
 
 	sqlDepthAdd = `INSERT INTO depth (session, part, live) VALUES (?, ?, ?)
 		ON CONFLICT (session, part) DO UPDATE SET live = live + excluded.live`
 
-	// sqlClaim reads the first ?3 claimable live rows of partition ?1 in
+	// sqlClaim reads the first ?4 claimable live rows of a partition (live
+	// keys from ?1 to ?2) in
 	// seq order (due pending rows and lapsed claims alike) with their
 	// outbox columns, skipping records held back by an older live record of
 	// their ordering key; sqlClaimMark then claims them in place. The live
-	// table's key is (pid, seq), so the walk starts at the head of the
-	// partition whatever the backlog behind it. (The live table's key is
-	// seq; live_pid orders it by (pid, seq).)
+	// table's key is pid<<43 | seq, so the walk starts at the head of the
+	// partition whatever the backlog behind it.
 	sqlClaim = `SELECT o.seq, o.attempts, o.first_attempt_at, o.next_at, o.last_error, o.okey,
 			w.route, w.id, w.topic, w.payload, w.headers, w.qos, w.received_at, w.ckey, w.causation_id,
 			w.created_at, w.expires_at
-		FROM live AS o INDEXED BY live_pid CROSS JOIN outbox AS w ON w.seq = o.seq
-		WHERE o.pid = ?1
-			AND (CASE o.claimed WHEN 0 THEN o.next_at ELSE o.claim_until END) <= ?2
+		FROM live AS o CROSS JOIN outbox AS w ON w.seq = o.seq
+		WHERE o.k >= ?1 AND o.k < ?2
+			AND (CASE o.claimed WHEN 0 THEN o.next_at ELSE o.claim_until END) <= ?3
 			AND (o.okey = '' OR NOT EXISTS (SELECT 1 FROM live AS b INDEXED BY live_okey
 				WHERE b.okey<>'' AND b.session = o.session AND b.okey = o.okey AND b.seq < o.seq
-				AND (CASE b.claimed WHEN 0 THEN b.next_at ELSE b.claim_until END) > ?2))
-		ORDER BY o.seq LIMIT ?3`
+				AND (CASE b.claimed WHEN 0 THEN b.next_at ELSE b.claim_until END) > ?3))
+		ORDER BY o.k LIMIT ?4`
 
 	sqlClaimMark = `UPDATE live SET claimed = 1, token = ?1, claim_until = ?2, attempts = attempts + 1,
 			first_attempt_at = CASE first_attempt_at WHEN 0 THEN ?3 ELSE first_attempt_at END
-		WHERE seq IN (SELECT value FROM json_each(?5)) AND +pid = ?4`
+		WHERE k IN (SELECT value FROM json_each(?4))`
 
-	// sqlCompleteLive ends the claims of one token in one partition (the
-	// seqs come as a JSON array). sqlCompleteCheck returns the envelope ID
+	// sqlCompleteLive ends the claims of one token (their live keys come as
+	// a JSON array). sqlCompleteCheck returns the envelope ID
 	// and route of the outbox rows of a JSON array of seqs, one line each
 	// in no set order, for Complete to check against its records;
 	// sqlCompleteDone lists the seqs in completed. The outbox rows are not
 	// rewritten.
 	sqlCompleteLive = `DELETE FROM live
-		WHERE seq IN (SELECT value FROM json_each(?2)) AND +pid = ?1 AND claimed = 1 AND token = ?3`
+		WHERE k IN (SELECT value FROM json_each(?1)) AND claimed = 1 AND token = ?2`
 	sqlCompleteCheck = `SELECT group_concat(o.id || ' ' || o.route, char(10))
 		FROM json_each(?1) CROSS JOIN outbox AS o ON o.seq = json_each.value`
 	sqlCompleteDone = `INSERT INTO completed (seq) SELECT value FROM json_each(?1)`
@@ -123,12 +125,12 @@ const (
 	sqlDonePrune = `DELETE FROM done_count WHERE minute < ?`
 
 	sqlRelease = `UPDATE live SET claimed = 0, next_at = ?1, last_error = ?2
-		WHERE pid = ?3 AND seq = ?4 AND claimed = 1 AND token = ?5
-		AND EXISTS (SELECT 1 FROM outbox WHERE seq = ?4 AND id = ?6)`
+		WHERE k = ?3 AND claimed = 1 AND token = ?4
+		AND EXISTS (SELECT 1 FROM outbox WHERE seq = ?5 AND id = ?6)`
 
 	// sqlDeadLive ends a claim for a dead letter, returning the claim state
 	// that sqlDead copies to the outbox row.
-	sqlDeadLive = `DELETE FROM live WHERE pid = ? AND seq = ? AND claimed = 1 AND token = ?
+	sqlDeadLive = `DELETE FROM live WHERE k = ? AND claimed = 1 AND token = ?
 		RETURNING attempts, first_attempt_at, next_at, last_error, claim_until`
 	sqlDead = `UPDATE outbox SET state='dead', dead_at = ?, dead_reason = ?, attempts = ?, first_attempt_at = ?,
 			next_at = ?, last_error = ?, token = ?, claim_until = ?
@@ -141,9 +143,9 @@ const (
 	// sqlOldestLive is the first live (pending or claimed) record of a
 	// partition by seq.
 	sqlOldestLive = `SELECT l.seq, w.created_at FROM parts AS p INDEXED BY parts_key
-		CROSS JOIN live AS l INDEXED BY live_pid ON l.pid = p.pid
+		CROSS JOIN live AS l ON l.k >= p.pid << 43 AND l.k < (p.pid + 1) << 43
 		CROSS JOIN outbox AS w ON w.seq = l.seq
-		WHERE p.session = ? AND p.part = ? ORDER BY l.seq LIMIT 1`
+		WHERE p.session = ? AND p.part = ? ORDER BY l.k LIMIT 1`
 
 	sqlListDead = `SELECT ` + columns + ` FROM outbox WHERE state='dead' AND (dead_at, seq) > (?, ?)
 		ORDER BY dead_at, seq LIMIT ?`
