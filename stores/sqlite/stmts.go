@@ -91,9 +91,11 @@ const (
 	// their ordering key; sqlClaimMark then claims them in place. The live
 	// table's key is pid<<43 | seq, so the walk starts at the head of the
 	// partition whatever the backlog behind it.
-	sqlClaim = `SELECT o.seq, o.attempts, o.first_attempt_at, o.next_at, o.last_error, o.okey,
-			w.route, w.id, w.topic, w.payload, w.headers, w.qos, w.received_at, w.ckey, w.causation_id,
-			w.created_at, w.expires_at
+	sqlClaim = `SELECT o.seq, o.attempts, o.first_attempt_at, o.next_at, w.route, w.id, w.topic, w.payload,
+			w.qos, w.received_at, w.created_at,
+			CASE WHEN w.headers IS NULL AND o.last_error = '' AND o.okey = '' AND w.ckey = ''
+				AND w.causation_id = '' AND w.expires_at = 0 THEN NULL
+				ELSE json_array(w.headers, o.last_error, o.okey, w.ckey, w.causation_id, w.expires_at) END
 		FROM live AS o CROSS JOIN outbox AS w ON w.seq = o.seq
 		WHERE o.k >= ?1 AND o.k < ?2
 			AND (CASE o.claimed WHEN 0 THEN o.next_at ELSE o.claim_until END) <= ?3

@@ -218,18 +218,28 @@ func scanClaimed(sc scanner, req *stores.ClaimRequest, now int64) (stores.Record
 	r := stores.Record{Session: req.Session, Partition: req.Partition, State: stores.Claimed,
 		Token: req.Token, ClaimUntil: fromNanos(nanos(req.Until))}
 	var (
-		headers                                 sql.NullString
-		received, first, next, created, expires int64
+		rare                           sql.NullString
+		received, first, next, created int64
+		expires                        int64
 	)
-	err := sc.Scan(&r.Seq, &r.Attempts, &first, &next, &r.LastError, &r.Envelope.Key, &r.Route, &r.Envelope.ID,
-		&r.Envelope.Topic, &r.Envelope.Payload, &headers, &r.Envelope.QoS, &received, &r.CoalesceKey,
-		&r.CausationID, &created, &expires)
+	err := sc.Scan(&r.Seq, &r.Attempts, &first, &next, &r.Route, &r.Envelope.ID, &r.Envelope.Topic,
+		&r.Envelope.Payload, &r.Envelope.QoS, &received, &created, &rare)
 	if err != nil {
 		return r, err
 	}
-	if headers.Valid {
-		if err := json.Unmarshal([]byte(headers.String), &r.Envelope.Headers); err != nil {
-			return r, fmt.Errorf("decode headers of %s: %w", r.Envelope.ID, err)
+	if rare.Valid {
+		// The columns that are usually empty come as one JSON array:
+		// headers, last error, ordering key, coalesce key, causation ID,
+		// expiry.
+		var headers *string
+		v := []any{&headers, &r.LastError, &r.Envelope.Key, &r.CoalesceKey, &r.CausationID, &expires}
+		if err := json.Unmarshal([]byte(rare.String), &v); err != nil {
+			return r, fmt.Errorf("decode columns of %s: %w", r.Envelope.ID, err)
+		}
+		if headers != nil {
+			if err := json.Unmarshal([]byte(*headers), &r.Envelope.Headers); err != nil {
+				return r, fmt.Errorf("decode headers of %s: %w", r.Envelope.ID, err)
+			}
 		}
 	}
 	r.Attempts++
