@@ -53,6 +53,9 @@ func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx, depth map[partK
 
 // addLive adds the live row of the live outbox row seq of partition k.
 func (s *Store) addLive(ctx context.Context, tx *sql.Tx, k partKey, seq int64) error {
+	if seq > maxSeq {
+		return fmt.Errorf("%w: seq %d", errKeySpace, seq)
+	}
 	pid, err := s.pid(ctx, tx, k, true)
 	if err != nil {
 		return err
@@ -77,13 +80,6 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 	var tombstoned int64
 	err := s.writeTx(ctx, func(tx *sql.Tx, depth map[partKey]int) error {
 		tombstoned = 0
-		var high int64 // rows above it are this call's
-		if err := tx.StmtContext(ctx, s.stmts.seqHigh).QueryRowContext(ctx).Scan(&high); err != nil {
-			return err
-		}
-		if high > maxSeq-int64(len(recs)) {
-			return fmt.Errorf("%w: seq %d", errKeySpace, high)
-		}
 		// The pid of the call's partition (the usual batch), or of each.
 		var pid int64
 		one := partKey{recs[0].Session, recs[0].Partition}
@@ -102,13 +98,16 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 				pid = 0 // several partitions
 			}
 		}
-		var chunk []any // args of up to insertChunk plain records, in order
-		rows := 0
+		var (
+			chunk []any // args of up to insertChunk plain records, in order
+			rows  int
+			added span // the seqs of the plain records added
+		)
 		flush := func() error {
 			if rows == 0 {
 				return nil
 			}
-			err := s.insertRows(ctx, tx, chunk, rows, depth)
+			err := s.insertRows(ctx, tx, chunk, rows, depth, &added)
 			chunk, rows = chunk[:0], 0
 			return err
 		}
@@ -140,12 +139,23 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 		if err := flush(); err != nil {
 			return err
 		}
-		// The live rows of every record this call added, in one statement.
+		// The live rows of the plain records this call added, in one
+		// statement (those with a coalesce key have theirs already).
+		if added.hi == 0 {
+			return nil
+		}
+		if added.hi > maxSeq {
+			return fmt.Errorf("%w: seq %d", errKeySpace, added.hi)
+		}
+		loose := 0
+		if added.loose {
+			loose = 1
+		}
 		if pid != 0 {
-			_, err := tx.StmtContext(ctx, s.stmts.liveSweep).ExecContext(ctx, high, pid)
+			_, err := tx.StmtContext(ctx, s.stmts.liveSweep[0][loose]).ExecContext(ctx, added.lo, pid)
 			return err
 		}
-		_, err := tx.StmtContext(ctx, s.stmts.liveSweepJoin).ExecContext(ctx, high)
+		_, err := tx.StmtContext(ctx, s.stmts.liveSweep[1][loose]).ExecContext(ctx, added.lo)
 		return err
 	})
 	if err != nil {
@@ -155,16 +165,32 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 	return nil
 }
 
+// span is the seqs (lo, hi] that Append's statements added; hi is 0 while
+// none did. It is exact unless loose: then (lo, hi] may also hold older
+// rows.
+type span struct {
+	lo, hi int64
+	loose  bool
+}
+
+// add adds the seqs first..last.
+func (p *span) add(first, last int64) {
+	if p.hi == 0 || first-1 < p.lo {
+		p.lo = first - 1
+	}
+	p.hi = max(p.hi, last)
+}
+
 // insertRows inserts rows plain records whose arguments are in args, in
 // multi-row statements of 32, 16, 8, 4, 2 and 1 rows (so at most six for
-// any chunk). New rows count in depth.
-func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, args []any, rows int, depth map[partKey]int) error {
+// any chunk). New rows count in depth and their seqs in added.
+func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, args []any, rows int, depth map[partKey]int, added *span) error {
 	n := len(args) / rows
 	for size := insertChunk; rows > 0; size /= 2 {
 		for ; rows >= size; rows -= size {
 			chunk := args[:size*n]
 			args = args[size*n:]
-			if err := s.insertSized(ctx, tx, chunk, size, n, depth); err != nil {
+			if err := s.insertSized(ctx, tx, chunk, size, n, depth, added); err != nil {
 				return err
 			}
 		}
@@ -174,19 +200,33 @@ func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, args []any, rows int
 
 // insertSized inserts the size rows of n arguments each in args with one
 // statement.
-func (s *Store) insertSized(ctx context.Context, tx *sql.Tx, args []any, size, n int, depth map[partKey]int) error {
+func (s *Store) insertSized(ctx context.Context, tx *sql.Tx, args []any, size, n int, depth map[partKey]int, added *span) error {
 	i := bits.TrailingZeros(uint(size))
 	if samePartition(args, n) {
-		// One partition (the usual batch): the change count is its depth.
+		// One partition (the usual batch): the change count is its depth,
+		// and the new rows' seqs are the last ones given (AUTOINCREMENT,
+		// one writer).
 		res, err := tx.StmtContext(ctx, s.stmts.insertSame[i]).ExecContext(ctx, args...)
 		if err != nil {
 			return err
 		}
-		added, err := res.RowsAffected()
+		k, err := res.RowsAffected()
+		if err != nil || k == 0 {
+			return err
+		}
+		last, err := res.LastInsertId()
 		if err != nil {
 			return err
 		}
-		depth[partKey{args[0].(string), args[1].(int)}] += int(added)
+		if k == int64(size) {
+			added.add(last-k+1, last)
+		} else {
+			// A skipped duplicate used up a seq too: the new rows are
+			// somewhere in the size seqs up to last.
+			added.add(last-int64(size)+1, last)
+			added.loose = true
+		}
+		depth[partKey{args[0].(string), args[1].(int)}] += int(k)
 		return nil
 	}
 	res, err := tx.StmtContext(ctx, s.stmts.insertMixed[i]).QueryContext(ctx, args...)
@@ -195,11 +235,15 @@ func (s *Store) insertSized(ctx context.Context, tx *sql.Tx, args []any, size, n
 	}
 	defer res.Close()
 	for res.Next() {
-		var k partKey
-		if err := res.Scan(&k.session, &k.part); err != nil {
+		var (
+			k   partKey
+			seq int64
+		)
+		if err := res.Scan(&k.session, &k.part, &seq); err != nil {
 			return err
 		}
 		depth[k]++
+		added.add(seq, seq)
 	}
 	return res.Err()
 }

@@ -69,3 +69,36 @@ func TestStore_AppendKeySpace(t *testing.T) {
 		t.Fatalf("Stats = %+v, %v; want the one record appended before", st, err)
 	}
 }
+
+// TestStore_AppendDuplicateKeepsCompletedDone checks that an Append whose
+// statement skips a duplicate (so its new seqs are not known exactly) does
+// not give a completed record a live row again.
+func TestStore_AppendDuplicateKeepsCompletedDone(t *testing.T) {
+	s, recs := liveTestStore(t)
+	ctx := t.Context()
+	t0 := recs[0].NextAttemptAt
+	if err := s.Append(ctx, recs[0]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, stores.ClaimRequest{Session: "s", Token: 1, Limit: 10, Now: t0, Until: t0.Add(time.Minute)})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("Claim = %d records, %v", len(got), err)
+	}
+	if err := s.Complete(ctx, got...); err != nil {
+		t.Fatal(err)
+	}
+	// recs[0] is a done duplicate in the middle of a 4-row statement.
+	if err := s.Append(ctx, recs[1], recs[0], recs[2], recs[1]); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.Claim(ctx, stores.ClaimRequest{Session: "s", Token: 2, Limit: 10, Now: t0, Until: t0.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Envelope.ID != recs[1].Envelope.ID || got[1].Envelope.ID != recs[2].Envelope.ID {
+		t.Fatalf("Claim after the re-append = %v, want the two new records", ids(got))
+	}
+	if st, err := s.Stats(ctx, "s"); err != nil || st.Pending != 2 {
+		t.Fatalf("Stats = %+v, %v; want 2 live", st, err)
+	}
+}

@@ -49,6 +49,8 @@ func TestStore_QueryPlans(t *testing.T) {
 		{"dead", sqlDead, []any{now, "", 1, now, now, "", int64(1), now, int64(1), "id"}},
 		{"live sweep", sqlLiveSweep, []any{int64(1), int64(1)}},
 		{"live sweep join", sqlLiveSweepJoin, []any{int64(1)}},
+		{"live sweep loose", strings.Replace(sqlLiveSweep, sweepWhere, sweepWhere+sweepLoose, 1), []any{int64(1), int64(1)}},
+		{"live sweep join loose", strings.Replace(sqlLiveSweepJoin, sweepWhereJoin, sweepWhereJoin+sweepLooseJoin, 1), []any{int64(1)}},
 		{"live one", sqlLiveOne, []any{int64(1), int64(1)}},
 		{"live delete", sqlLiveDelete, []any{int64(1)}},
 		{"pid find", sqlPidFind, []any{"s", 0}},

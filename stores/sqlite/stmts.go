@@ -15,12 +15,14 @@ type stmts struct {
 	// insertSame[i] and insertMixed[i] insert 1<<i rows (up to
 	// insertChunk); the latter returns the session and partition of each
 	// new row, for rows of several partitions.
-	insertSame, insertMixed                                                 [insertSizes]*sql.Stmt
-	seqHigh, liveSweep, liveSweepJoin, liveOne, liveDelete, pidFind, pidAdd *sql.Stmt
-	claim, claimMark                                                        *sql.Stmt
-	completeLive, completeCheck, completeDone, doneCount, donePrune         *sql.Stmt
-	release, deadLive, dead                                                 *sql.Stmt
-	deadByID                                                                *sql.Stmt
+	insertSame, insertMixed              [insertSizes]*sql.Stmt
+	liveOne, liveDelete, pidFind, pidAdd *sql.Stmt
+	// liveSweep[join][loose]: see sqlLiveSweep.
+	liveSweep                                                       [2][2]*sql.Stmt
+	claim, claimMark                                                *sql.Stmt
+	completeLive, completeCheck, completeDone, doneCount, donePrune *sql.Stmt
+	release, deadLive, dead                                         *sql.Stmt
+	deadByID                                                        *sql.Stmt
 
 	depthRows, oldestLive            *sql.Stmt
 	listDead, listDeadRoute, getDead *sql.Stmt
@@ -40,27 +42,33 @@ const (
 
 	sqlExists = `SELECT 1 FROM outbox WHERE session = ? AND route = ? AND id = ?`
 
-	// sqlSeqHigh is the highest seq ever given (AUTOINCREMENT never reuses
-	// one): outbox rows above it were inserted after it was read.
-	sqlSeqHigh = `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)`
-
-	// sqlLiveSweep gives the live outbox rows inserted after seq ?1, all of
+	// sqlLiveSweep gives the live outbox rows above seq ?1, all of
 	// session partition pid ?2, their live (claim state) rows, in one
 	// statement per Append; sqlLiveSweepJoin does it for rows of several
 	// partitions, and sqlLiveOne for the row seq ?1 of pid ?2.
 	sqlLiveSweep = `INSERT INTO live (k, seq, session, claimed, next_at, claim_until, token, attempts,
 			first_attempt_at, last_error, okey)
 		SELECT (?2 << 43) | seq, seq, session, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
-		FROM outbox WHERE seq > ?1 AND state='live'
+		FROM outbox WHERE ` + sweepWhere + `
 		ON CONFLICT DO NOTHING`
 	sqlLiveSweepJoin = `INSERT INTO live (k, seq, session, claimed, next_at, claim_until, token, attempts,
 			first_attempt_at, last_error, okey)
 		SELECT (p.pid << 43) | o.seq, o.seq, o.session, 0, o.next_at, 0, 0, o.attempts, o.first_attempt_at,
 			o.last_error, o.okey
 		FROM outbox AS o CROSS JOIN parts AS p INDEXED BY parts_key ON p.session = o.session AND p.part = o.part
-		WHERE o.seq > ?1 AND o.state='live'
+		WHERE ` + sweepWhereJoin + `
 		ON CONFLICT DO NOTHING`
-	sqlLiveOne = `INSERT INTO live (k, seq, session, claimed, next_at, claim_until, token, attempts,
+
+	// Append knows the seqs it added exactly (?1 is the one before the
+	// first) unless a statement skipped a row as a duplicate, which still
+	// uses up a seq; then ?1 is lower, and the loose variants skip the
+	// completed records the range may include (their outbox rows are
+	// 'live' too; the other live rows have their live rows already).
+	sweepWhere     = `seq > ?1 AND state='live'`
+	sweepWhereJoin = `o.seq > ?1 AND o.state='live'`
+	sweepLoose     = ` AND NOT EXISTS (SELECT 1 FROM completed WHERE completed.seq = outbox.seq)`
+	sweepLooseJoin = ` AND NOT EXISTS (SELECT 1 FROM completed WHERE completed.seq = o.seq)`
+	sqlLiveOne     = `INSERT INTO live (k, seq, session, claimed, next_at, claim_until, token, attempts,
 			first_attempt_at, last_error, okey)
 		SELECT (?2 << 43) | seq, seq, session, 0, next_at, 0, 0, attempts, first_attempt_at, last_error, okey
 		FROM outbox WHERE seq = ?1 AND state='live'
@@ -164,7 +172,7 @@ func sqlInsertRows(n int) string {
 	for i := range rows {
 		rows[i] = "(" + row + ")"
 	}
-	return head + "VALUES " + strings.Join(rows, ", ") + "\n" + conflict + " RETURNING session, part"
+	return head + "VALUES " + strings.Join(rows, ", ") + "\n" + conflict + " RETURNING session, part, seq"
 }
 
 func (s *Store) prepare(ctx context.Context) error {
@@ -175,9 +183,10 @@ func (s *Store) prepare(ctx context.Context) error {
 	}{
 		{s.w, &s.stmts.insert, sqlInsert},
 		{s.w, &s.stmts.exists, sqlExists},
-		{s.w, &s.stmts.seqHigh, sqlSeqHigh},
-		{s.w, &s.stmts.liveSweep, sqlLiveSweep},
-		{s.w, &s.stmts.liveSweepJoin, sqlLiveSweepJoin},
+		{s.w, &s.stmts.liveSweep[0][0], sqlLiveSweep},
+		{s.w, &s.stmts.liveSweep[0][1], strings.Replace(sqlLiveSweep, sweepWhere, sweepWhere+sweepLoose, 1)},
+		{s.w, &s.stmts.liveSweep[1][0], sqlLiveSweepJoin},
+		{s.w, &s.stmts.liveSweep[1][1], strings.Replace(sqlLiveSweepJoin, sweepWhereJoin, sweepWhereJoin+sweepLooseJoin, 1)},
 		{s.w, &s.stmts.pidFind, sqlPidFind},
 		{s.w, &s.stmts.pidAdd, sqlPidAdd},
 		{s.w, &s.stmts.liveOne, sqlLiveOne},
@@ -211,7 +220,7 @@ func (s *Store) prepare(ctx context.Context) error {
 	for i := range insertSizes {
 		mixed := sqlInsertRows(1 << i)
 		for dst, q := range map[**sql.Stmt]string{
-			&s.stmts.insertSame[i]:  strings.TrimSuffix(mixed, " RETURNING session, part"),
+			&s.stmts.insertSame[i]:  strings.TrimSuffix(mixed, " RETURNING session, part, seq"),
 			&s.stmts.insertMixed[i]: mixed,
 		} {
 			st, err := s.w.PrepareContext(ctx, q)
@@ -225,8 +234,8 @@ func (s *Store) prepare(ctx context.Context) error {
 }
 
 func (st *stmts) close() {
-	for _, s := range append(append([]*sql.Stmt{st.insert, st.exists, st.seqHigh, st.liveSweep,
-		st.liveSweepJoin, st.pidFind, st.pidAdd,
+	for _, s := range append(append([]*sql.Stmt{st.insert, st.exists, st.liveSweep[0][0], st.liveSweep[0][1],
+		st.liveSweep[1][0], st.liveSweep[1][1], st.pidFind, st.pidAdd,
 		st.liveOne, st.liveDelete, st.coalesceFind, st.tombstone, st.depthAdd, st.claim, st.claimMark,
 		st.completeLive, st.completeCheck, st.completeDone, st.doneCount, st.donePrune, st.release, st.deadLive, st.dead, st.deadByID,
 		st.depthRows, st.oldestLive, st.listDead, st.listDeadRoute, st.getDead}, st.insertSame[:]...), st.insertMixed[:]...) {
