@@ -50,9 +50,10 @@ type Options struct {
 	// another process before failing. Defaults to 5s.
 	BusyTimeout time.Duration
 	// DoneRetention is how many done records (delivered, dropped, requeued
-	// or coalesced away) are kept as payload-less tombstones so that
-	// re-appending them is a no-op; older ones are deleted in batches.
-	// Defaults to DefaultDoneRetention; negative keeps none.
+	// or coalesced away) are kept as tombstones so that re-appending them
+	// is a no-op; older ones are deleted in batches. A delivered record's
+	// tombstone is its outbox row as it was, payload included (the others
+	// lose theirs). Defaults to DefaultDoneRetention; negative keeps none.
 	DoneRetention int
 	// ReadConns is the size of the read-only pool. Defaults to 4.
 	ReadConns int
