@@ -109,117 +109,31 @@ var migrations = []string{
 	// Complete).
 	`DROP TRIGGER outbox_done_count;`,
 
-	// 4: the claim state of live records moves to a narrow table. A claim
-	// or a complete used to rewrite the whole outbox row (payload included)
-	// and move it between partial indexes; now a claim rewrites one small
-	// live row in place (its key does not change) and a complete deletes it.
-	// Outbox rows of live records have state 'live' and keep their append-
-	// time attempts, next_at and last_error; the live row holds the current
-	// ones, which are copied back when the record is dead-lettered.
-	`CREATE TABLE live (
-		session          TEXT    NOT NULL,
-		part             INTEGER NOT NULL,
-		seq              INTEGER NOT NULL,
-		claimed          INTEGER NOT NULL, -- 0 pending, 1 claimed
-		next_at          INTEGER NOT NULL,
-		claim_until      INTEGER NOT NULL,
-		token            INTEGER NOT NULL,
-		attempts         INTEGER NOT NULL,
-		first_attempt_at INTEGER NOT NULL,
-		last_error       TEXT    NOT NULL,
-		okey             TEXT    NOT NULL,
-		PRIMARY KEY (session, part, seq)
-	) WITHOUT ROWID;
-	INSERT INTO live (session, part, seq, claimed, next_at, claim_until, token, attempts, first_attempt_at,
-		last_error, okey)
-		SELECT session, part, seq, state = 'claimed', next_at, claim_until, token, attempts, first_attempt_at,
-			last_error, okey
-		FROM outbox WHERE state IN ('pending', 'claimed');
-	DROP INDEX outbox_pending;
-	DROP INDEX outbox_claimed;
-	DROP INDEX outbox_okey;
-	DROP INDEX outbox_coalesce;
-	UPDATE outbox SET state = 'live' WHERE state IN ('pending', 'claimed');
-	-- Claim: older live rows of the same ordering key.
-	CREATE INDEX live_okey ON live(session, okey, seq) WHERE okey<>'';
-	-- Append: the pending row a coalesce key would replace.
-	CREATE INDEX outbox_coalesce ON outbox(session, route, ckey, seq) WHERE state='live' AND ckey<>'';`,
-
-	// 5: a complete deletes the live rows and lists the seqs here instead
-	// of rewriting each outbox row as a done tombstone: the outbox row
-	// (state still 'live', no live row) is the tombstone, payload included,
-	// until compaction deletes it with its entry here.
-	`CREATE TABLE completed (seq INTEGER PRIMARY KEY);`,
-
-	// 6: the live table is keyed by integers, (pid, seq), where parts
-	// names each session partition's pid: a claim, a complete and their
-	// seeks compare two integers per key instead of a text and two
-	// integers. The session stays as a column for the ordering-key index.
+	// 4: the claim state of live (pending or claimed) records lives in a
+	// narrow table, so that a claim rewrites one small row in place and a
+	// complete deletes it, instead of rewriting the whole outbox row
+	// (payload included) and moving it between partial indexes twice.
+	//
+	// parts numbers each session partition (pid). A live row's rowid is
+	// k = pid<<43 | seq (see liveKey): a partition's live rows are one range
+	// of the table itself, so a claim walks that range without an index and
+	// Append and Complete maintain none. Outbox rows of live records have
+	// state 'live' and keep their append-time attempts, next_at and
+	// last_error; the live row holds the current ones, copied back when the
+	// record is dead-lettered.
+	//
+	// A complete deletes the live rows and lists the seqs in completed: the
+	// outbox row (state still 'live', no live row) is the done tombstone,
+	// payload included, until compaction deletes it with its entry there.
 	`CREATE TABLE parts (
 		pid     INTEGER PRIMARY KEY,
 		session TEXT    NOT NULL,
 		part    INTEGER NOT NULL
 	);
 	CREATE UNIQUE INDEX parts_key ON parts(session, part);
-	INSERT INTO parts (session, part) SELECT DISTINCT session, part FROM live ORDER BY session, part;
-	CREATE TABLE live_by_pid (
-		pid              INTEGER NOT NULL,
-		seq              INTEGER NOT NULL,
-		session          TEXT    NOT NULL,
-		claimed          INTEGER NOT NULL, -- 0 pending, 1 claimed
-		next_at          INTEGER NOT NULL,
-		claim_until      INTEGER NOT NULL,
-		token            INTEGER NOT NULL,
-		attempts         INTEGER NOT NULL,
-		first_attempt_at INTEGER NOT NULL,
-		last_error       TEXT    NOT NULL,
-		okey             TEXT    NOT NULL,
-		PRIMARY KEY (pid, seq)
-	) WITHOUT ROWID;
-	INSERT INTO live_by_pid (pid, seq, session, claimed, next_at, claim_until, token, attempts,
-		first_attempt_at, last_error, okey)
-		SELECT p.pid, l.seq, l.session, l.claimed, l.next_at, l.claim_until, l.token, l.attempts,
-			l.first_attempt_at, l.last_error, l.okey
-		FROM live AS l JOIN parts AS p ON p.session = l.session AND p.part = l.part;
-	DROP TABLE live;
-	ALTER TABLE live_by_pid RENAME TO live;
-	-- Claim: older live rows of the same ordering key.
-	CREATE INDEX live_okey ON live(session, okey, seq) WHERE okey<>'';`,
-
-	// 7: the live table becomes a rowid table keyed by seq, with (pid,
-	// seq) in an index that a claim never changes: marking a claim and
-	// ending one are then a one-pass update or delete by rowid (a WITHOUT
-	// ROWID update seeks each row three times and sorts the keys twice).
-	`CREATE TABLE live_by_seq (
-		seq              INTEGER PRIMARY KEY,
-		pid              INTEGER NOT NULL,
-		session          TEXT    NOT NULL,
-		claimed          INTEGER NOT NULL, -- 0 pending, 1 claimed
-		next_at          INTEGER NOT NULL,
-		claim_until      INTEGER NOT NULL,
-		token            INTEGER NOT NULL,
-		attempts         INTEGER NOT NULL,
-		first_attempt_at INTEGER NOT NULL,
-		last_error       TEXT    NOT NULL,
-		okey             TEXT    NOT NULL
-	);
-	INSERT INTO live_by_seq (seq, pid, session, claimed, next_at, claim_until, token, attempts,
-		first_attempt_at, last_error, okey)
-		SELECT seq, pid, session, claimed, next_at, claim_until, token, attempts, first_attempt_at,
-			last_error, okey
-		FROM live;
-	DROP TABLE live;
-	ALTER TABLE live_by_seq RENAME TO live;
-	-- Claim: the live rows of a session partition in seq order.
-	CREATE INDEX live_pid ON live(pid, seq);
-	-- Claim: older live rows of the same ordering key.
-	CREATE INDEX live_okey ON live(session, okey, seq) WHERE okey<>'';`,
-
-	// 8: the live table's rowid becomes k = pid<<43 | seq (see liveKey), so
-	// that a partition's live rows are one range of the table itself: no
-	// (pid, seq) index to maintain on Append and Complete, and a claim
-	// walks the table without a lookup per row.
-	`CREATE TABLE live_by_k (
+	INSERT INTO parts (session, part)
+		SELECT DISTINCT session, part FROM outbox WHERE state IN ('pending', 'claimed') ORDER BY session, part;
+	CREATE TABLE live (
 		k                INTEGER PRIMARY KEY, -- pid<<43 | seq
 		seq              INTEGER NOT NULL,
 		session          TEXT    NOT NULL,
@@ -232,15 +146,22 @@ var migrations = []string{
 		last_error       TEXT    NOT NULL,
 		okey             TEXT    NOT NULL
 	);
-	INSERT INTO live_by_k (k, seq, session, claimed, next_at, claim_until, token, attempts,
-		first_attempt_at, last_error, okey)
-		SELECT (pid << 43) | seq, seq, session, claimed, next_at, claim_until, token, attempts,
-			first_attempt_at, last_error, okey
-		FROM live;
-	DROP TABLE live;
-	ALTER TABLE live_by_k RENAME TO live;
+	INSERT INTO live (k, seq, session, claimed, next_at, claim_until, token, attempts, first_attempt_at,
+		last_error, okey)
+		SELECT (p.pid << 43) | o.seq, o.seq, o.session, o.state = 'claimed', o.next_at, o.claim_until, o.token,
+			o.attempts, o.first_attempt_at, o.last_error, o.okey
+		FROM outbox AS o JOIN parts AS p ON p.session = o.session AND p.part = o.part
+		WHERE o.state IN ('pending', 'claimed');
 	-- Claim: older live rows of the same ordering key.
-	CREATE INDEX live_okey ON live(session, okey, seq) WHERE okey<>'';`,
+	CREATE INDEX live_okey ON live(session, okey, seq) WHERE okey<>'';
+	CREATE TABLE completed (seq INTEGER PRIMARY KEY);
+	DROP INDEX outbox_pending;
+	DROP INDEX outbox_claimed;
+	DROP INDEX outbox_okey;
+	DROP INDEX outbox_coalesce;
+	UPDATE outbox SET state = 'live' WHERE state IN ('pending', 'claimed');
+	-- Append: the pending row a coalesce key would replace.
+	CREATE INDEX outbox_coalesce ON outbox(session, route, ckey, seq) WHERE state='live' AND ckey<>'';`,
 }
 
 // migrate brings the schema up to date.
