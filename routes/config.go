@@ -97,6 +97,10 @@ type StoreOptions struct {
 	// Sync is full (survives power loss) or normal (survives a process
 	// crash). SQLite only. Defaults to full.
 	Sync string `yaml:"sync,omitempty"`
+	// DoneRetention is how many delivered records a SQLite outbox keeps as
+	// tombstones (payload included) so that a redelivered message with the
+	// same idempotency key is not delivered twice. Defaults to 100000.
+	DoneRetention int `yaml:"done_retention,omitempty"`
 	// Table is the DynamoDB table name. Defaults to gobridge_outbox for the
 	// outbox and gobridge_leases for the lease store.
 	Table string `yaml:"table,omitempty"`

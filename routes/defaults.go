@@ -11,6 +11,7 @@ const (
 	DefaultAdminListen      = "127.0.0.1:9090"
 	DefaultListenerAddr     = "127.0.0.1:1883"
 	DefaultSQLitePath       = "./data/outbox.db"
+	DefaultDoneRetention    = 100_000
 	DefaultOutboxTable      = "gobridge_outbox"
 	DefaultLeaseTable       = "gobridge_leases"
 	DefaultClientIDPrefix   = "gobridge-"
@@ -64,6 +65,7 @@ func (c *Config) setDefaults() {
 		case "sqlite":
 			s.cfg.Options.Path = cmp.Or(s.cfg.Options.Path, DefaultSQLitePath)
 			s.cfg.Options.Sync = cmp.Or(s.cfg.Options.Sync, "full")
+			s.cfg.Options.DoneRetention = cmp.Or(s.cfg.Options.DoneRetention, DefaultDoneRetention)
 		case "dynamodb":
 			s.cfg.Options.Table = cmp.Or(s.cfg.Options.Table, s.table)
 		}

@@ -45,7 +45,7 @@ func checkListenAddr(a string) error {
 // storeOptions lists the options each store type reads.
 var storeOptions = map[string][]string{
 	"memory":   nil,
-	"sqlite":   {"path", "sync"},
+	"sqlite":   {"path", "sync", "done_retention"},
 	"dynamodb": {"table", "region", "endpoint"},
 }
 
@@ -70,6 +70,9 @@ func (c *Config) checkStores(add func(Problem)) {
 					"%s.options.sync is normal: an OS crash or power loss may lose the last acknowledged batches; use full to survive them", s.path))
 			default:
 				add(c.Errorf(s.path+".options.sync", "enum", "%s.options.sync must be one of full, normal; got %q", s.path, s.cfg.Options.Sync))
+			}
+			if n := s.cfg.Options.DoneRetention; n < 0 {
+				add(c.Errorf(s.path+".options.done_retention", "range", "%s.options.done_retention must be at least 0; got %d", s.path, n))
 			}
 		}
 	}

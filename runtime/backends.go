@@ -55,7 +55,7 @@ func (ss sqliteStores) open(c routes.StoreConfig) (*sqlite.Store, bool, error) {
 	if err := ensureDir(filepath.Dir(abs)); err != nil {
 		return nil, false, err
 	}
-	s, err := sqlite.Open(path, sqlite.Options{Sync: c.Options.Sync})
+	s, err := sqlite.Open(path, sqlite.Options{Sync: c.Options.Sync, DoneRetention: c.Options.DoneRetention})
 	if err != nil {
 		return nil, false, err
 	}

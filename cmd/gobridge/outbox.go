@@ -174,7 +174,7 @@ func openConfiguredStore(ctx context.Context, path string, stderr io.Writer) (*r
 		if p == "" {
 			p = "./data/outbox.db"
 		}
-		st, err := sqlite.Open(p, sqlite.Options{Sync: sc.Options.Sync})
+		st, err := sqlite.Open(p, sqlite.Options{Sync: sc.Options.Sync, DoneRetention: sc.Options.DoneRetention})
 		if err != nil {
 			return nil, nil, err
 		}
