@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -62,8 +63,9 @@ func claimDeadline(recs []stores.Record) time.Time {
 	return until
 }
 
-// process delivers one claimed batch and records every outcome in the store.
-func (p *partition) process(recs []stores.Record) {
+// process delivers one claimed batch and records every outcome in the store;
+// rnd (its own: batches run concurrently) jitters retry times.
+func (p *partition) process(recs []stores.Record, rnd *rand.Rand) {
 	g := p.g
 	now := g.now()
 	slices.SortStableFunc(recs, func(a, b stores.Record) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -150,13 +152,13 @@ func (p *partition) process(recs []stores.Record) {
 		select {
 		case res := <-results:
 			inflight--
-			p.handle(res, ready)
+			p.handle(res, ready, rnd)
 			// Take every result already waiting before launching again.
 			for more := true; more && inflight > 0; {
 				select {
 				case res := <-results:
 					inflight--
-					p.handle(res, ready)
+					p.handle(res, ready, rnd)
 				default:
 					more = false
 				}
@@ -238,7 +240,7 @@ func fill(n int, err error) []error {
 
 // handle classifies one send's results — the one place where delivery
 // outcomes are told apart — and decides each record's settlement.
-func (p *partition) handle(res sendResult, ready map[string][]*item) {
+func (p *partition) handle(res sendResult, ready map[string][]*item, rnd *rand.Rand) {
 	g := p.g
 	now := g.now()
 	pol := res.route.Policy
@@ -263,7 +265,7 @@ func (p *partition) handle(res sendResult, ready map[string][]*item) {
 		case delivery.Saturated:
 			anyCap = true
 			it.settle, it.result, it.reason = release, ResultCapacity, err.Error()
-			it.nextAt = NextRetry(now, it.rec.Attempts, pol.Backoff, retryAfter, p.rnd)
+			it.nextAt = NextRetry(now, it.rec.Attempts, pol.Backoff, retryAfter, rnd)
 			p.holdChain(it)
 		case delivery.Fatal:
 			it.reason = err.Error()
@@ -286,7 +288,7 @@ func (p *partition) handle(res sendResult, ready map[string][]*item) {
 				continue
 			}
 			it.settle, it.result, it.reason = release, ResultRetried, err.Error()
-			it.nextAt = NextRetry(now, it.rec.Attempts, pol.Backoff, 0, p.rnd)
+			it.nextAt = NextRetry(now, it.rec.Attempts, pol.Backoff, 0, rnd)
 			p.holdChain(it)
 		}
 	}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
 )
+
+// pipelineDepth is how many claimed batches one partition processes at once.
+const pipelineDepth = 2
 
 // settleTimeout bounds each store write that records an outcome; those
 // writes run on a context detached from shutdown (R16).
@@ -84,8 +88,21 @@ func (p *partition) run(exited chan<- *partition) {
 	log := g.log.With("partition", p.n)
 	w := newWaker(g.cfg.DrainStrategy)
 	errStreak := 0
+	// Up to pipelineDepth claimed batches are in process at once, so the
+	// next claim overlaps the sends of the batch before it. The store keeps
+	// them apart: a claimed record is not claimed again, and a record waits
+	// while an older one of its ordering key is claimed.
+	var inProcess []*batchRun // oldest first
 	for !p.stopping() {
+		inProcess = slices.DeleteFunc(inProcess, (*batchRun).finished)
 		now := g.now()
+		if b := blocking(inProcess, now); b != nil {
+			select {
+			case <-b.done:
+			case <-p.stopCtx.Done():
+			}
+			continue
+		}
 		recs, err := g.store.Claim(p.lostCtx, stores.ClaimRequest{
 			Session:   g.cfg.Session,
 			Partition: p.n,
@@ -107,12 +124,21 @@ func (p *partition) run(exited chan<- *partition) {
 		}
 		errStreak = 0
 		if len(recs) > 0 {
-			p.process(recs)
+			b := &batchRun{until: claimDeadline(recs), done: make(chan struct{})}
+			inProcess = append(inProcess, b)
+			rnd := rand.New(rand.NewPCG(p.rnd.Uint64(), p.rnd.Uint64()))
+			go func() {
+				defer close(b.done)
+				p.process(recs, rnd)
+			}()
 		}
 		if len(recs) >= g.cfg.BatchSize {
 			continue
 		}
 		p.wait(w.next(len(recs) > 0, p.rnd))
+	}
+	for _, b := range inProcess { // settled before the lease goes
+		<-b.done
 	}
 	if p.lost() {
 		log.Warn("stopped draining: lease lost")
@@ -124,6 +150,36 @@ func (p *partition) run(exited chan<- *partition) {
 		log.Warn("release partition lease", "error", err)
 	}
 	log.Info("stopped draining")
+}
+
+// batchRun is a claimed batch in process.
+type batchRun struct {
+	until time.Time     // its claim deadline (zero: none)
+	done  chan struct{} // closed when it has settled
+}
+
+func (b *batchRun) finished() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// blocking returns the batch the next claim must wait for: the oldest when
+// pipelineDepth are in process, or one whose claim has lapsed at now (a
+// claim would take its records over and send them a second time).
+func blocking(inProcess []*batchRun, now time.Time) *batchRun {
+	if len(inProcess) >= pipelineDepth {
+		return inProcess[0]
+	}
+	for _, b := range inProcess {
+		if !b.until.IsZero() && !now.Before(b.until) {
+			return b
+		}
+	}
+	return nil
 }
 
 // wait blocks for d, or until Wake, stop or loss.
