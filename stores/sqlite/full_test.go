@@ -10,11 +10,10 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// TestStore_AppendReportsFullDisk caps the database size (PRAGMA
-// max_page_count on the one writer connection) so that Append eventually
-// hits SQLITE_FULL: the error must reach the caller as stores.ErrFull and the
-// failed batch must be absent as a whole, never partly stored.
-func TestStore_AppendReportsFullDisk(t *testing.T) {
+// fullStore opens a store capped at 64 pages (PRAGMA max_page_count on the
+// one writer connection).
+func fullStore(t *testing.T) *Store {
+	t.Helper()
 	s, err := Open(filepath.Join(t.TempDir(), "outbox.db"), Options{Sync: "normal"})
 	if err != nil {
 		t.Fatal(err)
@@ -23,30 +22,51 @@ func TestStore_AppendReportsFullDisk(t *testing.T) {
 	if _, err := s.w.Exec(`PRAGMA max_page_count = 64`); err != nil {
 		t.Fatal(err)
 	}
-	t0 := time.Unix(1_700_000_000, 0)
+	return s
+}
+
+// fillUntilFull writes batches of 10 records (500-byte payloads, made by
+// rec) with write until it fails; the failure must be stores.ErrFull. It
+// returns how many records the successful calls wrote.
+func fillUntilFull(t *testing.T, write func(...stores.Record) error, rec func(id string) stores.Record) int {
+	t.Helper()
 	const batch = 10
-	payload := make([]byte, 500)
-	appended := 0
+	written := 0
 	for i := 0; ; i++ {
 		if i == 1000 {
-			t.Fatal("Append never failed with a capped database")
+			t.Fatal("the capped database never filled up")
 		}
 		recs := make([]stores.Record, batch)
 		for j := range recs {
-			recs[j] = stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{
-				ID: delivery.NewID(), Topic: "t", Payload: payload, ReceivedAt: t0,
-			}, CreatedAt: t0, NextAttemptAt: t0}
+			recs[j] = rec(delivery.NewID())
 		}
-		err := s.Append(t.Context(), recs...)
+		err := write(recs...)
 		if err == nil {
-			appended += batch
+			written += batch
 			continue
 		}
 		if !errors.Is(err, stores.ErrFull) {
-			t.Fatalf("Append on a full database = %v, want ErrFull", err)
+			t.Fatalf("write on a full database = %v, want ErrFull", err)
 		}
-		break
+		return written
 	}
+}
+
+var fullT0 = time.Unix(1_700_000_000, 0)
+
+func fullRecord(id string) stores.Record {
+	return stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{
+		ID: id, Topic: "t", Payload: make([]byte, 500), ReceivedAt: fullT0,
+	}, CreatedAt: fullT0, NextAttemptAt: fullT0}
+}
+
+// TestStore_AppendReportsFullDisk: Append on a full database reports
+// stores.ErrFull and the failed batch is absent as a whole, never partly
+// stored.
+func TestStore_AppendReportsFullDisk(t *testing.T) {
+	s := fullStore(t)
+	t0 := fullT0
+	appended := fillUntilFull(t, func(recs ...stores.Record) error { return s.Append(t.Context(), recs...) }, fullRecord)
 	st, err := s.Stats(t.Context(), "s")
 	if err != nil {
 		t.Fatal(err)
