@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
@@ -33,22 +34,26 @@ const (
 )
 
 // replayRequeued runs until ctx is done, replaying the requeued ingest dead
-// letters of every route. It stops with ingest: the messages it dispatched
-// settle (or not) like any other message at shutdown.
+// letters of every route, each route on its own (a replay held by a target
+// that is down holds only its route). It stops with ingest: the messages it
+// dispatched settle (or not) like any other message at shutdown.
 func (rt *Runtime) replayRequeued(ctx context.Context) {
 	if rt.outbox == nil {
 		return
 	}
+	var wg sync.WaitGroup
+	for _, r := range rt.routes {
+		wg.Go(func() { rt.replayRoute(ctx, r) })
+	}
+	wg.Wait()
+}
+
+func (rt *Runtime) replayRoute(ctx context.Context, r *route) {
 	t := time.NewTicker(replayInterval)
 	defer t.Stop()
 	for {
-		for _, r := range rt.routes {
-			// A full batch may mean more are waiting: go on at once.
-			for ctx.Err() == nil {
-				if rt.replayBatch(ctx, r) < replayBatch {
-					break
-				}
-			}
+		// A full batch may mean more are waiting: go on at once.
+		for ctx.Err() == nil && rt.replayBatch(ctx, r) == replayBatch {
 		}
 		select {
 		case <-ctx.Done():
