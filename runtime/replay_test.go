@@ -130,3 +130,49 @@ func TestReplay_RequeueAfterAConfigFixRunsTheFixedProcessors(t *testing.T) {
 		t.Fatalf("dead letters after a successful replay: %d (%v)", len(dead), err)
 	}
 }
+
+func TestReplay_AReplayHeldByADownTargetHoldsOnlyItsRoute(t *testing.T) {
+	t.Parallel()
+	// Each target rejects (400) until its mode changes; then "a" answers
+	// 503 (down: the replay is retried while held) and "b" accepts.
+	var modeA, modeB atomic.Int32 // 0 reject, 1 down / accept
+	var answeredA, answeredB atomic.Int64
+	target := func(mode *atomic.Int32, up bool, answered *atomic.Int64) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case mode.Load() == 0:
+				http.Error(w, "rejected", http.StatusBadRequest)
+				return
+			case !up:
+				http.Error(w, "down", http.StatusServiceUnavailable)
+			default:
+				w.WriteHeader(http.StatusNoContent)
+			}
+			answered.Add(1)
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b := target(&modeA, false, &answeredA), target(&modeB, true, &answeredB)
+	addr := freeAddr(t)
+	cfg := parseConfig(t, listenerConfig(addr, "", "{type: memory}", fmt.Sprintf(`
+  - {id: a, type: http, options: {url: %q}}
+  - {id: b, type: http, options: {url: %q}}`, a.URL, b.URL), `
+  - {id: ra, receiver: edge, topic: "a/#", sender: a, policy: {on_permanent_failure: dlq, backoff: {initial_interval: 50ms, max_interval: 100ms}}}
+  - {id: rb, receiver: edge, topic: "b/#", sender: b, policy: {on_permanent_failure: dlq}}`))
+	rt := startRuntime(t, cfg)
+	pub := publisher(t, "tcp://"+addr, "replay-isolation")
+	waitTokens(t, []paho.Token{pub.Publish("a/1", 1, false, "for a"), pub.Publish("b/1", 1, false, "for b")}, 10*time.Second)
+	da, db := onlyDeadLetter(t, rt.outbox, "ra"), onlyDeadLetter(t, rt.outbox, "rb")
+
+	modeA.Store(1)
+	modeB.Store(1)
+	if _, err := rt.outbox.Requeue(t.Context(), da.Envelope.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "route a's replay retried against its down target", func() bool { return answeredA.Load() >= 2 })
+	if _, err := rt.outbox.Requeue(t.Context(), db.Envelope.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "route b's replay delivered while a's is held", func() bool { return answeredB.Load() == 1 })
+}
