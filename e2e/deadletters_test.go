@@ -123,3 +123,54 @@ func TestDeadLetters_RequeueWhileRunning(t *testing.T) {
 			b.metric("gobridge_delivery_sent_total", `route="r"`) == n
 	})
 }
+
+// TestDeadLetters_IngestDeadLetterReplaysAfterAConfigFix follows an operator
+// through a wrong processor: a message the transform cannot handle is
+// dead-lettered at ingest as it arrived; the config is fixed and the bridge
+// restarted on the same SQLite file; `gobridge dlq requeue` then runs the
+// message through the fixed route and it is delivered.
+func TestDeadLetters_IngestDeadLetterReplaysAfterAConfigFix(t *testing.T) {
+	needBinary(t)
+	mqttURL := testservices.MQTTURL(t)
+	run := runID("e2e-ingest-dead")
+	s := newSink(t)
+	admin := freeAddr(t)
+	dir := t.TempDir()
+	config := func(transform string) string {
+		return outboxBridgeConfig(run, admin, sqliteStores(dir+"/outbox.db"), mqttURL, s.srv.URL,
+			`[{type: transform, expr: '`+transform+`'}]`, `{}`, `{on_permanent_failure: dlq}`)
+	}
+	b := startBridge(t, dir, "wrong", admin, config(`payload.n * 10`))
+	b.waitReady(t, 30*time.Second)
+	publishAll(t, publisher(t, mqttURL, run+"-pub"), [][2]string{
+		{run + "/dev-1/event", `{"n":4}`}, {run + "/dev-2/event", `n=5`},
+	}, 20*time.Second)
+	waitFor(t, 20*time.Second, "the JSON message delivered and the other dead-lettered", func() bool {
+		total, _ := s.counts()
+		return total == 1 && b.metric("gobridge_delivery_dead_lettered_total", `route="r"`) == 1
+	})
+	dead := listDead(t, b.cfgPath)
+	if len(dead.DeadLetters) != 1 || !strings.Contains(dead.DeadLetters[0].Reason, "processor") {
+		t.Fatalf("dead letters %+v, want the non-JSON message with a processor reason", dead.DeadLetters)
+	}
+	b.cancel()
+	<-b.done
+
+	fixed := startBridge(t, dir, "fixed", admin, config(`raw`))
+	fixed.waitReady(t, 30*time.Second)
+	gobridgeCLI(t, "dlq", "requeue", "-c", fixed.cfgPath, dead.DeadLetters[0].ID)
+	waitFor(t, 20*time.Second, "the replayed message at the sink", func() bool {
+		total, _ := s.counts()
+		return total == 2
+	})
+	var bodies []string
+	for _, d := range s.deliveries() {
+		bodies = append(bodies, d.body)
+	}
+	if !slices.Equal(bodies, []string{"40", "n=5"}) {
+		t.Errorf("delivered %q, want [40 n=5]", bodies)
+	}
+	if left := listDead(t, fixed.cfgPath); len(left.DeadLetters) != 0 {
+		t.Errorf("dlq list shows %d dead letters after the replay, want none", len(left.DeadLetters))
+	}
+}
