@@ -34,7 +34,9 @@ const dlqUsage = `Usage:
 
 Dead letters are records the drainer gave up on (a permanent failure, or
 poisoned after max_replay_attempts and replay_budget), or that expired with
-on_expired: dlq. They stay in the outbox store until requeued or dropped.
+on_expired: dlq, and messages that failed at ingest (a processor error, or a
+direct_hold permanent failure; session gobridge.ingest-dead.ROUTE, kept as
+they arrived). They stay in the outbox store until requeued or dropped.
 
 list     prints dead letters oldest first (by the time they died), one page
          of --limit (default 50); when there are more it prints the --after
@@ -47,7 +49,9 @@ show     prints one dead letter with everything stored: envelope, headers,
          it is UTF-8, else base64).
 requeue  puts dead letters back to pending under a new envelope ID with
          attempts reset (the old ID is kept as causation_id). A running
-         bridge picks them up on its next poll of the session.
+         bridge picks them up on its next poll of the session; one made at
+         ingest is run through its route again (processors included) within
+         2 s.
 drop     deletes dead letters for good.
          With IDs, requeue and drop act on those at once. With --all (every
          dead letter, or those of --route R) they print what they would do
