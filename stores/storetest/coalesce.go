@@ -66,45 +66,41 @@ func (s suite) coalesce(t *testing.T) {
 		fx.complete(c...)
 	})
 
-	t.Run("a released record is replaced, keeping its next attempt", func(t *testing.T) {
-		fx := s.setup(t)
-		old, newer := fx.rec(), fx.rec()
-		old.CoalesceKey, newer.CoalesceKey = "dev-1", "dev-1"
-		newer.Envelope.ReceivedAt = at(time.Second)
-		fx.append(old)
-		c := fx.claimAt(1, 10, t0)
-		wantIDs(t, "first claim", ids(c), old.Envelope.ID)
-		next := at(time.Minute)
-		fx.release(c[0], next)
-		fx.append(newer)
-		fx.wantCoalesced(t, newer, next)
-	})
-
-	t.Run("a released record is superseded by a newer one appended while it was claimed", func(t *testing.T) {
-		fx := s.setup(t)
-		old, newer := fx.rec(), fx.rec()
-		old.CoalesceKey, newer.CoalesceKey = "dev-1", "dev-1"
-		newer.Envelope.ReceivedAt = at(time.Second)
-		fx.append(old)
-		c := fx.claimAt(1, 10, t0)
-		fx.append(newer)
-		next := at(time.Minute)
-		fx.release(c[0], next)
-		fx.wantCoalesced(t, newer, next)
-	})
-
-	t.Run("an older record appended while one was claimed is absorbed on release", func(t *testing.T) {
-		fx := s.setup(t)
-		claimed, older := fx.rec(), fx.rec()
-		claimed.CoalesceKey, older.CoalesceKey = "dev-1", "dev-1"
-		claimed.Envelope.ReceivedAt = at(time.Second)
-		fx.append(claimed)
-		c := fx.claimAt(1, 10, t0)
-		fx.append(older)
-		next := at(time.Minute)
-		fx.release(c[0], next)
-		fx.wantCoalesced(t, claimed, next)
-	})
+	// A record claimed and then released meets a second record of its key,
+	// appended before or after the release: the one received later is the
+	// only live record, due at the released one's next attempt.
+	for _, tc := range []struct {
+		name                          string
+		claimedIsNewer, beforeRelease bool
+	}{
+		{"a released record is replaced, keeping its next attempt", false, false},
+		{"a released record is superseded by a newer one appended while it was claimed", false, true},
+		{"an older record appended while one was claimed is absorbed on release", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := s.setup(t)
+			claimed, second := fx.rec(), fx.rec()
+			claimed.CoalesceKey, second.CoalesceKey = "dev-1", "dev-1"
+			want := &second
+			if tc.claimedIsNewer {
+				claimed.Envelope.ReceivedAt, want = at(time.Second), &claimed
+			} else {
+				second.Envelope.ReceivedAt = at(time.Second)
+			}
+			fx.append(claimed)
+			c := fx.claimAt(1, 10, t0)
+			wantIDs(t, "first claim", ids(c), claimed.Envelope.ID)
+			if tc.beforeRelease {
+				fx.append(second)
+			}
+			next := at(time.Minute)
+			fx.release(c[0], next)
+			if !tc.beforeRelease {
+				fx.append(second)
+			}
+			fx.wantCoalesced(t, *want, next)
+		})
+	}
 
 	t.Run("other routes and keys are not replaced", func(t *testing.T) {
 		fx := s.setup(t)
