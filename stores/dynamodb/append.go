@@ -77,15 +77,16 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 	return nil
 }
 
-// planAppend validates recs, drops in-batch duplicates, stamps CreatedAt
-// and resolves coalesce keys against the pending holders in the table.
-func (s *Store) planAppend(ctx context.Context, recs []stores.Record) ([]*appendOp, error) {
+// planOps validates recs, drops in-batch duplicates, stamps CreatedAt (and
+// what stamp sets) and encodes each record's item, within the item limit.
+func planOps(recs []stores.Record, validate func(*stores.Record) error, stamp func(*stores.Record, time.Time),
+	encode func(*stores.Record) map[string]types.AttributeValue) ([]*appendOp, error) {
 	now := time.Now()
 	seen := make(map[stores.Key]bool, len(recs))
 	ops := make([]*appendOp, 0, len(recs))
 	for i := range recs {
 		r := recs[i]
-		if err := r.Validate(); err != nil {
+		if err := validate(&r); err != nil {
 			return nil, err
 		}
 		if seen[r.Key()] {
@@ -95,15 +96,27 @@ func (s *Store) planAppend(ctx context.Context, recs []stores.Record) ([]*append
 		if r.CreatedAt.IsZero() {
 			r.CreatedAt = now
 		}
-		r.State = stores.Pending
-		r.Attempts, r.Token, r.ClaimUntil = 0, 0, time.Time{}
-		r.DeadAt, r.DeadReason = time.Time{}, ""
-		op := &appendOp{rec: r, item: newItem(&r, time.Time{})}
+		stamp(&r, now)
+		op := &appendOp{rec: r, item: encode(&r)}
 		op.size = itemSize(op.item)
 		if op.size > maxItemBytes {
 			return nil, fmt.Errorf("%w: record %s is %d bytes, over DynamoDB's item limit", stores.ErrInvalid, r.Envelope.ID, op.size)
 		}
 		ops = append(ops, op)
+	}
+	return ops, nil
+}
+
+// planAppend validates recs, drops in-batch duplicates, stamps CreatedAt
+// and resolves coalesce keys against the pending holders in the table.
+func (s *Store) planAppend(ctx context.Context, recs []stores.Record) ([]*appendOp, error) {
+	ops, err := planOps(recs, (*stores.Record).Validate, func(r *stores.Record, _ time.Time) {
+		r.State = stores.Pending
+		r.Attempts, r.Token, r.ClaimUntil = 0, 0, time.Time{}
+		r.DeadAt, r.DeadReason = time.Time{}, ""
+	}, func(r *stores.Record) map[string]types.AttributeValue { return newItem(r, time.Time{}) })
+	if err != nil {
+		return nil, err
 	}
 	holders := make(map[string]*holder)
 	for _, op := range ops {

@@ -51,36 +51,15 @@ func (s *Store) AppendDead(ctx context.Context, recs ...stores.Record) error {
 }
 
 // planDead validates recs, drops in-batch duplicates and stamps the
-// defaults. Items are built once Seq is known.
+// defaults. Items are built again once Seq is known.
 func (s *Store) planDead(recs []stores.Record) ([]*appendOp, error) {
-	now := time.Now()
-	seen := make(map[stores.Key]bool, len(recs))
-	ops := make([]*appendOp, 0, len(recs))
-	for i := range recs {
-		r := recs[i]
-		if err := r.ValidateDead(); err != nil {
-			return nil, err
-		}
-		if seen[r.Key()] {
-			continue
-		}
-		seen[r.Key()] = true
-		if r.CreatedAt.IsZero() {
-			r.CreatedAt = now
-		}
+	return planOps(recs, (*stores.Record).ValidateDead, func(r *stores.Record, now time.Time) {
 		if r.DeadAt.IsZero() {
 			r.DeadAt = now
 		}
 		r.State = stores.Dead
 		r.Token, r.ClaimUntil = 0, time.Time{}
-		op := &appendOp{rec: r, item: deadItem(&r)}
-		op.size = itemSize(op.item)
-		if op.size > maxItemBytes {
-			return nil, fmt.Errorf("%w: record %s is %d bytes, over DynamoDB's item limit", stores.ErrInvalid, r.Envelope.ID, op.size)
-		}
-		ops = append(ops, op)
-	}
-	return ops, nil
+	}, deadItem)
 }
 
 // deadItem encodes a new dead letter: a record item without the live index
