@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sort"
 	"time"
 
@@ -34,35 +33,20 @@ func (s *Store) DeadLetter(ctx context.Context, rec stores.Record, reason string
 // AppendDead implements stores.DeadLetters: new records go straight to the
 // dead letters, never into a partition list, so they are not live.
 func (s *Store) AppendDead(ctx context.Context, recs ...stores.Record) error {
-	for i := range recs {
-		if err := recs[i].ValidateDead(); err != nil {
-			return fmt.Errorf("append dead letters: %w", err)
-		}
-	}
-	if err := s.lock(ctx); err != nil {
-		return fmt.Errorf("append dead letters: %w", err)
-	}
-	defer s.mu.Unlock()
-	now := time.Now()
-	for i := range recs {
-		r := recs[i]
-		if _, ok := s.byKey[r.Key()]; ok {
-			continue
-		}
+	err := s.appendNew(ctx, recs, (*stores.Record).ValidateDead, func(r stores.Record, now time.Time) {
 		s.seq++
 		r.Seq = s.seq
 		r.State = stores.Dead
 		r.Token, r.ClaimUntil = 0, time.Time{}
-		if r.CreatedAt.IsZero() {
-			r.CreatedAt = now
-		}
 		if r.DeadAt.IsZero() {
 			r.DeadAt = now
 		}
-		r.Envelope.Headers = maps.Clone(r.Envelope.Headers)
 		e := &entry{rec: r}
 		s.byKey[r.Key()] = e
 		s.insertDead(e)
+	})
+	if err != nil {
+		return fmt.Errorf("append dead letters: %w", err)
 	}
 	return nil
 }

@@ -114,18 +114,27 @@ func (s *Store) lock(ctx context.Context) error {
 
 // Append implements stores.Outbox.
 func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
+	if err := s.appendNew(ctx, recs, (*stores.Record).Validate, func(r stores.Record, _ time.Time) { s.insert(r) }); err != nil {
+		return fmt.Errorf("append: %w", err)
+	}
+	return nil
+}
+
+// appendNew validates recs and, under the mutex, hands each one whose key
+// is new to add, with CreatedAt stamped and its own headers map.
+func (s *Store) appendNew(ctx context.Context, recs []stores.Record, validate func(*stores.Record) error,
+	add func(r stores.Record, now time.Time)) error {
 	for i := range recs {
-		if err := recs[i].Validate(); err != nil {
-			return fmt.Errorf("append: %w", err)
+		if err := validate(&recs[i]); err != nil {
+			return err
 		}
 	}
 	if err := s.lock(ctx); err != nil {
-		return fmt.Errorf("append: %w", err)
+		return err
 	}
 	defer s.mu.Unlock()
 	now := time.Now()
-	for i := range recs {
-		r := recs[i]
+	for _, r := range recs {
 		if _, ok := s.byKey[r.Key()]; ok {
 			continue
 		}
@@ -133,7 +142,7 @@ func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
 			r.CreatedAt = now
 		}
 		r.Envelope.Headers = maps.Clone(r.Envelope.Headers)
-		s.insert(r)
+		add(r, now)
 	}
 	return nil
 }
