@@ -50,7 +50,7 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 		if len(out) == 0 {
 			return nil
 		}
-		seqs = keysJSON(seqs[:0], pid, out)
+		seqs = keysJSON(seqs[:0], pid, len(out), func(i int) int64 { return out[i].Seq })
 		res, err := tx.StmtContext(ctx, s.stmts.claimMark).ExecContext(ctx,
 			req.Token, nanos(req.Until), now, string(seqs))
 		if err != nil {
@@ -69,15 +69,15 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	return out, nil
 }
 
-// keysJSON appends the JSON array of the live keys of the records of
-// partition pid to b.
-func keysJSON(b []byte, pid int64, recs []stores.Record) []byte {
+// keysJSON appends to b the JSON array of the live keys in partition pid of
+// the n seqs seq(0..n-1); with pid 0 they are the seqs themselves.
+func keysJSON(b []byte, pid int64, n int, seq func(i int) int64) []byte {
 	b = append(b, '[')
-	for i := range recs {
+	for i := range n {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendInt(b, liveKey(pid, recs[i].Seq), 10)
+		b = strconv.AppendInt(b, liveKey(pid, seq(i)), 10)
 	}
 	return append(b, ']')
 }
@@ -154,18 +154,10 @@ func (s *Store) Complete(ctx context.Context, recs ...stores.Record) error {
 			}
 			groups[k] = append(groups[k], i)
 		}
-		// seqs returns the JSON array of the live keys (pid > 0) or the seqs
-		// of recs[i] for i in idx.
+		// seqs is the JSON array of the live keys (pid > 0) or the seqs of
+		// recs[i] for i in idx.
 		seqs := func(pid int64, idx []int) string {
-			b := make([]byte, 0, 20*len(idx))
-			b = append(b, '[')
-			for j, i := range idx {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = strconv.AppendInt(b, liveKey(pid, recs[i].Seq), 10)
-			}
-			return string(append(b, ']'))
+			return string(keysJSON(make([]byte, 0, 20*len(idx)), pid, len(idx), func(j int) int64 { return recs[idx[j]].Seq }))
 		}
 		del := tx.StmtContext(ctx, s.stmts.completeLive)
 		for _, k := range order {
