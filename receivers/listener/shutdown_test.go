@@ -45,9 +45,7 @@ func TestListener_StopsWhileClientsComeAndGo(t *testing.T) {
 				}
 			}()
 		}
-		for connected.Load() < churners*3 {
-			time.Sleep(time.Millisecond)
-		}
+		testsink.Eventually(t, "clients connecting and dropping", func() bool { return connected.Load() >= churners*3 })
 		stopped := make(chan struct{})
 		go func() { b.stop(); close(stopped) }()
 		select {
