@@ -70,8 +70,10 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 
 // message is one route's copy of a message on its way through the route.
 type message struct {
-	// env is the route's envelope; its processors change it.
+	// env is the route's envelope (own, for one allocation per message);
+	// its processors change it.
 	env *delivery.Envelope
+	own delivery.Envelope
 	// received is the envelope as it arrived, before processors: what an
 	// ingest dead letter keeps, so that a requeue runs it through the route
 	// again. (Processors never write into a payload and copy headers before
@@ -85,8 +87,8 @@ type message struct {
 }
 
 func newMessage(env delivery.Envelope, replay *stores.Record) *message {
-	m := &message{received: env, replay: replay}
-	m.env = &env
+	m := &message{own: env, received: env, replay: replay}
+	m.env = &m.own
 	return m
 }
 
