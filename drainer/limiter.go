@@ -62,13 +62,6 @@ func (l *limiter) record(succeeded, capacity bool) {
 	}
 }
 
-// current returns the limit (for tests and invariants).
-func (l *limiter) current() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.limit
-}
-
 // notifier is a broadcast: wait returns a channel closed by the next notify.
 type notifier struct {
 	mu sync.Mutex
