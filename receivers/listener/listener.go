@@ -90,7 +90,6 @@ type Listener struct {
 
 	received, acked, unrouted, abandoned atomic.Uint64
 	inFlight                             atomic.Int64
-	clients                              atomic.Int64
 
 	mu     sync.Mutex
 	status receivers.Status

@@ -232,8 +232,7 @@ func TestStore_AppendOverOneTransactionIsChunked(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rs := b.recs(250, "")
-	var n int64
-	n = b.requests(func() {
+	n := b.requests(func() {
 		if err := b.s.Append(t.Context(), rs...); err != nil {
 			t.Fatalf("Append of 250: %v", err)
 		}

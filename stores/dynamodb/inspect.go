@@ -63,7 +63,6 @@ func (s *Store) Inspect(ctx context.Context, now time.Time) ([]stores.RouteStats
 type routeView struct {
 	live, dead, done, claimed, notDue int64
 	oldest                            time.Time
-	seen                              bool // the live index gave its oldest record
 }
 
 func (s *Store) inspectSession(ctx context.Context, session string, now time.Time) ([]stores.RouteStats, error) {
