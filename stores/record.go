@@ -22,6 +22,15 @@ func (r *Record) Validate() error {
 	return nil
 }
 
+// Validate reports a claim request no store can serve, as ErrInvalid.
+func (req *ClaimRequest) Validate() error {
+	if req.Session == "" || req.Partition < 0 || req.Limit < 1 {
+		return fmt.Errorf("%w: claim of session %q, partition %d, limit %d",
+			ErrInvalid, req.Session, req.Partition, req.Limit)
+	}
+	return nil
+}
+
 // ValidateDead reports a record that AppendDead cannot hold: one that fails
 // Validate, or has no DeadReason.
 func (r *Record) ValidateDead() error {

@@ -48,9 +48,8 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	if s.closed.Load() {
 		return nil, errClosed
 	}
-	if req.Session == "" || req.Partition < 0 || req.Limit < 1 {
-		return nil, fmt.Errorf("dynamodb: claim: %w: session %q, partition %d, limit %d",
-			stores.ErrInvalid, req.Session, req.Partition, req.Limit)
+	if err := req.Validate(); err != nil {
+		return nil, fmt.Errorf("dynamodb: %w", err)
 	}
 	chosen, err := s.choose(ctx, req)
 	if err != nil {

@@ -15,9 +15,8 @@ import (
 // long as a key always maps to one partition (stores.PartitionOf); the
 // SQLite store checks the whole session.
 func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
-	if req.Session == "" || req.Partition < 0 || req.Limit < 1 {
-		return nil, fmt.Errorf("claim: %w: session %q, partition %d, limit %d",
-			stores.ErrInvalid, req.Session, req.Partition, req.Limit)
+	if err := req.Validate(); err != nil {
+		return nil, err
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)

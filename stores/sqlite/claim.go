@@ -18,9 +18,8 @@ import (
 // pending rows and lapsed claims alike) with their outbox columns, and one
 // UPDATE claims them in the narrow live table.
 func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
-	if req.Session == "" || req.Partition < 0 || req.Limit < 1 {
-		return nil, fmt.Errorf("claim: %w: session %q, partition %d, limit %d",
-			stores.ErrInvalid, req.Session, req.Partition, req.Limit)
+	if err := req.Validate(); err != nil {
+		return nil, err
 	}
 	out := make([]stores.Record, 0, min(req.Limit, 256))
 	now := nanos(req.Now)
