@@ -3,7 +3,7 @@
 // requeue, drop, bulk by route), and the console, one embedded HTML page
 // (vanilla JS and inline CSS, no CDN, no build step) that uses that API.
 //
-// Handler is mounted by the runtime on the admin listener under /api/ and
+// Handler is mounted by the bridge on the admin listener under /api/ and
 // /console. Reads need no credentials. Mutations need "Authorization: Bearer
 // TOKEN" when a token is configured (401 otherwise); without a token they
 // are allowed only from loopback clients and only with the header
@@ -36,7 +36,7 @@ type Options struct {
 	Store stores.Store
 	// Journal holds the delivery outcomes; nil serves an empty journal.
 	Journal *Journal
-	// Sessions, when set, reports the sessions (the runtime knows their
+	// Sessions, when set, reports the sessions (the bridge knows their
 	// depth without a store query). Nil derives them from the journal's
 	// routes and Store.Stats.
 	Sessions func(ctx context.Context) []SessionInfo

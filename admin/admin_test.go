@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/admin"
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/sqlite"
 )
@@ -42,7 +42,7 @@ func deadLetters(t testing.TB, st stores.Store, route string, n int, payload []b
 		recs := make([]stores.Record, k)
 		for i := range recs {
 			recs[i] = stores.Record{Session: "plant", Route: route, CreatedAt: t0, NextAttemptAt: t0,
-				Envelope: delivery.Envelope{ID: delivery.NewID(), Topic: "line/7", Payload: payload, QoS: 1}}
+				Envelope: message.Envelope{ID: message.NewID(), Topic: "line/7", Payload: payload, QoS: 1}}
 		}
 		if err := st.Append(ctx, recs...); err != nil {
 			t.Fatal(err)

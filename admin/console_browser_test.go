@@ -19,9 +19,9 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/bridge"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
-	"github.com/gobridge/gobridge/runtime"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/sqlite"
 )
@@ -68,7 +68,7 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
-// startBridge runs a real bridge (runtime.Run) on a SQLite outbox whose
+// startBridge runs a real bridge (bridge.Run) on a SQLite outbox whose
 // route delivers to target, and returns its admin address and a second
 // handle on the same store file (as `gobridge dlq` would open it).
 func startBridge(t *testing.T, target string) (string, *sqlite.Store) {
@@ -102,9 +102,9 @@ routes:
 	if err != nil || probs.HasErrors() {
 		t.Fatalf("load config: %v %v", err, probs)
 	}
-	rt, err := runtime.New(cfg, runtime.Options{})
+	rt, err := bridge.New(cfg, bridge.Options{})
 	if err != nil {
-		t.Fatalf("runtime.New: %v", err)
+		t.Fatalf("bridge.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -129,9 +129,9 @@ func appendRecords(t *testing.T, st stores.Store, payloads ...string) []string {
 	recs := make([]stores.Record, len(payloads))
 	ids := make([]string, len(payloads))
 	for i, p := range payloads {
-		ids[i] = delivery.NewID()
+		ids[i] = message.NewID()
 		recs[i] = stores.Record{Session: "plant", Route: "telemetry", CreatedAt: now, NextAttemptAt: now,
-			Envelope: delivery.Envelope{ID: ids[i], Topic: "factory/7/telemetry", Payload: []byte(p), QoS: 1, ReceivedAt: now}}
+			Envelope: message.Envelope{ID: ids[i], Topic: "factory/7/telemetry", Payload: []byte(p), QoS: 1, ReceivedAt: now}}
 	}
 	if err := st.Append(t.Context(), recs...); err != nil {
 		t.Fatal(err)

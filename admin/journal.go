@@ -64,7 +64,7 @@ type RouteActivity struct {
 // Journal keeps the last outcomes of every route in memory (a ring of
 // DefaultJournalSize per route), throughput per Bucket, and the drainer's
 // in-flight and limit reports. It implements drainer.Observer, so the
-// runtime can pass it to the drainer (next to its own observer). It is safe
+// bridge can pass it to the drainer (next to its own observer). It is safe
 // for concurrent use and its methods never block for long.
 type Journal struct {
 	size int

@@ -10,8 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -187,7 +188,7 @@ func (p *partition) process(recs []stores.Record, rnd *rand.Rand) {
 // max_in_flight.
 func (p *partition) send(r *Route, lim *limiter, chunk []*item, results chan<- sendResult) {
 	g := p.g
-	envs := make([]*delivery.Envelope, len(chunk))
+	envs := make([]*message.Envelope, len(chunk))
 	for i, it := range chunk {
 		envs[i] = &it.rec.Envelope
 		it.sent = true
@@ -251,23 +252,23 @@ func (p *partition) handle(res sendResult, ready map[string][]*item, rnd *rand.R
 	for i, it := range res.items {
 		err := res.errs[i]
 		it.latency = res.latency
-		class, retryAfter := delivery.Classify(err)
+		class, retryAfter := senders.Classify(err)
 		if err != nil && cutShort {
 			it.settle, it.result, it.reason, it.nextAt = release, ResultRetried, err.Error(), now
 			p.holdChain(it)
 			continue
 		}
 		switch class {
-		case delivery.OK:
+		case senders.OK:
 			anyOK = true
 			it.settle, it.result = complete, ResultOK
 			p.readyNext(it, ready)
-		case delivery.Saturated:
+		case senders.Saturated:
 			anyCap = true
 			it.settle, it.result, it.reason = release, ResultCapacity, err.Error()
 			it.nextAt = NextRetry(now, it.rec.Attempts, pol.Backoff, retryAfter, rnd)
 			p.holdChain(it)
-		case delivery.Fatal:
+		case senders.Fatal:
 			it.reason = err.Error()
 			if pol.OnPermanentFailure == routes.PolicyDrop {
 				it.settle, it.result = complete, ResultDropped
@@ -275,7 +276,7 @@ func (p *partition) handle(res sendResult, ready map[string][]*item, rnd *rand.R
 				it.settle, it.result = dead, ResultDeadLettered
 			}
 			p.readyNext(it, ready)
-		default: // delivery.Transient
+		default: // senders.Transient
 			if Poisoned(it.rec, pol, now) {
 				since := it.rec.FirstAttemptAt
 				if since.IsZero() {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/memory"
@@ -17,7 +17,7 @@ import (
 type nopSender struct{ batch int }
 
 func (s nopSender) BatchSize() int { return s.batch }
-func (s nopSender) Send(_ context.Context, envs []*delivery.Envelope) []error {
+func (s nopSender) Send(_ context.Context, envs []*message.Envelope) []error {
 	return make([]error, len(envs))
 }
 
@@ -89,9 +89,9 @@ func fillStore(b *testing.B, store stores.Outbox, records, parts int) {
 	b.Helper()
 	recs := make([]stores.Record, 0, 1000)
 	for i := range records {
-		id := delivery.NewID()
+		id := message.NewID()
 		recs = append(recs, stores.Record{Session: "s", Partition: stores.PartitionOf(id, parts),
-			Route: "r", Envelope: delivery.Envelope{ID: id, Topic: "t", Payload: []byte(`{"temp":21}`)}})
+			Route: "r", Envelope: message.Envelope{ID: id, Topic: "t", Payload: []byte(`{"temp":21}`)}})
 		if len(recs) == cap(recs) || i == records-1 {
 			if err := store.Append(context.Background(), recs...); err != nil {
 				b.Fatal(err)

@@ -13,22 +13,22 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 )
 
 // Sender delivers envelopes to one target. It is implemented by the senders
-// (through the runtime); the drainer never imports a sender.
+// (through the bridge); the drainer never imports a sender.
 type Sender interface {
 	// BatchSize is the most envelopes one Send takes (1 for HTTP, up to 10
 	// for SQS). Values below 1 are treated as 1.
 	BatchSize() int
 	// Send delivers envs and returns one error per envelope (nil: accepted),
-	// typed per delivery.Classify; len(result) must equal len(envs). Send
+	// typed per senders.Classify; len(result) must equal len(envs). Send
 	// must return when ctx is done; one that does not is abandoned after
 	// send_timeout plus Config.AbandonGrace.
-	Send(ctx context.Context, envs []*delivery.Envelope) []error
+	Send(ctx context.Context, envs []*message.Envelope) []error
 }
 
 // Route is one route draining from the session.
@@ -74,7 +74,7 @@ type Config struct {
 	// as a transient failure. Defaults to 2s.
 	AbandonGrace time.Duration
 	// Now is the clock used for claims, leases and backoff. Defaults to
-	// time.Now. Waits use the runtime's timers (testing/synctest fakes both).
+	// time.Now. Waits use the bridge's timers (testing/synctest fakes both).
 	Now func() time.Time
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger

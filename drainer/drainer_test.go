@@ -10,8 +10,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/memory"
 )
@@ -43,7 +44,7 @@ func TestGroup_DeliversEveryRecordOnce(t *testing.T) {
 func TestGroup_RetriesTransientWithBackoff(t *testing.T) {
 	backends(t, func(t *testing.T, store stores.Store) {
 		var sentAt []time.Time
-		snd := newScriptSender(1, func(_ context.Context, _ *delivery.Envelope, n int) error {
+		snd := newScriptSender(1, func(_ context.Context, _ *message.Envelope, n int) error {
 			sentAt = append(sentAt, time.Now())
 			if n <= 3 {
 				return errFlaky
@@ -76,7 +77,7 @@ func TestGroup_RetriesTransientWithBackoff(t *testing.T) {
 
 func TestGroup_PoisonsOnlyAfterAttemptsAndBudget(t *testing.T) {
 	backends(t, func(t *testing.T, store stores.Store) {
-		snd := newScriptSender(1, func(context.Context, *delivery.Envelope, int) error { return errFlaky })
+		snd := newScriptSender(1, func(context.Context, *message.Envelope, int) error { return errFlaky })
 		j := newJournal()
 		pol := testPolicy()
 		pol.MaxReplayAttempts = 3
@@ -113,9 +114,9 @@ func TestGroup_PermanentFailureSettlesAtOnce(t *testing.T) {
 	for _, policy := range []string{routes.PolicyDLQ, routes.PolicyDrop} {
 		t.Run(policy, func(t *testing.T) {
 			backends(t, func(t *testing.T, store stores.Store) {
-				snd := newScriptSender(1, func(_ context.Context, e *delivery.Envelope, _ int) error {
+				snd := newScriptSender(1, func(_ context.Context, e *message.Envelope, _ int) error {
 					if e.ID == "m001" {
-						return delivery.Permanent(errors.New("payload too large"))
+						return senders.Permanent(errors.New("payload too large"))
 					}
 					return nil
 				})
@@ -153,11 +154,11 @@ func TestGroup_PermanentFailureSettlesAtOnce(t *testing.T) {
 func TestGroup_CapacityHalvesLimitAndWaitsRetryAfter(t *testing.T) {
 	backends(t, func(t *testing.T, store stores.Store) {
 		var firstAt, secondAt time.Time
-		snd := newScriptSender(1, func(_ context.Context, e *delivery.Envelope, n int) error {
+		snd := newScriptSender(1, func(_ context.Context, e *message.Envelope, n int) error {
 			if e.ID == "m000" {
 				if n == 1 {
 					firstAt = time.Now()
-					return delivery.Capacity(errors.New("429"), 45*time.Second)
+					return senders.Capacity(errors.New("429"), 45*time.Second)
 				}
 				secondAt = time.Now()
 			}
@@ -193,7 +194,7 @@ func TestGroup_CapacityHalvesLimitAndWaitsRetryAfter(t *testing.T) {
 func TestGroup_AbandonsSenderThatIgnoresContext(t *testing.T) {
 	backends(t, func(t *testing.T, store stores.Store) {
 		hang := make(chan struct{})
-		snd := newScriptSender(1, func(_ context.Context, _ *delivery.Envelope, n int) error {
+		snd := newScriptSender(1, func(_ context.Context, _ *message.Envelope, n int) error {
 			if n == 1 {
 				<-hang // ignores ctx
 			}
@@ -220,7 +221,7 @@ func TestGroup_AbandonsSenderThatIgnoresContext(t *testing.T) {
 
 func TestGroup_KeepsPerKeyOrderAcrossRetries(t *testing.T) {
 	backends(t, func(t *testing.T, store stores.Store) {
-		snd := newScriptSender(2, func(_ context.Context, e *delivery.Envelope, n int) error {
+		snd := newScriptSender(2, func(_ context.Context, e *message.Envelope, n int) error {
 			if (e.ID == "m000" || e.ID == "m004") && n <= 2 {
 				return errFlaky
 			}
@@ -258,7 +259,7 @@ func TestGroup_ExpiredRecordsFollowOnExpired(t *testing.T) {
 				pol := testPolicy()
 				pol.OnExpired = policy
 				g := New(testConfig(t, snd, pol, j), store, memory.NewLeases())
-				env := delivery.Envelope{ID: "old", Topic: "t"}
+				env := message.Envelope{ID: "old", Topic: "t"}
 				if err := store.Append(t.Context(), stores.Record{Session: "s", Route: "r", Envelope: env,
 					ExpiresAt: time.Now().Add(-time.Second)}); err != nil {
 					t.Fatal(err)
@@ -310,7 +311,7 @@ func TestGroup_WakeDeliversWithoutWaitingForThePoll(t *testing.T) {
 func TestGroup_ShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
 	backends(t, func(t *testing.T, store stores.Store) {
 		started := make(chan struct{}, 10)
-		snd := newScriptSender(1, func(ctx context.Context, _ *delivery.Envelope, _ int) error {
+		snd := newScriptSender(1, func(ctx context.Context, _ *message.Envelope, _ int) error {
 			started <- struct{}{}
 			select { // a send that takes 3s, well within the shutdown timeout
 			case <-time.After(3 * time.Second):
@@ -358,7 +359,7 @@ func TestGroup_OrderingKeySpansRoutesOfASession(t *testing.T) {
 		cfg.LeaseTTL = 3 * time.Hour
 		g := New(cfg, store, memory.NewLeases())
 		for i, route := range []string{"r", "r2", "r"} {
-			env := delivery.Envelope{ID: fmt.Sprintf("k%d", i), Topic: "t", Key: "k"}
+			env := message.Envelope{ID: fmt.Sprintf("k%d", i), Topic: "t", Key: "k"}
 			if err := store.Append(t.Context(), stores.Record{Session: "s", Route: route, Envelope: env}); err != nil {
 				t.Fatal(err)
 			}
@@ -425,7 +426,7 @@ func TestGroup_StopsLaunchingFromALapsedClaim(t *testing.T) {
 	backends(t, func(t *testing.T, store stores.Store) {
 		// One send at a time, each taking just under send_timeout: the batch
 		// outlives its claim deadline (send_timeout + grace + 10s = 17s).
-		snd := newScriptSender(1, func(ctx context.Context, _ *delivery.Envelope, _ int) error {
+		snd := newScriptSender(1, func(ctx context.Context, _ *message.Envelope, _ int) error {
 			select {
 			case <-time.After(4900 * time.Millisecond):
 			case <-ctx.Done():

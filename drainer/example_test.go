@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gobridge/gobridge/delivery"
 	"github.com/gobridge/gobridge/drainer"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/memory"
@@ -16,7 +16,7 @@ type printSender struct{ done chan struct{} }
 
 func (printSender) BatchSize() int { return 1 }
 
-func (s printSender) Send(_ context.Context, envs []*delivery.Envelope) []error {
+func (s printSender) Send(_ context.Context, envs []*message.Envelope) []error {
 	for _, e := range envs {
 		fmt.Printf("sent %s %s\n", e.ID, e.Payload)
 	}
@@ -44,7 +44,7 @@ func ExampleNew() {
 	// Ingest appends, then wakes the partition so delivery does not wait
 	// for the next poll.
 	rec := stores.Record{Session: "plant", Route: "telemetry",
-		Envelope: delivery.Envelope{ID: "msg-1", Topic: "factory/line-7/telemetry", Payload: []byte(`{"temp":21}`)}}
+		Envelope: message.Envelope{ID: "msg-1", Topic: "factory/line-7/telemetry", Payload: []byte(`{"temp":21}`)}}
 	if err := store.Append(ctx, rec); err != nil {
 		fmt.Println(err)
 	}

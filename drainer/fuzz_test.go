@@ -12,8 +12,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/stores/memory"
 )
 
@@ -42,8 +43,8 @@ func fuzzDrainer(t *testing.T, seed uint64, count, keys int) {
 	}
 
 	var mu sync.Mutex
-	last := map[string]delivery.Class{} // the class of each record's last send
-	snd := newScriptSender(1+r.IntN(3), func(_ context.Context, e *delivery.Envelope, n int) error {
+	last := map[string]senders.Class{} // the class of each record's last send
+	snd := newScriptSender(1+r.IntN(3), func(_ context.Context, e *message.Envelope, n int) error {
 		h := fnv.New64a()
 		h.Write([]byte(e.ID))
 		rr := rand.New(rand.NewPCG(seed, h.Sum64()<<8|uint64(n)))
@@ -53,11 +54,11 @@ func fuzzDrainer(t *testing.T, seed uint64, count, keys int) {
 		case p < 75:
 			err = errFlaky
 		case p < 93:
-			err = delivery.Capacity(errors.New("throttled"), time.Duration(rr.IntN(20))*time.Second)
+			err = senders.Capacity(errors.New("throttled"), time.Duration(rr.IntN(20))*time.Second)
 		default:
-			err = delivery.Permanent(errors.New("rejected"))
+			err = senders.Permanent(errors.New("rejected"))
 		}
-		c, _ := delivery.Classify(err)
+		c, _ := senders.Classify(err)
 		mu.Lock()
 		last[e.ID] = c
 		mu.Unlock()
@@ -106,8 +107,8 @@ func fuzzDrainer(t *testing.T, seed uint64, count, keys int) {
 		c := last[id]
 		mu.Unlock()
 		switch c {
-		case delivery.Fatal:
-		case delivery.Transient:
+		case senders.Fatal:
+		case senders.Transient:
 			if dl.Attempts <= pol.MaxReplayAttempts || dl.DeadAt.Sub(dl.FirstAttemptAt) < pol.ReplayBudget.D() {
 				t.Fatalf("%s poisoned early: %d attempts (max %d), %v after the first (budget %v)", id,
 					dl.Attempts, pol.MaxReplayAttempts, dl.DeadAt.Sub(dl.FirstAttemptAt), pol.ReplayBudget.D())

@@ -9,7 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/memory"
@@ -19,20 +19,20 @@ import (
 // n-th send (1-based) of an envelope ID. It logs every send in order.
 type scriptSender struct {
 	batch  int
-	script func(ctx context.Context, env *delivery.Envelope, n int) error
+	script func(ctx context.Context, env *message.Envelope, n int) error
 
 	mu     sync.Mutex
 	counts map[string]int
-	log    []*delivery.Envelope
+	log    []*message.Envelope
 }
 
-func newScriptSender(batch int, script func(ctx context.Context, env *delivery.Envelope, n int) error) *scriptSender {
+func newScriptSender(batch int, script func(ctx context.Context, env *message.Envelope, n int) error) *scriptSender {
 	return &scriptSender{batch: batch, script: script, counts: map[string]int{}}
 }
 
 func (s *scriptSender) BatchSize() int { return s.batch }
 
-func (s *scriptSender) Send(ctx context.Context, envs []*delivery.Envelope) []error {
+func (s *scriptSender) Send(ctx context.Context, envs []*message.Envelope) []error {
 	errs := make([]error, len(envs))
 	for i, e := range envs {
 		s.mu.Lock()
@@ -165,7 +165,7 @@ func appendRecords(t *testing.T, store stores.Outbox, n int, keyOf func(i int) s
 	ids := make([]string, n)
 	for i := range recs {
 		ids[i] = fmt.Sprintf("m%03d", i)
-		env := delivery.Envelope{ID: ids[i], Topic: "t", Payload: []byte("p"), ReceivedAt: time.Now()}
+		env := message.Envelope{ID: ids[i], Topic: "t", Payload: []byte("p"), ReceivedAt: time.Now()}
 		if keyOf != nil {
 			env.Key = keyOf(i)
 		}

@@ -8,7 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/memory"
 )
@@ -111,7 +111,7 @@ func TestGroup_OnlyTheHolderSendsAndATakeoverFencesTheOldOwner(t *testing.T) {
 	backends(t, func(t *testing.T, store stores.Store) {
 		leases := memory.NewLeases()
 		hang := make(chan struct{})
-		sa := newScriptSender(1, func(ctx context.Context, _ *delivery.Envelope, n int) error {
+		sa := newScriptSender(1, func(ctx context.Context, _ *message.Envelope, n int) error {
 			<-hang // the old owner hangs mid-send, then its process dies
 			return nil
 		})
@@ -185,7 +185,7 @@ func TestGroup_SharesPartitionsFairlyAndRebalances(t *testing.T) {
 func TestGroup_StopsAtOnceWhenItsLeaseIsLost(t *testing.T) {
 	backends(t, func(t *testing.T, store stores.Store) {
 		leases := memory.NewLeases()
-		snd := newScriptSender(1, func(ctx context.Context, _ *delivery.Envelope, _ int) error {
+		snd := newScriptSender(1, func(ctx context.Context, _ *message.Envelope, _ int) error {
 			<-ctx.Done() // in flight until the drainer cancels it
 			return ctx.Err()
 		})

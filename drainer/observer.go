@@ -30,7 +30,7 @@ type Outcome struct {
 	At      time.Time
 }
 
-// Observer receives the drainer's events; the runtime wires it to Prometheus
+// Observer receives the drainer's events; the bridge wires it to Prometheus
 // and to its delivery journal. Methods are called from drainer goroutines
 // and must not block.
 type Observer interface {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/memory"
 )
@@ -13,7 +13,7 @@ import (
 func TestGroup_ASlowSendDoesNotHoldTheNextBatch(t *testing.T) {
 	backends(t, func(t *testing.T, store stores.Store) {
 		release := make(chan struct{})
-		snd := newScriptSender(1, func(ctx context.Context, e *delivery.Envelope, _ int) error {
+		snd := newScriptSender(1, func(ctx context.Context, e *message.Envelope, _ int) error {
 			if e.ID == "m000" {
 				select {
 				case <-release:

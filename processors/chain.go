@@ -3,12 +3,12 @@
 // on each message.
 //
 // Expressions (filter, transform) use expr-lang/expr and templates use
-// delivery.Template; both compile once, in Compile, which is what
+// message.Template; both compile once, in Compile, which is what
 // `gobridge check` calls, so a bad expression or template is a configuration
 // error with its position. Per message, Chain.Process runs the steps in
 // order, decoding the JSON payload at most once (again only after a
 // transform replaced it). A processor that fails on a message returns a
-// *delivery.PermanentError with the reason; Process never panics on data.
+// *senders.PermanentError with the reason; Process never panics on data.
 //
 // processors imports routes (for the configuration types) and delivery;
 // routes does not import processors.
@@ -22,8 +22,9 @@ import (
 
 	"github.com/expr-lang/expr/vm"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 )
 
 // Processor types, as written in the configuration.
@@ -55,7 +56,7 @@ type step func(s *state) error
 type Chain struct {
 	steps       []step
 	types       []string
-	orderingKey *delivery.Template
+	orderingKey *message.Template
 	pool        sync.Pool // of *state
 }
 
@@ -117,7 +118,7 @@ func Compile(route routes.RouteConfig) (*Chain, error) {
 
 // OrderingKey returns the route's compiled ordering_key template, or nil when
 // the route has none.
-func (c *Chain) OrderingKey() *delivery.Template { return c.orderingKey }
+func (c *Chain) OrderingKey() *message.Template { return c.orderingKey }
 
 // Len returns the number of processors in the chain.
 func (c *Chain) Len() int { return len(c.steps) }
@@ -130,10 +131,10 @@ func (c *Chain) Len() int { return len(c.steps) }
 //
 // Process stops at the first filter that rejects the message and returns
 // Result{Drop: true}. When a processor fails on the message it returns a
-// *delivery.PermanentError wrapping a *ProcessError (whose cause may be a
-// *delivery.FieldError), and leaves e as it was before Process, so that
+// *senders.PermanentError wrapping a *ProcessError (whose cause may be a
+// *message.FieldError), and leaves e as it was before Process, so that
 // the message is dead-lettered as it arrived.
-func (c *Chain) Process(e *delivery.Envelope) (Result, error) {
+func (c *Chain) Process(e *message.Envelope) (Result, error) {
 	if len(c.steps) == 0 && c.orderingKey == nil {
 		return Result{}, nil
 	}
@@ -144,7 +145,7 @@ func (c *Chain) Process(e *delivery.Envelope) (Result, error) {
 	for i, st := range c.steps {
 		if err := st(s); err != nil {
 			orig.restore(e)
-			return Result{}, delivery.Permanent(&ProcessError{Index: i, Type: c.types[i], Err: err})
+			return Result{}, senders.Permanent(&ProcessError{Index: i, Type: c.types[i], Err: err})
 		}
 		if s.res.Drop {
 			return Result{Drop: true}, nil
@@ -154,7 +155,7 @@ func (c *Chain) Process(e *delivery.Envelope) (Result, error) {
 		key, err := c.orderingKey.RenderWith(e, &s.payload)
 		if err != nil {
 			orig.restore(e)
-			return Result{}, delivery.Permanent(&ProcessError{Index: -1, Err: err})
+			return Result{}, senders.Permanent(&ProcessError{Index: -1, Err: err})
 		}
 		e.Key = key
 	}
@@ -172,7 +173,7 @@ type envelopeFields struct {
 	key     string
 }
 
-func (f envelopeFields) restore(e *delivery.Envelope) {
+func (f envelopeFields) restore(e *message.Envelope) {
 	e.ID, e.Payload, e.Headers, e.Key = f.id, f.payload, f.headers, f.key
 }
 
@@ -184,8 +185,8 @@ func (c *Chain) release(s *state) {
 // state is the per-message working set of a chain, pooled so that a message
 // costs no allocations beyond those of its own data.
 type state struct {
-	e       *delivery.Envelope
-	payload delivery.ParsedPayload
+	e       *message.Envelope
+	payload message.ParsedPayload
 	res     Result
 
 	// Expression evaluation.
@@ -269,14 +270,14 @@ func compileProcessor(i int, pc routes.ProcessorConfig) (step, CompileErrors) {
 }
 
 // compileTemplate parses a template field; an empty one is an error.
-func compileTemplate(i int, field, src string) (*delivery.Template, *CompileError) {
+func compileTemplate(i int, field, src string) (*message.Template, *CompileError) {
 	if src == "" {
 		return nil, &CompileError{Index: i, Field: field, Offset: -1, Err: errors.New("must not be empty")}
 	}
-	t, err := delivery.ParseTemplate(src)
+	t, err := message.ParseTemplate(src)
 	if err != nil {
 		off := -1
-		if te, ok := errors.AsType[*delivery.TemplateError](err); ok {
+		if te, ok := errors.AsType[*message.TemplateError](err); ok {
 			off = te.Offset
 		}
 		return nil, &CompileError{Index: i, Field: field, Offset: off, Err: err}

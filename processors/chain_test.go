@@ -8,16 +8,17 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 )
 
 const telemetry = `{"msg_id":"m-0001","temp":81.5,"unit":"C","ok":true,"line":7,` +
 	`"sensors":[{"id":"s-1","v":12.25},{"id":"s-2","v":13.5}],"serial":12345678901234567890,` +
 	`"meta":{"fw":"1.4.2","site":"berlin","shift":"night"},"note":"steady state reading"}`
 
-func envelope(payload string) *delivery.Envelope {
-	return &delivery.Envelope{
+func envelope(payload string) *message.Envelope {
+	return &message.Envelope{
 		ID:      "orig-id",
 		Topic:   "factory/line-7/telemetry",
 		Payload: []byte(payload),
@@ -38,8 +39,8 @@ func compile(t *testing.T, ordering string, ps ...routes.ProcessorConfig) *Chain
 // *ProcessError.
 func permanent(t *testing.T, err error) *ProcessError {
 	t.Helper()
-	if _, ok := errors.AsType[*delivery.PermanentError](err); !ok {
-		t.Fatalf("error %v is not a *delivery.PermanentError", err)
+	if _, ok := errors.AsType[*senders.PermanentError](err); !ok {
+		t.Fatalf("error %v is not a *senders.PermanentError", err)
 	}
 	pe, ok := errors.AsType[*ProcessError](err)
 	if !ok {
@@ -107,8 +108,8 @@ func TestChain_OrderingKeyMissingFieldIsPermanent(t *testing.T) {
 	if pe.Index != -1 {
 		t.Errorf("Index = %d, want -1", pe.Index)
 	}
-	if fe, ok := errors.AsType[*delivery.FieldError](err); !ok || fe.Placeholder != "payload.device" {
-		t.Errorf("error %v: want a *delivery.FieldError for payload.device", err)
+	if fe, ok := errors.AsType[*message.FieldError](err); !ok || fe.Placeholder != "payload.device" {
+		t.Errorf("error %v: want a *message.FieldError for payload.device", err)
 	}
 }
 
@@ -207,8 +208,8 @@ func TestIdempotencyKey_From(t *testing.T) {
 		c := compile(t, "", routes.ProcessorConfig{Type: TypeIdempotencyKey, From: "{payload.id}"})
 		_, err := c.Process(envelope(`{"other": 1}`))
 		permanent(t, err)
-		if fe, ok := errors.AsType[*delivery.FieldError](err); !ok || fe.Placeholder != "payload.id" {
-			t.Errorf("error %v: want *delivery.FieldError for payload.id", err)
+		if fe, ok := errors.AsType[*message.FieldError](err); !ok || fe.Placeholder != "payload.id" {
+			t.Errorf("error %v: want *message.FieldError for payload.id", err)
 		}
 	})
 }

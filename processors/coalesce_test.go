@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/sqlite"
@@ -31,8 +31,8 @@ func TestCoalesce_SQLiteKeepsNewestPerKey(t *testing.T) {
 	base := time.Now().Add(-time.Hour)
 	appendBeat := func(device, seq int) {
 		t.Helper()
-		e := &delivery.Envelope{
-			ID:         delivery.NewID(),
+		e := &message.Envelope{
+			ID:         message.NewID(),
 			Topic:      fmt.Sprintf("hb/dev-%d/status", device),
 			Payload:    []byte(`{"kind":"heartbeat","seq":` + strconv.Itoa(seq) + `}`),
 			QoS:        1,

@@ -3,7 +3,7 @@ package processors_test
 import (
 	"fmt"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/processors"
 	"github.com/gobridge/gobridge/routes"
 )
@@ -23,7 +23,7 @@ func ExampleCompile() {
 		fmt.Println(err)
 		return
 	}
-	e := &delivery.Envelope{ID: delivery.NewID(), Topic: "factory/line-7/telemetry", Payload: []byte(`{"temp": 81.5}`)}
+	e := &message.Envelope{ID: message.NewID(), Topic: "factory/line-7/telemetry", Payload: []byte(`{"temp": 81.5}`)}
 	res, err := chain.Process(e)
 	fmt.Println(res.Drop, err)
 	fmt.Println(string(e.Payload), e.Headers["site"], e.ID, e.Key)

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 )
 
@@ -167,7 +167,7 @@ func TestCompile_ReportsEveryProblem(t *testing.T) {
 			t.Errorf("problem %d at %s, want %s", i, ce.Path(), want[i])
 		}
 	}
-	var te *delivery.TemplateError
+	var te *message.TemplateError
 	if !errors.As(ces[2], &te) || te.Offset != 0 {
 		t.Errorf("ordering_key problem %v does not carry the template offset", ces[2])
 	}

@@ -4,8 +4,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 )
 
 // FuzzChain compiles a filter and a transform from fuzzed expressions, a
@@ -32,9 +33,9 @@ func FuzzChain(f *testing.F) {
 			}
 			return
 		}
-		e := &delivery.Envelope{ID: "id", Topic: "a/b/c", Payload: []byte(payload), QoS: 1}
+		e := &message.Envelope{ID: "id", Topic: "a/b/c", Payload: []byte(payload), QoS: 1}
 		if _, err := c.Process(e); err != nil {
-			if _, ok := errors.AsType[*delivery.PermanentError](err); !ok {
+			if _, ok := errors.AsType[*senders.PermanentError](err); !ok {
 				t.Fatalf("error %v is not permanent", err)
 			}
 			if _, ok := errors.AsType[*ProcessError](err); !ok {
@@ -62,7 +63,7 @@ func BenchmarkChain(b *testing.B) {
 	b.SetBytes(int64(len(payload)))
 	b.ReportAllocs()
 	for b.Loop() {
-		e := delivery.Envelope{ID: "id", Topic: "factory/line-7/telemetry", Payload: payload, QoS: 1}
+		e := message.Envelope{ID: "id", Topic: "factory/line-7/telemetry", Payload: payload, QoS: 1}
 		res, err := c.Process(&e)
 		if err != nil || res.Drop {
 			b.Fatalf("Process = %+v, %v", res, err)
@@ -85,7 +86,7 @@ func BenchmarkChain_TopicOnly(b *testing.B) {
 	payload := []byte(telemetry)
 	b.ReportAllocs()
 	for b.Loop() {
-		e := delivery.Envelope{ID: "id", Topic: "factory/line-7/telemetry", Payload: payload, QoS: 1}
+		e := message.Envelope{ID: "id", Topic: "factory/line-7/telemetry", Payload: payload, QoS: 1}
 		if _, err := c.Process(&e); err != nil {
 			b.Fatal(err)
 		}

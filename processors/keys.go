@@ -8,12 +8,12 @@ import (
 	"io"
 	"slices"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 )
 
 type headerTemplate struct {
 	name string
-	tmpl *delivery.Template
+	tmpl *message.Template
 }
 
 // compileSetHeaders compiles header name -> template. Headers are rendered
@@ -38,7 +38,7 @@ func compileSetHeaders(i int, headers map[string]string) (step, CompileErrors) {
 		src := headers[name]
 		if src == "" {
 			// An empty value is a legitimate literal header value.
-			hs = append(hs, headerTemplate{name: name, tmpl: delivery.MustParseTemplate("")})
+			hs = append(hs, headerTemplate{name: name, tmpl: message.MustParseTemplate("")})
 			continue
 		}
 		t, err := compileTemplate(i, "headers."+name, src)

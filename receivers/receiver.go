@@ -50,7 +50,7 @@ type Status struct {
 }
 
 // Stats are a receiver's counters since it was created, for metrics. The
-// runtime reads them on scrape; receivers stay free of Prometheus.
+// bridge reads them on scrape; receivers stay free of Prometheus.
 type Stats struct {
 	// Received counts messages handed to the sink.
 	Received uint64

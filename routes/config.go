@@ -2,7 +2,7 @@
 // schema, the strict loader, the validator behind `gobridge check`, and topic
 // matching for routes.
 //
-// The types here are used as they are by the runtime: there is no second
+// The types here are used as they are by the bridge: there is no second
 // model of the configuration.
 package routes
 
@@ -263,7 +263,7 @@ type Session struct {
 	Partitions int `yaml:"partitions,omitempty" validate:"min=1,max=1024"`
 	// DrainInterval is shorthand for fixed_poll at that interval; never
 	// together with DrainStrategy. After loading it is folded into
-	// DrainStrategy and reads 0: the runtime reads DrainStrategy only.
+	// DrainStrategy and reads 0: the bridge reads DrainStrategy only.
 	DrainInterval Duration `yaml:"drain_interval,omitempty"`
 	// DrainStrategy defaults to fixed_poll every 1s. After loading it is
 	// never nil.

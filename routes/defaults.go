@@ -40,7 +40,7 @@ const (
 // place defaults are applied. Type-specific options are filled only for
 // their type. After it, Session.DrainStrategy is always set: a drain_interval
 // is folded into a fixed_poll strategy and DrainInterval is zeroed, so the
-// runtime reads DrainStrategy only.
+// bridge reads DrainStrategy only.
 func (c *Config) setDefaults() {
 	b := &c.Bridge
 	if b.Admin.Listen == nil {

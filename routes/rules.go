@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 )
 
 // Cross-field rules, written as plain Go. Each add()s its problems.
@@ -122,9 +122,9 @@ func (c *Config) checkTemplate(add func(Problem), path, tmpl string) {
 	if tmpl == "" {
 		return
 	}
-	if _, err := delivery.ParseTemplate(tmpl); err != nil {
+	if _, err := message.ParseTemplate(tmpl); err != nil {
 		msg := err.Error()
-		var te *delivery.TemplateError
+		var te *message.TemplateError
 		if errors.As(err, &te) {
 			msg = te.Msg
 		}

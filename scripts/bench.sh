@@ -51,7 +51,7 @@ for a in "${areas[@]}"; do
 	processors) bench processors -bench 'Chain|Template_Render|DecodeJSON' -benchmem ./processors/ ./delivery/ ;;
 	dynamodb) bench dynamodb -bench . -benchtime 20x ./stores/dynamodb/ ;;
 	mqtt) bench mqtt -bench . -benchtime 20000x ./receivers/mqtt/ ;;
-	e2e) bench e2e -bench EndToEnd -benchtime 20000x ./runtime/ ;;
+	e2e) bench e2e -bench EndToEnd -benchtime 20000x ./bridge/ ;;
 	esac
 done
 echo "bench.sh: done; full output in $log"

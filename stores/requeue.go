@@ -3,7 +3,7 @@ package stores
 import (
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 )
 
 // Requeued returns the pending record that requeueing dead letter d at now
@@ -12,7 +12,7 @@ import (
 // to live, and no coalesce key. Backends share it so that they agree.
 func Requeued(d Record, now time.Time) Record {
 	r := d
-	r.Envelope.ID = delivery.NewID()
+	r.Envelope.ID = message.NewID()
 	r.CoalesceKey = "" // an operator's requeue replaces nothing and is never absorbed
 	r.CausationID = d.Envelope.ID
 	r.State = Pending

@@ -12,7 +12,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 )
 
 // Sentinel errors. Backends translate their own errors into these at their
@@ -57,7 +57,7 @@ type Record struct {
 	Session   string
 	Partition int
 	Route     string
-	Envelope  delivery.Envelope
+	Envelope  message.Envelope
 	// CoalesceKey, when set, makes Append replace a pending, unclaimed
 	// record of the same Route and CoalesceKey whose envelope was received
 	// earlier (never a newer one).

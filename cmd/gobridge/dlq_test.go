@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/admin"
-	"github.com/gobridge/gobridge/delivery"
 	"github.com/gobridge/gobridge/internal/testservices"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/dynamodb"
 	"github.com/gobridge/gobridge/stores/sqlite"
@@ -47,7 +47,7 @@ func newStoreFixture(t *testing.T, storeType string) *storeFixture {
 		fx.st = st
 	case "dynamodb":
 		endpoint := testservices.DynamoDBEndpoint(t)
-		table := "gobridge_cli_" + strings.ReplaceAll(delivery.NewID(), "-", "")
+		table := "gobridge_cli_" + strings.ReplaceAll(message.NewID(), "-", "")
 		opts := dynamodb.Options{Table: table, LeaseTable: table, Endpoint: endpoint, Region: "us-east-1", CreateTables: true}
 		st, err := dynamodb.Open(t.Context(), opts)
 		if err != nil {
@@ -95,9 +95,9 @@ func (fx *storeFixture) dead(t *testing.T, route string, n int, payload []byte, 
 	recs := make([]stores.Record, n)
 	ids := make([]string, n)
 	for i := range recs {
-		ids[i] = delivery.NewID()
+		ids[i] = message.NewID()
 		recs[i] = stores.Record{Session: "plant", Route: route, CreatedAt: base, NextAttemptAt: base,
-			Envelope: delivery.Envelope{ID: ids[i], Topic: "a/1", Payload: payload, QoS: 1, ReceivedAt: base,
+			Envelope: message.Envelope{ID: ids[i], Topic: "a/1", Payload: payload, QoS: 1, ReceivedAt: base,
 				Headers: map[string]string{"site": "7"}}}
 	}
 	if err := fx.st.Append(ctx, recs...); err != nil {

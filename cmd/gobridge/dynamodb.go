@@ -94,7 +94,7 @@ func (c *DynamoDBCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// dynamoOpts maps a store config to the backend's options as the runtime
+// dynamoOpts maps a store config to the backend's options as the bridge
 // does, with CreateTables set.
 func dynamoOpts(sc *routes.StoreConfig) dynamodb.Options {
 	o := dynamodb.Options{

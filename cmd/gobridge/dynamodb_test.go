@@ -14,8 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/gobridge/gobridge/delivery"
 	"github.com/gobridge/gobridge/internal/testservices"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/dynamodb"
 )
@@ -45,7 +45,7 @@ routes:
 
 func TestDynamoDBCommand_CreateTables(t *testing.T) {
 	endpoint := testservices.DynamoDBEndpoint(t)
-	suffix := strings.ReplaceAll(delivery.NewID(), "-", "")
+	suffix := strings.ReplaceAll(message.NewID(), "-", "")
 	outbox, lease := "gobridge_ct_outbox_"+suffix, "gobridge_ct_lease_"+suffix
 	opts := dynamodb.Options{Table: outbox, LeaseTable: lease, Endpoint: endpoint, Region: "us-east-1"}
 	client, err := dynamodb.NewClient(t.Context(), opts)
@@ -84,7 +84,7 @@ func TestDynamoDBCommand_CreateTables(t *testing.T) {
 	defer st.Close()
 	now := time.Now()
 	rec := stores.Record{Session: "plant", Route: "alarms", CreatedAt: now,
-		Envelope: delivery.Envelope{ID: delivery.NewID(), Topic: "a/1", QoS: 1, ReceivedAt: now}}
+		Envelope: message.Envelope{ID: message.NewID(), Topic: "a/1", QoS: 1, ReceivedAt: now}}
 	if err := st.Append(t.Context(), rec); err != nil {
 		t.Fatalf("Append: %v", err)
 	}
@@ -104,7 +104,7 @@ func TestDynamoDBCommand_CreateTables(t *testing.T) {
 
 func TestDynamoDBCommand_CreateTablesRejectsAnExistingTableWithoutIndexes(t *testing.T) {
 	endpoint := testservices.DynamoDBEndpoint(t)
-	table := "gobridge_ct_bare_" + strings.ReplaceAll(delivery.NewID(), "-", "")
+	table := "gobridge_ct_bare_" + strings.ReplaceAll(message.NewID(), "-", "")
 	opts := dynamodb.Options{Table: table, Endpoint: endpoint, Region: "us-east-1"}
 	client, err := dynamodb.NewClient(t.Context(), opts)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -64,7 +64,7 @@ func fillStats(t *testing.T, fx *storeFixture) {
 			next = now.Add(time.Hour) // retrying later: pending, not due
 		}
 		recs = append(recs, stores.Record{Session: "plant", Route: "alarms", CreatedAt: now.Add(-time.Duration(10-i) * time.Minute),
-			NextAttemptAt: next, Envelope: delivery.Envelope{ID: delivery.NewID(), Topic: "a/1", QoS: 1}})
+			NextAttemptAt: next, Envelope: message.Envelope{ID: message.NewID(), Topic: "a/1", QoS: 1}})
 	}
 	if err := fx.st.Append(ctx, recs...); err != nil {
 		t.Fatal(err)

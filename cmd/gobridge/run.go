@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/gobridge/gobridge/bridge"
 	"github.com/gobridge/gobridge/routes"
-	"github.com/gobridge/gobridge/runtime"
 )
 
 // RunCommand runs the bridge: `gobridge run -c FILE`. It loads the config
@@ -70,7 +70,7 @@ Flags:
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	rt, err := runtime.New(cfg, runtime.Options{Logger: log, Registerer: reg, Stdout: c.Stdout})
+	rt, err := bridge.New(cfg, bridge.Options{Logger: log, Registerer: reg, Stdout: c.Stdout})
 	if err != nil {
 		log.Error("bridge failed to start", "error", err)
 		return err

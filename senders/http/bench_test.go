@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 )
 
@@ -50,8 +50,8 @@ func benchmarkSend(b *testing.B, latency time.Duration) {
 			b.ResetTimer()
 			for range inFlight {
 				wg.Go(func() {
-					env := &delivery.Envelope{ID: delivery.NewID(), Topic: "factory/line-7/telemetry", Payload: payload}
-					envs := []*delivery.Envelope{env}
+					env := &message.Envelope{ID: message.NewID(), Topic: "factory/line-7/telemetry", Payload: payload}
+					envs := []*message.Envelope{env}
 					for next.Add(1) <= int64(b.N) {
 						if err := s.Send(b.Context(), envs)[0]; err != nil {
 							b.Error(err)

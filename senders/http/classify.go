@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/senders"
 )
 
 // Limits on reading a response body.
@@ -23,8 +23,8 @@ const (
 	drainLimit = 256 << 10
 )
 
-// StatusError is a non-2xx response. It is wrapped in delivery.Capacity or
-// delivery.Permanent when the status says so, and returned bare (transient)
+// StatusError is a non-2xx response. It is wrapped in senders.Capacity or
+// senders.Permanent when the status says so, and returned bare (transient)
 // otherwise.
 type StatusError struct {
 	Method string
@@ -58,9 +58,9 @@ func (e *StatusError) Is(target error) bool { return target == ErrStatus }
 // body so that the connection can be reused.
 //
 //	2xx                    nil
-//	429, 503               delivery.Capacity, with Retry-After (seconds or HTTP date)
+//	429, 503               senders.Capacity, with Retry-After (seconds or HTTP date)
 //	408, other 5xx         transient (*StatusError)
-//	other (3xx, 4xx, 1xx)  delivery.Permanent(*StatusError), first 512 body bytes in the reason
+//	other (3xx, 4xx, 1xx)  senders.Permanent(*StatusError), first 512 body bytes in the reason
 func classify(resp *nethttp.Response, now time.Time, method, url string) error {
 	defer resp.Body.Close()
 	code := resp.StatusCode
@@ -75,13 +75,13 @@ func classify(resp *nethttp.Response, now time.Time, method, url string) error {
 	drain(resp.Body)
 	switch {
 	case code == nethttp.StatusTooManyRequests || code == nethttp.StatusServiceUnavailable:
-		return delivery.Capacity(se, RetryAfter(resp.Header.Get("Retry-After"), now))
+		return senders.Capacity(se, RetryAfter(resp.Header.Get("Retry-After"), now))
 	case code == nethttp.StatusRequestTimeout || code >= 500:
 		return se
 	case code >= 300 && code <= 399:
 		se.Location = resp.Header.Get("Location")
 	}
-	return delivery.Permanent(se)
+	return senders.Permanent(se)
 }
 
 func drain(r io.Reader) { _, _ = io.Copy(io.Discard, io.LimitReader(r, drainLimit)) }

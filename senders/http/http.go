@@ -15,8 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 )
 
 // Defaults for options left zero.
@@ -31,7 +32,7 @@ const (
 // header is one configured request header with its parsed value template.
 type header struct {
 	name  string // canonical form
-	value *delivery.Template
+	value *message.Template
 }
 
 // Sender posts each envelope to the configured URL. It is safe for concurrent
@@ -83,7 +84,7 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 		log:    logger.With("component", "sender", "sender", cfg.ID),
 	}
 	for name, v := range o.Headers {
-		t, err := delivery.ParseTemplate(v)
+		t, err := message.ParseTemplate(v)
 		if err != nil {
 			return nil, fmt.Errorf("http sender %q: header %s: %w", cfg.ID, name, err)
 		}
@@ -130,10 +131,10 @@ func (s *Sender) Close() error {
 
 // Send delivers envs one request each, in order, and returns one error per
 // envelope (nil: the target answered 2xx). See the package README section
-// for the classification: 429/503 are delivery.Capacity with the Retry-After
+// for the classification: 429/503 are senders.Capacity with the Retry-After
 // hint; 408, other 5xx, connection errors and timeouts are transient; other
-// statuses and messages the templates cannot render are delivery.Permanent.
-func (s *Sender) Send(ctx context.Context, envs []*delivery.Envelope) []error {
+// statuses and messages the templates cannot render are senders.Permanent.
+func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 	errs := make([]error, len(envs))
 	for i, e := range envs {
 		errs[i] = s.send(ctx, e)
@@ -141,10 +142,10 @@ func (s *Sender) Send(ctx context.Context, envs []*delivery.Envelope) []error {
 	return errs
 }
 
-func (s *Sender) send(ctx context.Context, e *delivery.Envelope) error {
+func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 	req, err := s.request(ctx, e)
 	if err != nil {
-		return delivery.Permanent(fmt.Errorf("http: message %s: %w", e.ID, err))
+		return senders.Permanent(fmt.Errorf("http: message %s: %w", e.ID, err))
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -163,8 +164,8 @@ func (s *Sender) send(ctx context.Context, e *delivery.Envelope) error {
 
 // request builds the request for e; an error means e cannot be sent as
 // configured (a placeholder it cannot fill, a URL that does not parse).
-func (s *Sender) request(ctx context.Context, e *delivery.Envelope) (*nethttp.Request, error) {
-	var p delivery.ParsedPayload
+func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Request, error) {
+	var p message.ParsedPayload
 	raw, err := s.url.render(e, &p)
 	if err != nil {
 		return nil, fmt.Errorf("url: %w", err)

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 )
 
 type seen struct {
@@ -45,9 +46,9 @@ func newSender(t *testing.T, o routes.SenderOptions) *Sender {
 	return s
 }
 
-func envelope(payload string) *delivery.Envelope {
-	return &delivery.Envelope{
-		ID:         delivery.NewID(),
+func envelope(payload string) *message.Envelope {
+	return &message.Envelope{
+		ID:         message.NewID(),
 		Topic:      "factory/line-7/telemetry",
 		Payload:    []byte(payload),
 		Headers:    map[string]string{"site": "north"},
@@ -55,9 +56,9 @@ func envelope(payload string) *delivery.Envelope {
 	}
 }
 
-func sendOne(t *testing.T, s *Sender, e *delivery.Envelope) error {
+func sendOne(t *testing.T, s *Sender, e *message.Envelope) error {
 	t.Helper()
-	errs := s.Send(t.Context(), []*delivery.Envelope{e})
+	errs := s.Send(t.Context(), []*message.Envelope{e})
 	if len(errs) != 1 {
 		t.Fatalf("Send returned %d errors for 1 envelope", len(errs))
 	}
@@ -109,24 +110,24 @@ func TestSender_StatusClasses(t *testing.T) {
 		status     int
 		header     map[string]string
 		body       string
-		want       delivery.Class
+		want       senders.Class
 		retryAfter time.Duration
 	}{
-		{status: 200, want: delivery.OK},
-		{status: 201, want: delivery.OK},
-		{status: 204, want: delivery.OK},
-		{status: 429, header: map[string]string{"Retry-After": "7"}, want: delivery.Saturated, retryAfter: 7 * time.Second},
-		{status: 429, want: delivery.Saturated},
-		{status: 503, header: map[string]string{"Retry-After": "120"}, want: delivery.Saturated, retryAfter: 2 * time.Minute},
-		{status: 408, want: delivery.Transient},
-		{status: 500, body: "boom", want: delivery.Transient},
-		{status: 502, want: delivery.Transient},
-		{status: 504, want: delivery.Transient},
-		{status: 400, body: `{"error":"bad field"}`, want: delivery.Fatal},
-		{status: 401, want: delivery.Fatal},
-		{status: 404, want: delivery.Fatal},
-		{status: 413, body: longBody, want: delivery.Fatal},
-		{status: 301, header: map[string]string{"Location": "/elsewhere"}, want: delivery.Fatal},
+		{status: 200, want: senders.OK},
+		{status: 201, want: senders.OK},
+		{status: 204, want: senders.OK},
+		{status: 429, header: map[string]string{"Retry-After": "7"}, want: senders.Saturated, retryAfter: 7 * time.Second},
+		{status: 429, want: senders.Saturated},
+		{status: 503, header: map[string]string{"Retry-After": "120"}, want: senders.Saturated, retryAfter: 2 * time.Minute},
+		{status: 408, want: senders.Transient},
+		{status: 500, body: "boom", want: senders.Transient},
+		{status: 502, want: senders.Transient},
+		{status: 504, want: senders.Transient},
+		{status: 400, body: `{"error":"bad field"}`, want: senders.Fatal},
+		{status: 401, want: senders.Fatal},
+		{status: 404, want: senders.Fatal},
+		{status: 413, body: longBody, want: senders.Fatal},
+		{status: 301, header: map[string]string{"Location": "/elsewhere"}, want: senders.Fatal},
 	}
 	for _, c := range cases {
 		t.Run(nethttp.StatusText(c.status), func(t *testing.T) {
@@ -138,11 +139,11 @@ func TestSender_StatusClasses(t *testing.T) {
 				io.WriteString(w, c.body)
 			})
 			err := sendOne(t, newSender(t, routes.SenderOptions{URL: srv.URL}), envelope("x"))
-			class, ra := delivery.Classify(err)
+			class, ra := senders.Classify(err)
 			if class != c.want || ra != c.retryAfter {
 				t.Fatalf("status %d: class %v retry-after %v (%v), want %v %v", c.status, class, ra, err, c.want, c.retryAfter)
 			}
-			if c.want == delivery.OK {
+			if c.want == senders.OK {
 				return
 			}
 			var se *StatusError
@@ -169,8 +170,8 @@ func TestSender_RetryAfterHTTPDate(t *testing.T) {
 		w.WriteHeader(nethttp.StatusServiceUnavailable)
 	})
 	err := sendOne(t, newSender(t, routes.SenderOptions{URL: srv.URL}), envelope("x"))
-	class, ra := delivery.Classify(err)
-	if class != delivery.Saturated || ra < 85*time.Second || ra > 90*time.Second {
+	class, ra := senders.Classify(err)
+	if class != senders.Saturated || ra < 85*time.Second || ra > 90*time.Second {
 		t.Fatalf("class %v retry-after %v, want capacity ~90s (%v)", class, ra, err)
 	}
 }
@@ -208,7 +209,7 @@ func TestSender_TimeoutIsTransient(t *testing.T) {
 	s := newSender(t, routes.SenderOptions{URL: srv.URL, Timeout: routes.Duration(50 * time.Millisecond)})
 	err := sendOne(t, s, envelope("x"))
 	var ne net.Error
-	if class, _ := delivery.Classify(err); class != delivery.Transient || !errors.As(err, &ne) || !ne.Timeout() {
+	if class, _ := senders.Classify(err); class != senders.Transient || !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("class %v, err %v: want a transient timeout", class, err)
 	}
 }
@@ -222,7 +223,7 @@ func TestSender_ConnectionRefusedIsTransient(t *testing.T) {
 	ln.Close()
 	err = sendOne(t, newSender(t, routes.SenderOptions{URL: "http://" + addr + "/x"}), envelope("x"))
 	var oe *net.OpError
-	if class, _ := delivery.Classify(err); class != delivery.Transient || !errors.As(err, &oe) {
+	if class, _ := senders.Classify(err); class != senders.Transient || !errors.As(err, &oe) {
 		t.Fatalf("class %v, err %v: want a transient dial error", class, err)
 	}
 }
@@ -232,8 +233,8 @@ func TestSender_CancelledContextIsTransient(t *testing.T) {
 	s := newSender(t, routes.SenderOptions{URL: srv.URL})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	err := s.Send(ctx, []*delivery.Envelope{envelope("x")})[0]
-	if class, _ := delivery.Classify(err); class != delivery.Transient || !errors.Is(err, context.Canceled) {
+	err := s.Send(ctx, []*message.Envelope{envelope("x")})[0]
+	if class, _ := senders.Classify(err); class != senders.Transient || !errors.Is(err, context.Canceled) {
 		t.Fatalf("class %v, err %v", class, err)
 	}
 }
@@ -241,12 +242,12 @@ func TestSender_CancelledContextIsTransient(t *testing.T) {
 func TestSender_UnrenderableMessageIsPermanent(t *testing.T) {
 	srv, got := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {})
 	s := newSender(t, routes.SenderOptions{URL: srv.URL + "/{payload.device}", Headers: map[string]string{"X-Line": "{topic.9}"}})
-	errs := s.Send(t.Context(), []*delivery.Envelope{envelope(`{"device":"d1"}`), envelope(`not json`)})
-	var fe *delivery.FieldError
-	if class, _ := delivery.Classify(errs[0]); class != delivery.Fatal || !errors.As(errs[0], &fe) || fe.Placeholder != "topic.9" {
+	errs := s.Send(t.Context(), []*message.Envelope{envelope(`{"device":"d1"}`), envelope(`not json`)})
+	var fe *message.FieldError
+	if class, _ := senders.Classify(errs[0]); class != senders.Fatal || !errors.As(errs[0], &fe) || fe.Placeholder != "topic.9" {
 		t.Errorf("missing topic segment: %v", errs[0])
 	}
-	if class, _ := delivery.Classify(errs[1]); class != delivery.Fatal || !errors.As(errs[1], &fe) || fe.Placeholder != "payload.device" {
+	if class, _ := senders.Classify(errs[1]); class != senders.Fatal || !errors.As(errs[1], &fe) || fe.Placeholder != "payload.device" {
 		t.Errorf("non-JSON payload: %v", errs[1])
 	}
 	if len(got) != 0 {
@@ -287,7 +288,7 @@ func TestSender_ReusesConnections(t *testing.T) {
 	t.Cleanup(srv.Close)
 	s := newSender(t, routes.SenderOptions{URL: srv.URL})
 	for range 20 {
-		if class, _ := delivery.Classify(sendOne(t, s, envelope("x"))); class != delivery.Fatal {
+		if class, _ := senders.Classify(sendOne(t, s, envelope("x"))); class != senders.Fatal {
 			t.Fatal("want permanent")
 		}
 	}

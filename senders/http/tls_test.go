@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 )
 
 func writePEM(t *testing.T, typ string, der []byte) string {
@@ -90,7 +90,7 @@ func TestSender_TLSClientCertificate(t *testing.T) {
 		t.Fatalf("with client certificate: err %v, server saw %q", err, gotCN)
 	}
 	err = sendOne(t, newSender(t, routes.SenderOptions{URL: srv.URL, TLS: routes.TLS{CAFile: ca}}), envelope("x"))
-	if class, _ := delivery.Classify(err); err == nil || class == delivery.OK {
+	if class, _ := senders.Classify(err); err == nil || class == senders.OK {
 		t.Fatalf("without client certificate the server must refuse: %v", err)
 	}
 }

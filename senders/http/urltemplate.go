@@ -4,7 +4,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 )
 
 // urlTemplate is a url template whose placeholder values are escaped where
@@ -18,14 +18,14 @@ type urlTemplate struct {
 
 type urlPart struct {
 	literal string
-	value   *delivery.Template // nil for a literal
-	query   bool               // the placeholder is after the first '?'
+	value   *message.Template // nil for a literal
+	query   bool              // the placeholder is after the first '?'
 }
 
 // parseURLTemplate parses s with the delivery template grammar and splits it
 // into literals and single placeholders.
 func parseURLTemplate(s string) (*urlTemplate, error) {
-	if _, err := delivery.ParseTemplate(s); err != nil {
+	if _, err := message.ParseTemplate(s); err != nil {
 		return nil, err
 	}
 	t := &urlTemplate{}
@@ -46,7 +46,7 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 				inQuery = inQuery || strings.Contains(lit.String(), "?")
 				lit.Reset()
 			}
-			v, err := delivery.ParseTemplate(s[i : i+end+1])
+			v, err := message.ParseTemplate(s[i : i+end+1])
 			if err != nil {
 				return nil, err
 			}
@@ -74,8 +74,8 @@ func (t *urlTemplate) isLiteral() bool {
 }
 
 // render fills the url from e, escaping each value; a placeholder e cannot
-// fill returns the template's *delivery.FieldError.
-func (t *urlTemplate) render(e *delivery.Envelope, p *delivery.ParsedPayload) (string, error) {
+// fill returns the template's *message.FieldError.
+func (t *urlTemplate) render(e *message.Envelope, p *message.ParsedPayload) (string, error) {
 	var b strings.Builder
 	for _, part := range t.parts {
 		if part.value == nil {

@@ -4,7 +4,7 @@ import (
 	nethttp "net/http"
 	"testing"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 )
 
@@ -14,7 +14,7 @@ func TestSender_URLValuesAreEscaped(t *testing.T) {
 		rawPath, rawQuery = r.URL.EscapedPath(), r.URL.RawQuery
 	})
 	s := newSender(t, routes.SenderOptions{URL: srv.URL + "/ingest/{topic.1}/{payload.id}?device={payload.dev}&t={{x}}"})
-	e := &delivery.Envelope{ID: "1", Topic: "factory/line 7?x#y/t", Payload: []byte(`{"id":"a/b","dev":"d&e=f g"}`)}
+	e := &message.Envelope{ID: "1", Topic: "factory/line 7?x#y/t", Payload: []byte(`{"id":"a/b","dev":"d&e=f g"}`)}
 	if err := sendOne(t, s, e); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	smithy "github.com/aws/smithy-go"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/senders"
 )
 
 // throttleCodes are the error codes that mean "slow down": the SDK's own
@@ -39,20 +39,20 @@ var transientCodes = map[string]bool{
 // classifyCall sorts the error of a whole SendMessageBatch call:
 //
 //	throttling (*types.RequestThrottled, *types.KmsThrottled, a throttling
-//	  error code, HTTP 429)                                  delivery.Capacity
+//	  error code, HTTP 429)                                  senders.Capacity
 //	ctx cancelled or past its deadline, HTTP 5xx, server faults, network
 //	  errors, unreadable responses, expired credentials      transient
 //	other API errors (client faults: QueueDoesNotExist, AccessDenied,
-//	  InvalidMessageContents, …) and other HTTP 4xx          delivery.Permanent
+//	  InvalidMessageContents, …) and other HTTP 4xx          senders.Permanent
 func classifyCall(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	if _, ok := errors.AsType[*types.RequestThrottled](err); ok {
-		return delivery.Capacity(err, 0)
+		return senders.Capacity(err, 0)
 	}
 	if _, ok := errors.AsType[*types.KmsThrottled](err); ok {
-		return delivery.Capacity(err, 0)
+		return senders.Capacity(err, 0)
 	}
 	status := 0
 	if re, ok := errors.AsType[interface {
@@ -64,13 +64,13 @@ func classifyCall(err error) error {
 	api, isAPI := errors.AsType[smithy.APIError](err)
 	switch {
 	case isAPI && throttleCodes[api.ErrorCode()], status == 429:
-		return delivery.Capacity(err, 0)
+		return senders.Capacity(err, 0)
 	case status >= 500, status == 408:
 		return err
 	case isAPI && (transientCodes[api.ErrorCode()] || api.ErrorFault() == smithy.FaultServer):
 		return err
 	case isAPI, status >= 400:
-		return delivery.Permanent(err)
+		return senders.Permanent(err)
 	}
 	return err
 }
@@ -95,17 +95,17 @@ func (e *EntryError) Error() string {
 func (e *EntryError) ErrorCode() string { return e.Code }
 
 // classifyEntry sorts a failed entry: throttling codes are
-// delivery.Capacity, a sender fault is delivery.Permanent (SQS says this
+// senders.Capacity, a sender fault is senders.Permanent (SQS says this
 // message will never be accepted), anything else is transient.
 func classifyEntry(f types.BatchResultErrorEntry) error {
 	e := &EntryError{Code: deref(f.Code), Message: deref(f.Message), SenderFault: f.SenderFault}
 	switch {
 	case throttleCodes[e.Code]:
-		return delivery.Capacity(e, 0)
+		return senders.Capacity(e, 0)
 	case transientCodes[e.Code]:
 		return e
 	case e.SenderFault:
-		return delivery.Permanent(e)
+		return senders.Permanent(e)
 	}
 	return e
 }

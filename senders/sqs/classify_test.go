@@ -13,8 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	smithy "github.com/aws/smithy-go"
 
-	"github.com/gobridge/gobridge/delivery"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 )
 
 // fakeSQS is an httptest server speaking the SQS JSON protocol
@@ -44,25 +44,25 @@ func TestSender_CallErrorClasses(t *testing.T) {
 		status  int
 		headers map[string]string
 		body    string
-		want    delivery.Class
+		want    senders.Class
 		as      func(error) bool
 	}{
 		{name: "RequestThrottled", status: 400, headers: map[string]string{"X-Amzn-Query-Error": "RequestThrottled;Sender"},
-			body: `{"__type":"com.amazonaws.sqs#RequestThrottled","message":"slow down"}`, want: delivery.Saturated,
+			body: `{"__type":"com.amazonaws.sqs#RequestThrottled","message":"slow down"}`, want: senders.Saturated,
 			as: func(err error) bool { _, ok := errors.AsType[*types.RequestThrottled](err); return ok }},
-		{name: "KmsThrottled", status: 400, body: `{"__type":"com.amazonaws.sqs#KmsThrottled","message":"kms"}`, want: delivery.Saturated,
+		{name: "KmsThrottled", status: 400, body: `{"__type":"com.amazonaws.sqs#KmsThrottled","message":"kms"}`, want: senders.Saturated,
 			as: func(err error) bool { _, ok := errors.AsType[*types.KmsThrottled](err); return ok }},
-		{name: "ThrottlingException", status: 400, body: `{"__type":"ThrottlingException","message":"rate"}`, want: delivery.Saturated},
-		{name: "unmodeled 429", status: 429, body: `{"__type":"SomethingElse"}`, want: delivery.Saturated},
-		{name: "InternalError 500", status: 500, body: `{"__type":"InternalError","message":"oops"}`, want: delivery.Transient},
-		{name: "ServiceUnavailable 503", status: 503, body: `{"__type":"ServiceUnavailable"}`, want: delivery.Transient},
-		{name: "expired credentials", status: 400, body: `{"__type":"ExpiredToken","message":"renew"}`, want: delivery.Transient},
-		{name: "not JSON 502", status: 502, body: `<html>bad gateway</html>`, want: delivery.Transient},
-		{name: "AccessDenied", status: 403, body: `{"__type":"AccessDeniedException","message":"no"}`, want: delivery.Fatal},
-		{name: "InvalidMessageContents", status: 400, body: `{"__type":"com.amazonaws.sqs#InvalidMessageContents","message":"bad char"}`, want: delivery.Fatal,
+		{name: "ThrottlingException", status: 400, body: `{"__type":"ThrottlingException","message":"rate"}`, want: senders.Saturated},
+		{name: "unmodeled 429", status: 429, body: `{"__type":"SomethingElse"}`, want: senders.Saturated},
+		{name: "InternalError 500", status: 500, body: `{"__type":"InternalError","message":"oops"}`, want: senders.Transient},
+		{name: "ServiceUnavailable 503", status: 503, body: `{"__type":"ServiceUnavailable"}`, want: senders.Transient},
+		{name: "expired credentials", status: 400, body: `{"__type":"ExpiredToken","message":"renew"}`, want: senders.Transient},
+		{name: "not JSON 502", status: 502, body: `<html>bad gateway</html>`, want: senders.Transient},
+		{name: "AccessDenied", status: 403, body: `{"__type":"AccessDeniedException","message":"no"}`, want: senders.Fatal},
+		{name: "InvalidMessageContents", status: 400, body: `{"__type":"com.amazonaws.sqs#InvalidMessageContents","message":"bad char"}`, want: senders.Fatal,
 			as: func(err error) bool { _, ok := errors.AsType[*types.InvalidMessageContents](err); return ok }},
 		{name: "QueueDoesNotExist", status: 400, headers: map[string]string{"X-Amzn-Query-Error": "AWS.SimpleQueueService.NonExistentQueue;Sender"},
-			body: `{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"gone"}`, want: delivery.Fatal,
+			body: `{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"gone"}`, want: senders.Fatal,
 			as: func(err error) bool { _, ok := errors.AsType[*types.QueueDoesNotExist](err); return ok }},
 	}
 	for _, c := range cases {
@@ -70,7 +70,7 @@ func TestSender_CallErrorClasses(t *testing.T) {
 			s := fakeSQS(t, c.status, c.headers, c.body)
 			errs := s.Send(t.Context(), envelopes(3, "a/b", func(int) string { return "x" }))
 			for _, err := range errs {
-				if class, _ := delivery.Classify(err); class != c.want {
+				if class, _ := senders.Classify(err); class != c.want {
 					t.Fatalf("class %v, want %v: %v", class, c.want, err)
 				}
 			}
@@ -92,9 +92,9 @@ func TestSender_PerEntryResults(t *testing.T) {
 	})
 	s := fakeSQS(t, 200, nil, string(resp))
 	errs := s.Send(t.Context(), envelopes(5, "a/b", func(int) string { return "x" }))
-	want := []delivery.Class{delivery.OK, delivery.Saturated, delivery.Fatal, delivery.Transient, delivery.Transient}
+	want := []senders.Class{senders.OK, senders.Saturated, senders.Fatal, senders.Transient, senders.Transient}
 	for i, err := range errs {
-		if class, _ := delivery.Classify(err); class != want[i] {
+		if class, _ := senders.Classify(err); class != want[i] {
 			t.Errorf("entry %d: class %v, want %v: %v", i, class, want[i], err)
 		}
 	}
@@ -123,7 +123,7 @@ func TestSender_DeadlineIsTransient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	err := s.Send(ctx, envelopes(1, "a/b", func(int) string { return "x" }))[0]
-	if class, _ := delivery.Classify(err); class != delivery.Transient || !errors.Is(err, context.DeadlineExceeded) {
+	if class, _ := senders.Classify(err); class != senders.Transient || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("class %v, err %v: want transient deadline", class, err)
 	}
 }
@@ -133,10 +133,10 @@ func TestSender_DeadlineIsTransient(t *testing.T) {
 func TestClassifyCall_NeverReadsText(t *testing.T) {
 	throttle := &smithy.GenericAPIError{Code: "ThrottlingException", Message: "queue does not exist"}
 	gone := &smithy.GenericAPIError{Code: "AccessDenied", Message: "throttling"}
-	if class, _ := delivery.Classify(classifyCall(throttle)); class != delivery.Saturated {
+	if class, _ := senders.Classify(classifyCall(throttle)); class != senders.Saturated {
 		t.Errorf("throttle: %v", class)
 	}
-	if class, _ := delivery.Classify(classifyCall(gone)); class != delivery.Fatal {
+	if class, _ := senders.Classify(classifyCall(gone)); class != senders.Fatal {
 		t.Errorf("access denied: %v", class)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 )
 
 // SQS limits checked before sending (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html).
@@ -43,12 +43,12 @@ var ErrInvalidMessage = errors.New("sqs: invalid message")
 
 // MessageError is a message that SQS would refuse (too large, too many
 // attributes, characters SQS does not accept, a template it cannot fill).
-// Send returns it wrapped in delivery.Permanent; the rest of the batch is
+// Send returns it wrapped in senders.Permanent; the rest of the batch is
 // sent.
 type MessageError struct {
 	ID     string // envelope ID
 	Reason string
-	Err    error // the template's *delivery.FieldError, when that is the cause
+	Err    error // the template's *message.FieldError, when that is the cause
 }
 
 func (e *MessageError) Error() string {
@@ -66,7 +66,7 @@ func (e *MessageError) Is(target error) bool { return target == ErrInvalidMessag
 // attribute is one configured attribute with its parsed value template.
 type attribute struct {
 	name  string
-	value *delivery.Template
+	value *message.Template
 }
 
 // entry is one envelope ready for a batch.
@@ -77,7 +77,7 @@ type entry struct {
 }
 
 // build turns e into a batch entry, or returns a *MessageError.
-func (s *Sender) build(index int, e *delivery.Envelope) (entry, error) {
+func (s *Sender) build(index int, e *message.Envelope) (entry, error) {
 	fail := func(err error, format string, args ...any) (entry, error) {
 		return entry{}, &MessageError{ID: e.ID, Reason: fmt.Sprintf(format, args...), Err: err}
 	}
@@ -87,7 +87,7 @@ func (s *Sender) build(index int, e *delivery.Envelope) (entry, error) {
 	if i := invalidChar(e.Payload); i >= 0 {
 		return fail(nil, "payload byte %d is not a character SQS accepts (valid UTF-8 without control characters other than tab, CR, LF); transform binary payloads, e.g. to base64", i)
 	}
-	var p delivery.ParsedPayload
+	var p message.ParsedPayload
 	attrs := make(map[string]types.MessageAttributeValue, len(e.Headers)+len(s.attrs)+1)
 	size := len(e.Payload)
 	set := func(name, value string) {

@@ -3,7 +3,7 @@ package sqs
 import (
 	"testing"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 )
 
@@ -15,7 +15,7 @@ func FuzzBuild(f *testing.F) {
 	f.Add("x", "a//b", []byte("\x00"), "a..b", "\ufffe")
 	s := offlineSender(f, routes.SenderOptions{QueueURL: "https://sqs.eu-west-1.amazonaws.com/1/q.fifo", MessageGroupID: "{topic.1}", Attributes: map[string]string{"h": "{header.site}"}})
 	f.Fuzz(func(t *testing.T, id, topic string, payload []byte, hk, hv string) {
-		e := &delivery.Envelope{ID: id, Topic: topic, Payload: payload, Headers: map[string]string{hk: hv}}
+		e := &message.Envelope{ID: id, Topic: topic, Payload: payload, Headers: map[string]string{hk: hv}}
 		en, err := s.build(3, e)
 		if err != nil {
 			if _, ok := err.(*MessageError); !ok {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 )
 
@@ -32,17 +32,17 @@ func TestSender_LimitsArePermanentWithReason(t *testing.T) {
 		many[fmt.Sprintf("h%d", i)] = "v"
 	}
 	cases := map[string]struct {
-		env    *delivery.Envelope
+		env    *message.Envelope
 		reason string
 	}{
-		"too large":          {&delivery.Envelope{ID: "1", Payload: []byte(strings.Repeat("x", MaxMessageBytes-20))}, "SQS allows at most 262144"},
-		"too many attrs":     {&delivery.Envelope{ID: "2", Payload: []byte("x"), Headers: many}, "11 message attributes"},
-		"bad header name":    {&delivery.Envelope{ID: "3", Payload: []byte("x"), Headers: map[string]string{"my header": "v"}}, `header "my header"`},
-		"reserved header":    {&delivery.Envelope{ID: "4", Payload: []byte("x"), Headers: map[string]string{"AWS.trace": "v"}}, "reserved"},
-		"empty header value": {&delivery.Envelope{ID: "5", Payload: []byte("x"), Headers: map[string]string{"h": ""}}, "attribute h is empty"},
-		"empty payload":      {&delivery.Envelope{ID: "6"}, "empty payload"},
-		"control character":  {&delivery.Envelope{ID: "7", Payload: []byte("a\x01b")}, "payload byte 1"},
-		"invalid UTF-8":      {&delivery.Envelope{ID: "8", Payload: []byte{'a', 0xc3}}, "payload byte 1"},
+		"too large":          {&message.Envelope{ID: "1", Payload: []byte(strings.Repeat("x", MaxMessageBytes-20))}, "SQS allows at most 262144"},
+		"too many attrs":     {&message.Envelope{ID: "2", Payload: []byte("x"), Headers: many}, "11 message attributes"},
+		"bad header name":    {&message.Envelope{ID: "3", Payload: []byte("x"), Headers: map[string]string{"my header": "v"}}, `header "my header"`},
+		"reserved header":    {&message.Envelope{ID: "4", Payload: []byte("x"), Headers: map[string]string{"AWS.trace": "v"}}, "reserved"},
+		"empty header value": {&message.Envelope{ID: "5", Payload: []byte("x"), Headers: map[string]string{"h": ""}}, "attribute h is empty"},
+		"empty payload":      {&message.Envelope{ID: "6"}, "empty payload"},
+		"control character":  {&message.Envelope{ID: "7", Payload: []byte("a\x01b")}, "payload byte 1"},
+		"invalid UTF-8":      {&message.Envelope{ID: "8", Payload: []byte{'a', 0xc3}}, "payload byte 1"},
 	}
 	for name, c := range cases {
 		_, err := s.build(0, c.env)
@@ -54,18 +54,18 @@ func TestSender_LimitsArePermanentWithReason(t *testing.T) {
 	// Exactly at the limit: body + "a"+"String"+"1" + "gobridge-id"+"String"+ID.
 	id := "x"
 	body := MaxMessageBytes - (1 + 6 + 1) - (len(IDAttribute) + 6 + len(id))
-	en, err := s.build(0, &delivery.Envelope{ID: id, Payload: []byte(strings.Repeat("b", body))})
+	en, err := s.build(0, &message.Envelope{ID: id, Payload: []byte(strings.Repeat("b", body))})
 	if err != nil || en.size != MaxMessageBytes {
 		t.Errorf("a message of exactly %d bytes: size %d, err %v", MaxMessageBytes, en.size, err)
 	}
-	if _, err := s.build(0, &delivery.Envelope{ID: id, Payload: []byte(strings.Repeat("b", body+1))}); err == nil {
+	if _, err := s.build(0, &message.Envelope{ID: id, Payload: []byte(strings.Repeat("b", body+1))}); err == nil {
 		t.Errorf("a message one byte over the limit was accepted")
 	}
 }
 
 func TestSender_FIFOGroupMustBeValid(t *testing.T) {
 	s := offlineSender(t, routes.SenderOptions{QueueURL: "https://sqs.eu-west-1.amazonaws.com/1/q.fifo", MessageGroupID: "{header.line}"})
-	for name, env := range map[string]*delivery.Envelope{
+	for name, env := range map[string]*message.Envelope{
 		"missing header": {ID: "1", Payload: []byte("x")},
 		"space":          {ID: "2", Payload: []byte("x"), Headers: map[string]string{"line": "a b"}},
 		"too long":       {ID: "3", Payload: []byte("x"), Headers: map[string]string{"line": strings.Repeat("g", 129)}},
@@ -115,7 +115,7 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 }
 
 func TestDeduplicationID(t *testing.T) {
-	uuid := delivery.NewID()
+	uuid := message.NewID()
 	if DeduplicationID(uuid) != uuid {
 		t.Errorf("a UUID must pass unchanged")
 	}

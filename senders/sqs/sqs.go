@@ -17,8 +17,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 )
 
 // DefaultBatchSize is the batch size when the config leaves it zero.
@@ -29,7 +30,7 @@ type Sender struct {
 	id        string
 	queueURL  string
 	fifo      bool
-	group     *delivery.Template // FIFO only
+	group     *message.Template // FIFO only
 	attrs     []attribute
 	batchSize int
 	client    *sqs.Client
@@ -75,7 +76,7 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 	case !s.fifo && o.MessageGroupID != "":
 		return fail("message_group_id is only for FIFO queues (URL ending in .fifo)")
 	case s.fifo:
-		t, err := delivery.ParseTemplate(o.MessageGroupID)
+		t, err := message.ParseTemplate(o.MessageGroupID)
 		if err != nil {
 			return fail("message_group_id: %v", err)
 		}
@@ -88,7 +89,7 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		if name == IDAttribute {
 			return fail("attribute %q is set by gobridge to the envelope ID", name)
 		}
-		t, err := delivery.ParseTemplate(v)
+		t, err := message.ParseTemplate(v)
 		if err != nil {
 			return fail("attribute %s: %v", name, err)
 		}
@@ -144,16 +145,16 @@ func (s *Sender) FIFO() bool { return s.fifo }
 // Send delivers envs and returns one error per envelope (nil: SQS accepted
 // it). The envelopes go out together, in order, in SendMessageBatch calls of
 // at most BatchSize entries and MaxBatchBytes bytes. A message SQS would
-// refuse (see MessageError) fails alone with delivery.Permanent; a failed
+// refuse (see MessageError) fails alone with senders.Permanent; a failed
 // call fails each of its entries with the call's class; a failed entry gets
 // its own class (see classifyEntry).
-func (s *Sender) Send(ctx context.Context, envs []*delivery.Envelope) []error {
+func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 	errs := make([]error, len(envs))
 	entries := make([]entry, 0, len(envs))
 	for i, e := range envs {
 		en, err := s.build(i, e)
 		if err != nil {
-			errs[i] = delivery.Permanent(err)
+			errs[i] = senders.Permanent(err)
 			continue
 		}
 		entries = append(entries, en)

@@ -23,9 +23,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/gobridge/gobridge/delivery"
 	"github.com/gobridge/gobridge/internal/testservices"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 )
 
 // fauxqs is a test queue on the SQS emulator.
@@ -165,10 +166,10 @@ func newSender(t *testing.T, o routes.SenderOptions) *Sender {
 	return s
 }
 
-func envelopes(n int, topic string, payload func(i int) string) []*delivery.Envelope {
-	envs := make([]*delivery.Envelope, n)
+func envelopes(n int, topic string, payload func(i int) string) []*message.Envelope {
+	envs := make([]*message.Envelope, n)
 	for i := range envs {
-		envs[i] = &delivery.Envelope{ID: delivery.NewID(), Topic: topic, Payload: []byte(payload(i)), ReceivedAt: time.Now()}
+		envs[i] = &message.Envelope{ID: message.NewID(), Topic: topic, Payload: []byte(payload(i)), ReceivedAt: time.Now()}
 	}
 	return envs
 }
@@ -204,7 +205,7 @@ func TestSender_StandardQueueBatchesOfTen(t *testing.T) {
 	if got := w.seen(); !slices.Equal(got, []int{10, 10, 5}) {
 		t.Fatalf("SendMessageBatch entry counts on the wire = %v, want [10 10 5]", got)
 	}
-	byID := map[string]*delivery.Envelope{}
+	byID := map[string]*message.Envelope{}
 	for _, e := range envs {
 		byID[e.ID] = e
 	}
@@ -249,12 +250,12 @@ func TestSender_FIFOGroupAndDeduplicationIDs(t *testing.T) {
 	if !s.FIFO() {
 		t.Fatal("a .fifo queue URL must make a FIFO sender")
 	}
-	var envs []*delivery.Envelope
+	var envs []*message.Envelope
 	for i := range 8 {
 		line := []string{"line-1", "line-2"}[i%2]
-		envs = append(envs, &delivery.Envelope{ID: delivery.NewID(), Topic: "factory/" + line + "/t", Payload: fmt.Appendf(nil, "%s-%d", line, i/2)})
+		envs = append(envs, &message.Envelope{ID: message.NewID(), Topic: "factory/" + line + "/t", Payload: fmt.Appendf(nil, "%s-%d", line, i/2)})
 	}
-	long := &delivery.Envelope{ID: strings.Repeat("k", 200), Topic: "factory/line-1/t", Payload: []byte("line-1-4")}
+	long := &message.Envelope{ID: strings.Repeat("k", 200), Topic: "factory/line-1/t", Payload: []byte("line-1-4")}
 	envs = append(envs, long)
 	requireAll(t, s.Send(t.Context(), envs), 9)
 	// The same envelope again is deduplicated by SQS.
@@ -297,8 +298,8 @@ func TestSender_PartialBatchFailure(t *testing.T) {
 	envs[3].Payload = []byte(`{"other":1}`)                                               // the template cannot fill {payload.device}
 	envs[4].Payload = []byte{0xff, 0xfe}                                                  // not text
 	errs := s.Send(t.Context(), envs)
-	for i, want := range []delivery.Class{delivery.OK, delivery.Fatal, delivery.OK, delivery.Fatal, delivery.Fatal, delivery.OK} {
-		if class, _ := delivery.Classify(errs[i]); class != want {
+	for i, want := range []senders.Class{senders.OK, senders.Fatal, senders.OK, senders.Fatal, senders.Fatal, senders.OK} {
+		if class, _ := senders.Classify(errs[i]); class != want {
 			t.Errorf("envelope %d: class %v (%v), want %v", i, class, errs[i], want)
 		}
 	}
@@ -306,7 +307,7 @@ func TestSender_PartialBatchFailure(t *testing.T) {
 	if !errors.As(errs[1], &me) || !strings.Contains(me.Reason, "SQS allows at most 262144") {
 		t.Errorf("oversized: %v", errs[1])
 	}
-	var fe *delivery.FieldError
+	var fe *message.FieldError
 	if !errors.As(errs[3], &fe) || fe.Placeholder != "payload.device" || !errors.Is(errs[3], ErrInvalidMessage) {
 		t.Errorf("unrenderable: %v", errs[3])
 	}
@@ -322,7 +323,7 @@ func TestSender_NonexistentQueueIsPermanent(t *testing.T) {
 	errs := s.Send(t.Context(), envelopes(2, "a/b", func(int) string { return "x" }))
 	for _, err := range errs {
 		var qdne *types.QueueDoesNotExist
-		if class, _ := delivery.Classify(err); class != delivery.Fatal || !errors.As(err, &qdne) {
+		if class, _ := senders.Classify(err); class != senders.Fatal || !errors.As(err, &qdne) {
 			t.Fatalf("class %v, err %v: want a permanent *types.QueueDoesNotExist", class, err)
 		}
 	}
@@ -339,7 +340,7 @@ func TestSender_ConnectionRefusedIsTransient(t *testing.T) {
 	s := newSender(t, routes.SenderOptions{QueueURL: "http://" + addr + "/000000000000/q", Endpoint: "http://" + addr})
 	err = s.Send(t.Context(), envelopes(1, "a/b", func(int) string { return "x" }))[0]
 	var oe *net.OpError
-	if class, _ := delivery.Classify(err); class != delivery.Transient || !errors.As(err, &oe) {
+	if class, _ := senders.Classify(err); class != senders.Transient || !errors.As(err, &oe) {
 		t.Fatalf("class %v, err %v: want a transient dial error", class, err)
 	}
 }

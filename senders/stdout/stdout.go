@@ -13,7 +13,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/senders"
 )
 
 // Sender writes one JSON line per envelope:
@@ -50,7 +51,7 @@ func (s *Sender) BatchSize() int { return 1 }
 // writer may recover: a full disk, a closed pipe being reopened). It stops
 // early with ctx's error (transient) for the envelopes not yet written when
 // ctx is done.
-func (s *Sender) Send(ctx context.Context, envs []*delivery.Envelope) []error {
+func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 	errs := make([]error, len(envs))
 	for i, e := range envs {
 		if err := ctx.Err(); err != nil {
@@ -59,7 +60,7 @@ func (s *Sender) Send(ctx context.Context, envs []*delivery.Envelope) []error {
 		}
 		b, err := encode(e)
 		if err != nil {
-			errs[i] = delivery.Permanent(fmt.Errorf("stdout: encode message %s: %w", e.ID, err))
+			errs[i] = senders.Permanent(fmt.Errorf("stdout: encode message %s: %w", e.ID, err))
 			continue
 		}
 		s.mu.Lock()
@@ -72,7 +73,7 @@ func (s *Sender) Send(ctx context.Context, envs []*delivery.Envelope) []error {
 	return errs
 }
 
-func encode(e *delivery.Envelope) ([]byte, error) {
+func encode(e *message.Envelope) ([]byte, error) {
 	l := line{ID: e.ID, Topic: e.Topic, Headers: e.Headers, ReceivedAt: e.ReceivedAt.UTC()}
 	if utf8.Valid(e.Payload) {
 		l.Payload = string(e.Payload)

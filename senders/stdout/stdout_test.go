@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/senders"
 )
 
-func envelope(payload []byte) *delivery.Envelope {
-	return &delivery.Envelope{
-		ID:         delivery.NewID(),
+func envelope(payload []byte) *message.Envelope {
+	return &message.Envelope{
+		ID:         message.NewID(),
 		Topic:      "factory/line-7/telemetry",
 		Payload:    payload,
 		Headers:    map[string]string{"site": "line-7"},
@@ -49,7 +50,7 @@ func TestSender_WritesOneJSONLinePerMessage(t *testing.T) {
 	s := New(&buf)
 	text := envelope([]byte(`{"temp": 21.5}`))
 	binary := envelope([]byte{0xff, 0x00, 0xfe})
-	errs := s.Send(t.Context(), []*delivery.Envelope{text, binary})
+	errs := s.Send(t.Context(), []*message.Envelope{text, binary})
 	if len(errs) != 2 || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("Send errors = %v", errs)
 	}
@@ -74,8 +75,8 @@ type failingWriter struct{}
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestSender_WriteErrorIsTransient(t *testing.T) {
-	errs := New(failingWriter{}).Send(t.Context(), []*delivery.Envelope{envelope([]byte("x"))})
-	if class, _ := delivery.Classify(errs[0]); class != delivery.Transient {
+	errs := New(failingWriter{}).Send(t.Context(), []*message.Envelope{envelope([]byte("x"))})
+	if class, _ := senders.Classify(errs[0]); class != senders.Transient {
 		t.Fatalf("class = %v (%v), want transient", class, errs[0])
 	}
 }
@@ -88,7 +89,7 @@ func TestSender_ConcurrentLinesDoNotInterleave(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 10 {
-				if errs := s.Send(t.Context(), []*delivery.Envelope{envelope(big)}); errs[0] != nil {
+				if errs := s.Send(t.Context(), []*message.Envelope{envelope(big)}); errs[0] != nil {
 					t.Error(errs[0])
 				}
 			}
@@ -104,7 +105,7 @@ func TestSender_CancelledContext(t *testing.T) {
 	var buf bytes.Buffer
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	errs := New(&buf).Send(ctx, []*delivery.Envelope{envelope([]byte("x"))})
+	errs := New(&buf).Send(ctx, []*message.Envelope{envelope([]byte("x"))})
 	if !errors.Is(errs[0], context.Canceled) || buf.Len() != 0 {
 		t.Fatalf("errs = %v, wrote %q", errs, buf.String())
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -18,8 +18,8 @@ func TestStore_AppendDeadSplitsLargeCalls(t *testing.T) {
 	t0 := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	recs := make([]stores.Record, 250)
 	for i := range recs {
-		recs[i] = stores.Record{Session: session, Route: routes[i%2], Envelope: delivery.Envelope{
-			ID: delivery.NewID(), Topic: "t", Payload: []byte("x"), ReceivedAt: t0,
+		recs[i] = stores.Record{Session: session, Route: routes[i%2], Envelope: message.Envelope{
+			ID: message.NewID(), Topic: "t", Payload: []byte("x"), ReceivedAt: t0,
 		}, CreatedAt: t0, DeadAt: t0.Add(time.Duration(i) * time.Millisecond), DeadReason: "processor"}
 	}
 	pending := recs[7] // already appended as a live record: stays live

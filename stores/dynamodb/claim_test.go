@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/dynamodb"
 )
@@ -34,7 +34,7 @@ func (b *bundle) recs(n int, key string) []stores.Record {
 	for i := range out {
 		out[i] = stores.Record{
 			Session: b.session, Route: b.route,
-			Envelope:  delivery.Envelope{ID: delivery.NewID(), Topic: "t", Payload: []byte("{}"), QoS: 1, ReceivedAt: t0, Key: key},
+			Envelope:  message.Envelope{ID: message.NewID(), Topic: "t", Payload: []byte("{}"), QoS: 1, ReceivedAt: t0, Key: key},
 			CreatedAt: t0, NextAttemptAt: t0,
 		}
 	}

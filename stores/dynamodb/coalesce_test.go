@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -15,7 +15,7 @@ import (
 // settle, so one record remains.
 func TestStore_ConcurrentCoalescedAppendsLeaveOneRecord(t *testing.T) {
 	s := newStore(t)
-	sess := "coalesce-" + delivery.NewID()
+	sess := "coalesce-" + message.NewID()
 	var wg sync.WaitGroup
 	base := time.Now()
 	for g := range 4 {
@@ -23,9 +23,9 @@ func TestStore_ConcurrentCoalescedAppendsLeaveOneRecord(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for n := range 25 {
-				id := delivery.NewID()
+				id := message.NewID()
 				r := stores.Record{Session: sess, Route: "r", CoalesceKey: "k",
-					Envelope: delivery.Envelope{ID: id, Topic: "t", Payload: []byte("x"), ReceivedAt: base.Add(time.Duration(n*4+g) * time.Millisecond)}}
+					Envelope: message.Envelope{ID: id, Topic: "t", Payload: []byte("x"), ReceivedAt: base.Add(time.Duration(n*4+g) * time.Millisecond)}}
 				if err := s.Append(t.Context(), r); err != nil {
 					t.Errorf("append: %v", err)
 				}

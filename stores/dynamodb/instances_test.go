@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/dynamodb"
 )
@@ -74,7 +74,7 @@ func TestStore_TwoInstancesShareAnOutbox(t *testing.T) {
 					key := fmt.Sprintf("dev-%s-%d", in.name, (i+j)%7)
 					batch = append(batch, stores.Record{
 						Session: session, Route: "r", Partition: stores.PartitionOf(key, parts),
-						Envelope:  delivery.Envelope{ID: delivery.NewID(), Payload: []byte("x"), ReceivedAt: t0, Key: key},
+						Envelope:  message.Envelope{ID: message.NewID(), Payload: []byte("x"), ReceivedAt: t0, Key: key},
 						CreatedAt: t0, NextAttemptAt: t0,
 					})
 				}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -217,7 +217,7 @@ func decode(it map[string]types.AttributeValue) stores.Record {
 		Session:   getS(it, aSession),
 		Partition: int(getN(it, aPart)),
 		Route:     getS(it, aRoute),
-		Envelope: delivery.Envelope{
+		Envelope: message.Envelope{
 			ID:         getS(it, aID),
 			Topic:      getS(it, aTopic),
 			QoS:        byte(getN(it, aQoS)),

@@ -13,7 +13,7 @@
 // transactions as the records (see counters.go), and the sparse timer and
 // live indexes give claimed, due and oldest.
 //
-// From a routes.StoreConfig, the runtime opens the outbox with
+// From a routes.StoreConfig, the bridge opens the outbox with
 // Open(ctx, Options{Table: o.Table, Region: o.Region, Endpoint: o.Endpoint})
 // and the lease store with OpenLeases and the lease config's options the
 // same way (Table defaults per function).

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -17,7 +17,7 @@ func TestStore_CompactsDoneRecords(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	var all []stores.Record
 	for range 50 {
-		r := stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{ID: delivery.NewID(), ReceivedAt: t0},
+		r := stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{ID: message.NewID(), ReceivedAt: t0},
 			CreatedAt: t0, NextAttemptAt: t0}
 		all = append(all, r)
 		if err := s.Append(ctx, r); err != nil {

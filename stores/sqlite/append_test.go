@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -23,8 +23,8 @@ func TestStore_AppendChunkDepth(t *testing.T) {
 	recs := func(n int, part func(i int) int) []stores.Record {
 		rs := make([]stores.Record, n)
 		for i := range rs {
-			rs[i] = stores.Record{Session: "s", Partition: part(i), Route: "r", Envelope: delivery.Envelope{
-				ID: delivery.NewID(), Topic: "t", Payload: []byte("p"), ReceivedAt: t0,
+			rs[i] = stores.Record{Session: "s", Partition: part(i), Route: "r", Envelope: message.Envelope{
+				ID: message.NewID(), Topic: "t", Payload: []byte("p"), ReceivedAt: t0,
 			}, CreatedAt: t0, NextAttemptAt: t0}
 		}
 		return rs

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -26,8 +26,8 @@ func TestStore_CompactsDoneRecords(t *testing.T) {
 	for range 30 {
 		recs := make([]stores.Record, 100)
 		for i := range recs {
-			recs[i] = stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{
-				ID: delivery.NewID(), Topic: "t", Payload: []byte("p"), ReceivedAt: t0,
+			recs[i] = stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{
+				ID: message.NewID(), Topic: "t", Payload: []byte("p"), ReceivedAt: t0,
 			}, CreatedAt: t0, NextAttemptAt: t0}
 		}
 		if err := s.Append(ctx, recs...); err != nil {

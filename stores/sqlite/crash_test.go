@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -46,7 +46,7 @@ func TestCrashChild(t *testing.T) {
 	for b := 0; ; b++ {
 		recs := make([]stores.Record, crashBatch)
 		for i := range recs {
-			recs[i] = stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{
+			recs[i] = stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{
 				ID: crashID(round, b, i), Topic: "t", Payload: payload, ReceivedAt: t0,
 			}, CreatedAt: t0, NextAttemptAt: t0}
 		}

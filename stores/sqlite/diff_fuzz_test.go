@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/memory"
 	"github.com/gobridge/gobridge/stores/sqlite"
@@ -77,8 +77,8 @@ func FuzzStore_MatchesMemory(f *testing.F) {
 				var recs []stores.Record
 				for range n {
 					b := next()
-					r := stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{
-						ID: delivery.NewID(), Topic: "t", Payload: []byte{b},
+					r := stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{
+						ID: message.NewID(), Topic: "t", Payload: []byte{b},
 						Key:        []string{"", "", "a", "b"}[b%4],
 						ReceivedAt: now.Add(time.Duration(b%5) * time.Second),
 					}, CreatedAt: now, NextAttemptAt: now}

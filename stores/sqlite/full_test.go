@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -38,7 +38,7 @@ func fillUntilFull(t *testing.T, write func(...stores.Record) error, rec func(id
 		}
 		recs := make([]stores.Record, batch)
 		for j := range recs {
-			recs[j] = rec(delivery.NewID())
+			recs[j] = rec(message.NewID())
 		}
 		err := write(recs...)
 		if err == nil {
@@ -55,7 +55,7 @@ func fillUntilFull(t *testing.T, write func(...stores.Record) error, rec func(id
 var fullT0 = time.Unix(1_700_000_000, 0)
 
 func fullRecord(id string) stores.Record {
-	return stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{
+	return stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{
 		ID: id, Topic: "t", Payload: make([]byte, 500), ReceivedAt: fullT0,
 	}, CreatedAt: fullT0, NextAttemptAt: fullT0}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -20,8 +20,8 @@ func liveTestStore(t *testing.T) (*Store, []stores.Record) {
 	t0 := time.Unix(1_700_000_000, 0)
 	recs := make([]stores.Record, 3)
 	for i := range recs {
-		recs[i] = stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{
-			ID: delivery.NewID(), Topic: "t", Payload: []byte("p"), ReceivedAt: t0,
+		recs[i] = stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{
+			ID: message.NewID(), Topic: "t", Payload: []byte("p"), ReceivedAt: t0,
 		}, CreatedAt: t0, NextAttemptAt: t0}
 	}
 	return s, recs

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -99,7 +99,7 @@ func TestStore_MigratesFromVersion3(t *testing.T) {
 		t.Errorf("claimed p1 = %+v\np2 = %+v", got[0], p2)
 	}
 	// The claim made before the migration still settles under its token.
-	c1 := stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{ID: "c1"}, Token: 7}
+	c1 := stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{ID: "c1"}, Token: 7}
 	if err := s.Complete(ctx, c1); err != nil {
 		t.Fatalf("Complete of the pre-migration claim: %v", err)
 	}
@@ -110,14 +110,14 @@ func TestStore_MigratesFromVersion3(t *testing.T) {
 		t.Error("second Complete of c1 succeeded")
 	}
 	// The pending row with a coalesce key is still replaced by a newer one.
-	newer := stores.Record{Session: "s", Route: "r", CoalesceKey: "c", Envelope: delivery.Envelope{
+	newer := stores.Record{Session: "s", Route: "r", CoalesceKey: "c", Envelope: message.Envelope{
 		ID: "p4", Topic: "t", Payload: []byte("newer"), ReceivedAt: t0.Add(time.Hour)}, NextAttemptAt: t0}
 	if err := s.Append(ctx, newer); err != nil {
 		t.Fatal(err)
 	}
 	// Done and live rows absorb re-appends.
 	for _, id := range []string{"x1", "p1", "c1"} {
-		if err := s.Append(ctx, stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{
+		if err := s.Append(ctx, stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{
 			ID: id, Topic: "t", ReceivedAt: t0}, NextAttemptAt: t0}); err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -27,8 +27,8 @@ func TestStore_QueryPlans(t *testing.T) {
 		if i%2 == 0 {
 			key = fmt.Sprintf("k%d", i%7)
 		}
-		recs = append(recs, stores.Record{Session: "s", Route: "r", Envelope: delivery.Envelope{
-			ID: delivery.NewID(), Topic: "t", Payload: []byte("p"), Key: key, ReceivedAt: t0,
+		recs = append(recs, stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{
+			ID: message.NewID(), Topic: "t", Payload: []byte("p"), Key: key, ReceivedAt: t0,
 		}, CreatedAt: t0, NextAttemptAt: t0})
 	}
 	if err := s.Append(t.Context(), recs...); err != nil {

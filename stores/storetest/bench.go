@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -17,8 +17,8 @@ var benchPayload = []byte(`{"site":"plant-1","line":4,"sensor":"temp-17","value"
 func benchRecs(session string, n int) []stores.Record {
 	rs := make([]stores.Record, n)
 	for i := range rs {
-		rs[i] = stores.Record{Session: session, Route: "bench", Envelope: delivery.Envelope{
-			ID: delivery.NewID(), Topic: "factory/1/telemetry", Payload: benchPayload, QoS: 1, ReceivedAt: t0,
+		rs[i] = stores.Record{Session: session, Route: "bench", Envelope: message.Envelope{
+			ID: message.NewID(), Topic: "factory/1/telemetry", Payload: benchPayload, QoS: 1, ReceivedAt: t0,
 		}, CreatedAt: t0, NextAttemptAt: t0}
 	}
 	return rs

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -93,11 +93,11 @@ func unique() string {
 // rec returns a new record of the fixture's session and route, due, created
 // and received at t0, with a fresh envelope ID.
 func (fx *fixture) rec() stores.Record {
-	id := delivery.NewID()
+	id := message.NewID()
 	return stores.Record{
 		Session: fx.session,
 		Route:   fx.route,
-		Envelope: delivery.Envelope{
+		Envelope: message.Envelope{
 			ID:         id,
 			Topic:      "factory/1/telemetry",
 			Payload:    []byte(`{"id":"` + id + `"}`),

@@ -1,4 +1,4 @@
-package runtime
+package bridge
 
 import (
 	"context"
@@ -45,7 +45,7 @@ func newAdminServer(rt *Runtime) (*adminServer, error) {
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return nil, fmt.Errorf("runtime: admin listener: %w", err)
+		return nil, fmt.Errorf("bridge: admin listener: %w", err)
 	}
 	a.ln = ln
 	a.srv = &http.Server{Handler: a.mux, ReadHeaderTimeout: 10 * time.Second}
@@ -137,7 +137,7 @@ func (rt *Runtime) HandleMutating(pattern string, h http.Handler) {
 	rt.admin.mux.Handle(pattern, rt.admin.requireToken(h))
 }
 
-// Store returns the outbox store the runtime opened (nil when the config has
+// Store returns the outbox store the bridge opened (nil when the config has
 // none), for admin endpoints registered with Handle and HandleMutating. It
 // is closed when Run returns.
 func (rt *Runtime) Store() stores.Store { return rt.outbox }

@@ -1,10 +1,11 @@
-// Package delivery holds what every stage of gobridge passes along: the
-// envelope (one message on its way from a receiver to a sender) and the typed
-// errors senders return to say whether a failed delivery may be retried.
+// Package message holds what every stage of gobridge passes along: the
+// envelope (one message on its way from a receiver to a sender), its
+// time-ordered ID, and the per-message templates that fill sender options
+// and processor keys from it.
 //
 // It is a leaf package: receivers, processors, stores, senders and the
 // drainer all import it, and it imports none of them.
-package delivery
+package message
 
 import (
 	"crypto/rand"

@@ -1,4 +1,4 @@
-package runtime
+package bridge
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
@@ -15,7 +15,7 @@ import (
 // ingest is the receivers.Sink of one receiver: it matches the message
 // against the receiver's routes, runs each route's processors and hands the
 // route's own envelope to its delivery mode. done is called once every
-// matched route has settled its delivery.
+// matched route has settled its message.
 type ingest struct {
 	rt       *Runtime
 	receiver string
@@ -59,8 +59,8 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 	s := &settler{done: acked}
 	s.left.Store(int32(len(matched)))
 	for _, r := range matched {
-		env := delivery.Envelope{
-			ID: delivery.NewID(), Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, ReceivedAt: m.ReceivedAt,
+		env := message.Envelope{
+			ID: message.NewID(), Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, ReceivedAt: m.ReceivedAt,
 		}
 		if !in.rt.dispatch(ctx, r, newMessage(env, nil), s.settle) {
 			return
@@ -69,16 +69,16 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 }
 
 // message is one route's copy of a message on its way through the route.
-type message struct {
+type routed struct {
 	// env is the route's envelope (own, for one allocation per message);
 	// its processors change it.
-	env *delivery.Envelope
-	own delivery.Envelope
+	env *message.Envelope
+	own message.Envelope
 	// received is the envelope as it arrived, before processors: what an
 	// ingest dead letter keeps, so that a requeue runs it through the route
 	// again. (Processors never write into a payload and copy headers before
 	// changing them, so sharing them is safe.)
-	received delivery.Envelope
+	received message.Envelope
 	// replay is the requeued ingest dead letter this message replays,
 	// claimed by the replayer; nil for a message from a receiver. A
 	// permanent failure dead-letters it again, and then sets dead.
@@ -86,8 +86,8 @@ type message struct {
 	dead   bool
 }
 
-func newMessage(env delivery.Envelope, replay *stores.Record) *message {
-	m := &message{own: env, received: env, replay: replay}
+func newMessage(env message.Envelope, replay *stores.Record) *routed {
+	m := &routed{own: env, received: env, replay: replay}
 	m.env = &m.own
 	return m
 }
@@ -96,7 +96,7 @@ func newMessage(env delivery.Envelope, replay *stores.Record) *message {
 // arranges for settle to be called when its delivery has settled. It returns
 // false when ctx ended before the delivery was accepted (settle will not be
 // called).
-func (rt *Runtime) dispatch(ctx context.Context, r *route, m *message, settle func()) bool {
+func (rt *Runtime) dispatch(ctx context.Context, r *route, m *routed, settle func()) bool {
 	mt, env := rt.metrics, m.env
 	mt.routeReceived.WithLabelValues(r.id).Inc()
 	settleRoute := func() {
@@ -135,7 +135,7 @@ func (rt *Runtime) dispatch(ctx context.Context, r *route, m *message, settle fu
 	return rt.commit.submit(ctx, r, rec, settleRoute)
 }
 
-func partitionKey(env *delivery.Envelope) string {
+func partitionKey(env *message.Envelope) string {
 	if env.Key != "" {
 		return env.Key
 	}
@@ -145,9 +145,9 @@ func partitionKey(env *delivery.Envelope) string {
 // failAtIngest settles a message that failed permanently before delivery (a
 // processor or ordering-key error) by the route's on_permanent_failure: dead
 // letter (retried until durable, or until ctx ends) or drop.
-func (rt *Runtime) failAtIngest(ctx context.Context, r *route, m *message, reason string, settle func()) bool {
+func (rt *Runtime) failAtIngest(ctx context.Context, r *route, m *routed, reason string, settle func()) bool {
 	if m.env.ID == "" {
-		m.env.ID = delivery.NewID()
+		m.env.ID = message.NewID()
 	}
 	if !rt.settleFailure(ctx, r, m, reason) {
 		return false
@@ -158,7 +158,7 @@ func (rt *Runtime) failAtIngest(ctx context.Context, r *route, m *message, reaso
 
 // settleFailure applies on_permanent_failure to m; it reports false only
 // when ctx ended before a dead letter was durable.
-func (rt *Runtime) settleFailure(ctx context.Context, r *route, m *message, reason string) bool {
+func (rt *Runtime) settleFailure(ctx context.Context, r *route, m *routed, reason string) bool {
 	log := rt.log.With("route", r.id, "record_id", m.env.ID)
 	if !r.dlq {
 		rt.metrics.dropped.WithLabelValues(r.id).Inc()

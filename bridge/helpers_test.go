@@ -1,4 +1,4 @@
-package runtime
+package bridge
 
 import (
 	"context"
@@ -68,7 +68,7 @@ func parseConfig(t testing.TB, yml string) *routes.Config {
 	return cfg
 }
 
-// startRuntime builds and runs a runtime; the cleanup stops it and checks
+// startRuntime builds and runs a bridge; the cleanup stops it and checks
 // that Run returned nil.
 func startRuntime(t testing.TB, cfg *routes.Config) *Runtime {
 	t.Helper()
@@ -76,7 +76,7 @@ func startRuntime(t testing.TB, cfg *routes.Config) *Runtime {
 	return rt
 }
 
-// runStoppable runs a runtime and returns it with a stop function that
+// runStoppable runs a bridge and returns it with a stop function that
 // cancels it and checks that Run returned nil (also called at cleanup).
 func runStoppable(t testing.TB, cfg *routes.Config) (*Runtime, func()) {
 	t.Helper()

@@ -1,4 +1,4 @@
-package runtime
+package bridge
 
 import (
 	"cmp"
@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gobridge/gobridge/delivery"
 	"github.com/gobridge/gobridge/drainer"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -41,7 +42,7 @@ func newHolder(rt *Runtime, r *route) *holder {
 // submit waits for a send slot (or ctx) and starts the delivery of m;
 // settle is called when it has settled. It returns false when ctx ended
 // first.
-func (h *holder) submit(ctx context.Context, m *message, settle func()) bool {
+func (h *holder) submit(ctx context.Context, m *routed, settle func()) bool {
 	select {
 	case h.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -65,10 +66,10 @@ func (h *holder) submit(ctx context.Context, m *message, settle func()) bool {
 
 // deliver sends m until the target accepts it or it fails permanently;
 // it returns false when shutdown interrupted it (m stays unacknowledged).
-func (h *holder) deliver(m *message) bool {
+func (h *holder) deliver(m *routed) bool {
 	rt, mt, id, env := h.rt, h.rt.metrics, h.r.id, m.env
 	log := rt.log.With("route", id, "record_id", env.ID)
-	envs := []*delivery.Envelope{env}
+	envs := []*message.Envelope{env}
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(rt.holdCtx, h.timeout)
 		start := time.Now()
@@ -79,12 +80,12 @@ func (h *holder) deliver(m *message) bool {
 		if len(errs) > 0 {
 			err = errs[0]
 		}
-		class, retryAfter := delivery.Classify(err)
+		class, retryAfter := senders.Classify(err)
 		switch class {
-		case delivery.OK:
+		case senders.OK:
 			mt.sent.WithLabelValues(id).Inc()
 			return true
-		case delivery.Fatal:
+		case senders.Fatal:
 			return rt.settleFailure(rt.holdCtx, h.r, m, err.Error())
 		}
 		mt.retried.WithLabelValues(id, class.String()).Inc()
@@ -134,7 +135,7 @@ const deadSessionPrefix = "gobridge.ingest-dead."
 // drainer. A replayed message dead-letters the record it replays (under the
 // replayer's claim); any other is appended to the route's ingest-dead
 // session as it arrived (with the route's envelope ID), in one write.
-func (rt *Runtime) deadLetter(ctx context.Context, r *route, m *message, reason string) error {
+func (rt *Runtime) deadLetter(ctx context.Context, r *route, m *routed, reason string) error {
 	if m.replay != nil {
 		if err := rt.outbox.DeadLetter(ctx, *m.replay, reason); err != nil {
 			return fmt.Errorf("dead-letter replay: %w", err)

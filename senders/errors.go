@@ -1,4 +1,8 @@
-package delivery
+// Package senders holds what every sender backend (senders/sqs,
+// senders/http, senders/stdout) shares with the parts that call them: the
+// typed errors that say whether a failed delivery may be retried, and the
+// one place where they are told apart (Classify).
+package senders
 
 import (
 	"errors"

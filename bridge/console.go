@@ -1,4 +1,4 @@
-package runtime
+package bridge
 
 import (
 	"time"
@@ -12,7 +12,7 @@ import (
 // that the drainers report to, and the admin API (/api/) and console
 // (/console) on the admin server.
 
-// journalObserver reports drainer events to the runtime's observer
+// journalObserver reports drainer events to the bridge's observer
 // (metrics, stall detection) and to the delivery journal.
 type journalObserver struct {
 	*observer

@@ -1,4 +1,4 @@
-package runtime
+package bridge
 
 import (
 	"context"
@@ -82,7 +82,7 @@ func (rt *Runtime) replayBatch(ctx context.Context, r *route) int {
 		return 0
 	}
 	log.Info("replaying requeued dead letters", "count", len(recs))
-	msgs := make([]*message, len(recs))
+	msgs := make([]*routed, len(recs))
 	settled := make(chan int, len(recs))
 	dispatched := 0
 	for i := range recs {

@@ -1,4 +1,4 @@
-package runtime
+package bridge
 
 import (
 	"context"
@@ -105,7 +105,7 @@ func TestRuntime_SharedOutboxOnDynamoDB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Registered before startRuntime, so it runs after the runtime stopped:
+	// Registered before startRuntime, so it runs after the bridge stopped:
 	// DynamoDB Local keeps every table in its (shared, bounded) heap.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,4 +1,4 @@
-package runtime
+package bridge
 
 import (
 	"bytes"
@@ -60,7 +60,7 @@ func newLatencySink(b *testing.B, want int) *latencySink {
 // both delivery modes. It reports throughput (first publish to last arrival)
 // and the publish-to-arrival latency percentiles. Run with a fixed count:
 //
-//	go test -run '^$' -bench EndToEnd -benchtime 20000x ./runtime
+//	go test -run '^$' -bench EndToEnd -benchtime 20000x ./bridge
 func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("bare_paho", func(b *testing.B) { benchBarePaho(b, 0) })
 	for _, mode := range []string{"shared_outbox", "direct_hold"} {

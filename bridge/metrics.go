@@ -1,4 +1,4 @@
-package runtime
+package bridge
 
 import (
 	"time"
@@ -9,7 +9,7 @@ import (
 	"github.com/gobridge/gobridge/receivers"
 )
 
-// metrics are the runtime's Prometheus metrics. Labels are bounded: route,
+// metrics are the bridge's Prometheus metrics. Labels are bounded: route,
 // session, receiver, outcome, reason; never topics or IDs. The README
 // section "operations" lists them.
 type metrics struct {

@@ -1,4 +1,4 @@
-package runtime
+package bridge
 
 import (
 	"cmp"
@@ -6,8 +6,8 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/gobridge/gobridge/delivery"
 	"github.com/gobridge/gobridge/drainer"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/senders/stdout"
 	"github.com/gobridge/gobridge/stores"
@@ -29,7 +29,7 @@ type route struct {
 }
 
 // processFunc runs a route's processor chain on env (which it may change).
-type processFunc func(env *delivery.Envelope) (drop bool, coalesceKey string, err error)
+type processFunc func(env *message.Envelope) (drop bool, coalesceKey string, err error)
 
 // openStores opens the outbox and lease stores named by stores.outbox and
 // stores.lease (lease defaults to memory). An outbox and a lease store on
@@ -47,7 +47,7 @@ func (rt *Runtime) openStores() error {
 			st, opened, err = rt.openOutboxBackend(*sc.Outbox)
 		}
 		if err != nil {
-			return fmt.Errorf("runtime: open outbox store: %w", err)
+			return fmt.Errorf("bridge: open outbox store: %w", err)
 		}
 		rt.outbox = st
 		if opened {
@@ -67,7 +67,7 @@ func (rt *Runtime) openStores() error {
 		ls, opened, err = rt.openLeasesBackend(lc)
 	}
 	if err != nil {
-		return fmt.Errorf("runtime: open lease store: %w", err)
+		return fmt.Errorf("bridge: open lease store: %w", err)
 	}
 	rt.leases = ls
 	if opened {
@@ -96,7 +96,7 @@ func (rt *Runtime) buildSenders(log *slog.Logger, out io.Writer) (map[string]dra
 			s, err = newSenderBackend(sc, maxInFlight[sc.ID], log)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("runtime: sender %s: %w", sc.ID, err)
+			return nil, fmt.Errorf("bridge: sender %s: %w", sc.ID, err)
 		}
 		if c, ok := s.(interface{ Close() error }); ok {
 			rt.closers = append(rt.closers, c.Close)
@@ -106,7 +106,7 @@ func (rt *Runtime) buildSenders(log *slog.Logger, out io.Writer) (map[string]dra
 	return built, nil
 }
 
-// buildRoutes compiles each route: processors, ordering key, delivery.
+// buildRoutes compiles each route: processors, ordering key, message.
 func (rt *Runtime) buildRoutes(senders map[string]drainer.Sender) error {
 	for _, rc := range rt.cfg.Routes {
 		r := &route{
@@ -114,11 +114,11 @@ func (rt *Runtime) buildRoutes(senders map[string]drainer.Sender) error {
 			sender: senders[rc.Sender],
 		}
 		if r.sender == nil {
-			return fmt.Errorf("runtime: route %s: unknown sender %q", rc.ID, rc.Sender)
+			return fmt.Errorf("bridge: route %s: unknown sender %q", rc.ID, rc.Sender)
 		}
 		proc, err := compileProcessors(rc)
 		if err != nil {
-			return fmt.Errorf("runtime: route %s: %w", rc.ID, err)
+			return fmt.Errorf("bridge: route %s: %w", rc.ID, err)
 		}
 		r.process = proc
 		pol := rc.Policy.OnPermanentFailure
@@ -129,10 +129,10 @@ func (rt *Runtime) buildRoutes(senders map[string]drainer.Sender) error {
 		switch r.mode {
 		case routes.SharedOutbox:
 			if rt.outbox == nil {
-				return fmt.Errorf("runtime: route %s: shared_outbox needs stores.outbox", rc.ID)
+				return fmt.Errorf("bridge: route %s: shared_outbox needs stores.outbox", rc.ID)
 			}
 			if rc.Session.ID == "" {
-				return fmt.Errorf("runtime: route %s: shared_outbox needs session.id", rc.ID)
+				return fmt.Errorf("bridge: route %s: shared_outbox needs session.id", rc.ID)
 			}
 			r.session = rc.Session.ID
 			r.partitions = max(rc.Session.Partitions, 1)
@@ -145,7 +145,7 @@ func (rt *Runtime) buildRoutes(senders map[string]drainer.Sender) error {
 		case routes.DirectHold:
 			r.hold = newHolder(rt, r)
 		default:
-			return fmt.Errorf("runtime: route %s: unknown delivery_mode %q", rc.ID, r.mode)
+			return fmt.Errorf("bridge: route %s: unknown delivery_mode %q", rc.ID, r.mode)
 		}
 		rt.metrics.initRoute(r.id)
 		rt.routes = append(rt.routes, r)
@@ -164,7 +164,7 @@ func (rt *Runtime) buildReceivers(log *slog.Logger) error {
 		}
 		rcv, err := newReceiverBackend(rc, rt.cfg.Bridge.ID, in, log)
 		if err != nil {
-			return fmt.Errorf("runtime: receiver %s: %w", rc.ID, err)
+			return fmt.Errorf("bridge: receiver %s: %w", rc.ID, err)
 		}
 		rt.metrics.initReceiver(rc.ID)
 		rt.receivers = append(rt.receivers, namedReceiver{id: rc.ID, r: rcv})

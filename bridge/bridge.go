@@ -1,11 +1,11 @@
-// Package runtime wires a loaded configuration into a running bridge:
+// Package bridge wires a loaded configuration into a running bridge:
 // receivers feed an ingest sink that matches routes, runs their processors
 // and delivers each message either synchronously while holding the source
 // (direct_hold) or through a group-committed outbox drained by one drainer
 // group per session (shared_outbox). It also runs the admin HTTP server
 // (/healthz, /readyz, /metrics) and owns the shutdown order. See DESIGN.md
 // §1–3 and the README section "operations".
-package runtime
+package bridge
 
 import (
 	"cmp"
@@ -33,7 +33,7 @@ import (
 type Options struct {
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
-	// Registerer receives the runtime's metrics. When it is also a
+	// Registerer receives the bridge's metrics. When it is also a
 	// prometheus.Gatherer (a *prometheus.Registry), /metrics serves it;
 	// nil creates a fresh registry.
 	Registerer prometheus.Registerer
@@ -43,7 +43,7 @@ type Options struct {
 	Stdout io.Writer
 }
 
-// receiver is what the runtime needs from a receiver backend.
+// receiver is what the bridge needs from a receiver backend.
 type receiver interface {
 	Run(ctx context.Context) error
 	Status() receivers.Status
@@ -99,7 +99,7 @@ type sessionInfo struct {
 // A Runtime that New returned must be Run, or its resources are leaked.
 func New(cfg *routes.Config, opts Options) (*Runtime, error) {
 	if cfg == nil {
-		return nil, errors.New("runtime: nil config")
+		return nil, errors.New("bridge: nil config")
 	}
 	log := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
 	reg := opts.Registerer
@@ -119,11 +119,11 @@ func New(cfg *routes.Config, opts Options) (*Runtime, error) {
 	}
 	m, err := newMetrics(reg)
 	if err != nil {
-		return nil, fmt.Errorf("runtime: register metrics: %w", err)
+		return nil, fmt.Errorf("bridge: register metrics: %w", err)
 	}
 	holdCtx, holdCancel := context.WithCancel(context.Background())
 	rt := &Runtime{
-		cfg: cfg, log: log.With("component", "runtime"), metrics: m, gather: gather,
+		cfg: cfg, log: log.With("component", "bridge"), metrics: m, gather: gather,
 		groups: map[string]*drainer.Group{}, sessions: map[string]*sessionInfo{},
 		holdCtx: holdCtx, holdCancel: holdCancel, stopping: make(chan struct{}),
 	}
@@ -135,7 +135,7 @@ func New(cfg *routes.Config, opts Options) (*Runtime, error) {
 	if err := reg.Register(receiverCollector{rt: rt}); err != nil {
 		holdCancel()
 		rt.closeAll()
-		return nil, fmt.Errorf("runtime: register receiver metrics: %w", err)
+		return nil, fmt.Errorf("bridge: register receiver metrics: %w", err)
 	}
 	return rt, nil
 }
@@ -354,7 +354,7 @@ const hardStopGrace = 5 * time.Second
 
 // ErrShutdownTimeout is returned by Run when parts were still running
 // shutdown_timeout plus a grace period after shutdown began.
-var ErrShutdownTimeout = errors.New("runtime: shutdown timed out")
+var ErrShutdownTimeout = errors.New("bridge: shutdown timed out")
 
 // closeAll closes stores and senders; it is safe to call more than once.
 func (rt *Runtime) closeAll() {

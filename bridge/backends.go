@@ -1,4 +1,4 @@
-package runtime
+package bridge
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gobridge/gobridge/delivery"
+	"github.com/gobridge/gobridge/message"
 
 	"github.com/gobridge/gobridge/drainer"
 	"github.com/gobridge/gobridge/processors"
@@ -28,7 +28,7 @@ import (
 // outbox and the lease store.
 type sqliteStores map[string]*sqlite.Store
 
-// openSQLite opens the store file of c once; the runtime closes it.
+// openSQLite opens the store file of c once; the bridge closes it.
 func (rt *Runtime) openSQLite(c routes.StoreConfig) (*sqlite.Store, error) {
 	s, opened, err := rt.sqlite.open(c)
 	if err != nil {
@@ -120,7 +120,7 @@ func compileProcessors(rc routes.RouteConfig) (processFunc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile processors: %w", err)
 	}
-	return func(env *delivery.Envelope) (bool, string, error) {
+	return func(env *message.Envelope) (bool, string, error) {
 		res, err := ch.Process(env)
 		return res.Drop, res.CoalesceKey, err
 	}, nil
