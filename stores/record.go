@@ -1,13 +1,22 @@
 package stores
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/google/uuid"
 )
 
+// TruncatedPayload is how much of a payload a truncated dead letter keeps.
+const TruncatedPayload = 1024
+
 // Validate reports a record that no store can hold, as ErrInvalid with the
-// reason. Backends call it on every record of an Append.
+// reason. Backends call it on every appended record.
 func (r *Record) Validate() error {
 	switch {
 	case r.Session == "":
@@ -18,33 +27,136 @@ func (r *Record) Validate() error {
 		return fmt.Errorf("%w: empty envelope ID", ErrInvalid)
 	case r.Partition < 0:
 		return fmt.Errorf("%w: negative partition", ErrInvalid)
+	case r.State == Dead && r.DeadReason == "":
+		return fmt.Errorf("%w: dead letter %s without a reason", ErrInvalid, r.Envelope.ID)
+	case r.State != "" && r.State != Live && r.State != Dead:
+		return fmt.Errorf("%w: state %q", ErrInvalid, r.State)
+	}
+	return nil
+}
+
+// Validate reports a batch that no store can apply, as ErrInvalid.
+func (b *Batch) Validate() error {
+	for i := range b.Append {
+		if err := b.Append[i].Validate(); err != nil {
+			return err
+		}
+	}
+	for _, s := range b.Settle {
+		switch {
+		case s.Session == "" || s.Route == "" || s.ID == "":
+			return fmt.Errorf("%w: settlement of an incomplete key %+v", ErrInvalid, s.Key)
+		case s.Outcome < Done || s.Outcome > Drop:
+			return fmt.Errorf("%w: settlement outcome %d", ErrInvalid, s.Outcome)
+		case s.Outcome != Drop && s.Token == 0:
+			return fmt.Errorf("%w: settlement of %s without a token", ErrInvalid, s.ID)
+		case s.Outcome == DeadLetter && s.Reason == "":
+			return fmt.Errorf("%w: dead letter %s without a reason", ErrInvalid, s.ID)
+		}
 	}
 	return nil
 }
 
 // Validate reports a claim request no store can serve, as ErrInvalid.
 func (req *ClaimRequest) Validate() error {
-	if req.Session == "" || req.Partition < 0 || req.Limit < 1 {
-		return fmt.Errorf("%w: claim of session %q, partition %d, limit %d",
-			ErrInvalid, req.Session, req.Partition, req.Limit)
+	if req.Session == "" || req.Partition < 0 || req.Limit < 1 || req.Token == 0 {
+		return fmt.Errorf("%w: claim of session %q, partition %d, limit %d, token %d",
+			ErrInvalid, req.Session, req.Partition, req.Limit, req.Token)
 	}
 	return nil
 }
 
-// ValidateDead reports a record that AppendDead cannot hold: one that fails
-// Validate, or has no DeadReason.
-func (r *Record) ValidateDead() error {
-	if err := r.Validate(); err != nil {
-		return err
+// PartitionOf maps a key (the ordering key, or the envelope ID when there is
+// none) to one of partitions partitions by FNV-1a (32-bit) of the key, modulo
+// partitions. It returns 0 when partitions <= 1.
+func PartitionOf(key string, partitions int) int {
+	if partitions <= 1 {
+		return 0
 	}
-	if r.DeadReason == "" {
-		return fmt.Errorf("%w: empty dead reason of %s", ErrInvalid, r.Envelope.ID)
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(partitions))
+}
+
+// PartitionLease is the name of the lease that makes one owner drain a
+// session partition. Its current token is the only one under which the
+// partition's records may be claimed.
+func PartitionLease(session string, partition int) string {
+	return "outbox/" + session + "/" + strconv.Itoa(partition)
+}
+
+// Truncate returns the dead letter that stands in for r when r cannot be
+// kept whole (a payload over max_payload_bytes, a record the store refused):
+// the first TruncatedPayload bytes of the payload, no headers and no keys
+// (they may be what the store refused), and a reason that names the full
+// size and SHA-256 of the payload. A truncated dead letter cannot be
+// requeued.
+func Truncate(r Record, reason string, now time.Time) Record {
+	p := r.Envelope.Payload
+	sum := sha256.Sum256(p)
+	r.DeadReason = fmt.Sprintf("%s (payload %d bytes, sha256 %s; first %d bytes kept)",
+		reason, len(p), hex.EncodeToString(sum[:]), min(len(p), TruncatedPayload))
+	r.Envelope.Payload = p[:min(len(p), TruncatedPayload):min(len(p), TruncatedPayload)]
+	r.Envelope.Headers = nil
+	r.Envelope.Key = ""
+	r.CoalesceKey = ""
+	r.Truncated = true
+	r.State = Dead
+	r.Token = 0
+	if r.DeadAt.IsZero() {
+		r.DeadAt = now
 	}
-	return nil
+	return r
+}
+
+// requeueSpace names the envelope IDs of requeued dead letters (UUIDv5).
+var requeueSpace = uuid.MustParse("6f1b7f4e-4f3a-4c1e-9d8e-2b1f0c6a5e11")
+
+// Requeued returns the live record that requeueing dead letter d makes, to
+// be appended (with a Drop of d) in one Write: a new envelope ID derived
+// from d's ID and death, so that requeueing the same dead letter twice
+// appends it once; CausationID d's ID; the given session and partition
+// count (the route's current ones); attempts and claim cleared; created at
+// now with the same time left to live; no coalesce key. Truncated dead
+// letters cannot be requeued (ErrInvalid).
+func Requeued(d Record, session string, partitions int, now time.Time) (Record, error) {
+	if d.State != Dead {
+		return Record{}, fmt.Errorf("%w: %s is not a dead letter", ErrInvalid, d.Envelope.ID)
+	}
+	if d.Truncated {
+		return Record{}, fmt.Errorf("%w: %s was truncated (%s): only its first %d payload bytes were kept, so it cannot be delivered",
+			ErrInvalid, d.Envelope.ID, d.DeadReason, TruncatedPayload)
+	}
+	r := d
+	r.Envelope.ID = uuid.NewSHA1(requeueSpace, []byte(d.Envelope.ID+"|"+strconv.FormatInt(d.DeadAt.UnixNano(), 10))).String()
+	r.Session = session
+	key := r.Envelope.Key
+	if key == "" {
+		key = r.Envelope.ID
+	}
+	r.Partition = PartitionOf(key, partitions)
+	r.CoalesceKey = ""
+	r.CausationID = d.Envelope.ID
+	r.State, r.Seq, r.Token = Live, 0, 0
+	r.Attempts = 0
+	r.FirstAttemptAt, r.NextAttemptAt, r.LastError = time.Time{}, time.Time{}, ""
+	r.CreatedAt = now
+	if !d.ExpiresAt.IsZero() {
+		r.ExpiresAt = d.ExpiresAt.Add(now.Sub(d.CreatedAt))
+	}
+	r.DeadAt, r.DeadReason = time.Time{}, ""
+	return r, nil
+}
+
+// Supersedes reports whether newer replaces older under coalescing: older
+// was received no later than newer. (An older message never replaces a
+// newer one.)
+func Supersedes(newer, older *Record) bool {
+	return !older.Envelope.ReceivedAt.After(newer.Envelope.ReceivedAt)
 }
 
 // DeadCursor is the position of dead letter r in list order (DeadAt, then
-// Seq), as DeadFilter.After takes it.
+// Seq), as DeadQuery.After takes it.
 func DeadCursor(r *Record) string {
 	var at int64
 	if !r.DeadAt.IsZero() {

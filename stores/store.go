@@ -1,10 +1,21 @@
-// Package stores defines the contracts of gobridge's durable state: the
-// outbox, where shared_outbox routes persist envelopes until a drainer has
-// delivered them, and the lease store, which keeps one drainer per session
-// partition across goroutines and instances.
+// Package stores defines gobridge's durable state: the outbox, where
+// shared_outbox (and direct_or_outbox) routes keep messages until a drainer
+// has delivered them, its dead letters, and the leases that make one drainer
+// own each session partition.
 //
-// Backends live in subpackages (memory, sqlite, dynamodb); each passes the
-// conformance suites in storetest.
+// One contract, Store, with backends in subpackages (memory, sqlite,
+// dynamodb) that each pass the conformance suite in storetest. The rules
+// every backend shares (validation, partitioning, requeue, truncation) are
+// code in this package; backends only translate them into their storage.
+//
+// The engine (DESIGN.md §4–5): a process that holds a partition's lease
+// appends its records already claimed under the lease's token, in the same
+// write, and hands them to its drainer in memory; the store is the log and
+// the recovery path. Claim serves what the owner does not hold in memory:
+// records appended by other instances, a backlog that did not fit in memory,
+// requeued dead letters, and the claims of a previous owner (a crashed
+// process, a lost lease), which are void as soon as a newer token owns the
+// partition.
 package stores
 
 import (
@@ -18,71 +29,78 @@ import (
 // Sentinel errors. Backends translate their own errors into these at their
 // boundary; callers test them with errors.Is.
 var (
-	// ErrStaleToken: a state change named a fencing token that no longer
-	// owns the record (its claim was taken over, or it was never claimed).
-	ErrStaleToken = errors.New("stores: stale fencing token")
-	// ErrNotFound: no such record (or no such dead letter).
-	ErrNotFound = errors.New("stores: record not found")
+	// ErrNotFound: no such dead letter.
+	ErrNotFound = errors.New("stores: not found")
 	// ErrLeaseHeld: the lease is held by another owner and has not lapsed.
 	ErrLeaseHeld = errors.New("stores: lease held by another owner")
 	// ErrLeaseLost: a renew or release by an owner that no longer holds the
-	// lease (it lapsed and was taken, or it was released).
+	// lease, or a Claim under a token that is not the current token of the
+	// partition's lease.
 	ErrLeaseLost = errors.New("stores: lease lost")
-	// ErrInvalid: a record or request is malformed (an empty Session,
-	// Route or Envelope.ID, a negative Partition, a Limit < 1). Nothing was
-	// changed.
+	// ErrInvalid: the store cannot hold a record or serve a request (a
+	// missing field, a dead letter without a reason, an item over the
+	// backend's size limit). Nothing of the call was written.
 	ErrInvalid = errors.New("stores: invalid record or request")
-	// ErrFull: the backend is out of space (disk full, size cap reached).
-	// Nothing of the failed call was persisted; ingest should push back.
+	// ErrFull: the backend is out of space (disk full). Nothing of the call
+	// was written; ingest should push back.
 	ErrFull = errors.New("stores: store full")
 )
 
-// State is where a record is in its life.
+// State is where a record is in its life. Delivered records leave the
+// outbox: their key is remembered for a while (a tombstone) so that
+// appending the same envelope again is a no-op, but no call returns them.
 type State string
 
 const (
-	// Pending records wait to be claimed once NextAttemptAt has passed.
-	Pending State = "pending"
-	// Claimed records are owned by one drainer until ClaimUntil.
-	Claimed State = "claimed"
-	// Done records were delivered (or settled by drop); they are compacted.
-	Done State = "done"
+	// Live records wait for delivery: unclaimed (Token 0) or claimed.
+	Live State = "live"
 	// Dead records were dead-lettered; they stay until requeued or dropped.
 	Dead State = "dead"
 )
 
 // Record is one envelope in the outbox with its delivery bookkeeping.
-// Records are unique per (Session, Route, Envelope.ID).
+// Records are unique per Key (Session, Route, Envelope.ID).
 type Record struct {
 	Session   string
 	Partition int
 	Route     string
 	Envelope  message.Envelope
-	// CoalesceKey, when set, makes Append replace a pending, unclaimed
-	// record of the same Route and CoalesceKey whose envelope was received
-	// earlier (never a newer one).
+	// CoalesceKey, when set, makes Write replace the unclaimed live records
+	// of the same Session, Route and CoalesceKey received earlier; when one
+	// was received later, the new record is absorbed instead (Seq 0).
+	// Claimed records are never replaced.
 	CoalesceKey string
 	// CausationID is the envelope ID of the dead letter this record was
 	// requeued from; empty otherwise.
 	CausationID string
+	// Raw marks a record whose Envelope is the message as it arrived,
+	// before the route's processors: an ingest dead letter and its
+	// requeue. The drainer runs the route's processors before sending it.
+	Raw bool
+	// Truncated marks a dead letter whose payload was cut to its first
+	// KiB (see Truncate); it cannot be requeued.
+	Truncated bool
 
-	State State
-	// Seq is the persist order, assigned by Append, increasing per store.
-	Seq int64
-	// Attempts counts claims.
+	// State, Seq and CreatedAt are stamped by Write. Seq is the persist
+	// order: it increases with every record appended to a partition.
+	State     State
+	Seq       int64
+	CreatedAt time.Time
+	// Token is the fencing token of the claim holding the record; 0 when it
+	// is unclaimed. A claim is valid only while its token is the current
+	// token of the partition's lease.
+	Token int64
+	// Attempts counts sends of the record that failed transiently or
+	// succeeded (capacity errors do not count); the drainer keeps it.
 	Attempts int
-	// FirstAttemptAt is stamped by the first claim; zero before it.
+	// FirstAttemptAt is when the record was first sent; zero before.
 	FirstAttemptAt time.Time
-	// NextAttemptAt hides a pending record until then.
+	// NextAttemptAt is when the record may be sent again; zero: at once.
 	NextAttemptAt time.Time
 	LastError     string
-	CreatedAt     time.Time
 	// ExpiresAt is zero when the record never expires.
 	ExpiresAt time.Time
-	// Token and ClaimUntil describe the current (or last) claim.
-	Token      int64
-	ClaimUntil time.Time
-	// DeadAt and DeadReason are set when the record was dead-lettered.
+	// DeadAt and DeadReason are set on dead letters.
 	DeadAt     time.Time
 	DeadReason string
 }
@@ -97,128 +115,159 @@ type Key struct {
 // Key returns the identity of r.
 func (r *Record) Key() Key { return Key{Session: r.Session, Route: r.Route, ID: r.Envelope.ID} }
 
-// ClaimRequest asks for due records of one session partition.
+// Size is what r counts toward a session's byte limit: its payload, topic
+// and headers.
+func (r *Record) Size() int64 {
+	n := len(r.Envelope.Payload) + len(r.Envelope.Topic)
+	for k, v := range r.Envelope.Headers {
+		n += len(k) + len(v)
+	}
+	return int64(n)
+}
+
+// Outcome is what a Settlement does to a record.
+type Outcome int
+
+const (
+	// Done: the record was delivered (or dropped by policy). It leaves the
+	// outbox; its key is remembered as a tombstone.
+	Done Outcome = iota + 1
+	// Retry: the record stays claimed; its Attempts, FirstAttemptAt,
+	// NextAttemptAt and LastError are updated from the settlement.
+	Retry
+	// DeadLetter: the record becomes a dead letter with Reason; Attempts,
+	// FirstAttemptAt and LastError are updated, DeadAt is set from At.
+	DeadLetter
+	// Drop: a dead letter is deleted (its key becomes a tombstone). Token
+	// is ignored.
+	Drop
+)
+
+// Settlement is the outcome of one claimed record (Done, Retry, DeadLetter), or
+// the removal of a dead letter (Drop).
+type Settlement struct {
+	Key
+	// Token is the claim being settled: the record must be live and
+	// claimed under exactly this token (Done, Retry,
+	// DeadLetter).
+	Token   int64
+	Outcome Outcome
+	// Attempts, FirstAttemptAt, NextAttemptAt: the record's bookkeeping
+	// after the send (Retry, DeadLetter).
+	Attempts       int
+	FirstAttemptAt time.Time
+	NextAttemptAt  time.Time
+	// Reason is the last error (Retry) or the dead-letter reason
+	// (DeadLetter).
+	Reason string
+	// At is when it happened (DeadAt for DeadLetter); zero: the store's clock.
+	At time.Time
+	// Stale is set by Write when the settlement was skipped because the
+	// record is not in the state it names: not live under Token (Done,
+	// Retry, DeadLetter) or not a dead letter (Drop), or gone.
+	Stale bool
+}
+
+// Batch is one atomic write: Write commits all of it with one durable
+// commit, or nothing.
+type Batch struct {
+	// Settle is applied first, each settlement on its own: a stale one is
+	// skipped (Stale set) and does not fail the batch.
+	Settle []Settlement
+	// Append adds records, in order. A record with State Dead is appended
+	// as a dead letter (DeadReason required; DeadAt defaults to the store's
+	// clock). Any other record is appended live: claimed under its Token
+	// when Token is the current token of its partition's lease
+	// (PartitionLease), else unclaimed, and then Write resets its Token to
+	// 0 so that the caller knows it does not hold it.
+	//
+	// Write stamps State, Seq and CreatedAt (when zero) on each record it
+	// inserted. A record whose Key is present in any state (live, dead, or
+	// a tombstone) is skipped, as is one absorbed by coalescing: Write sets
+	// its Seq to 0.
+	Append []Record
+}
+
+// ClaimRequest asks for the records of one session partition that its
+// owner does not hold yet.
 type ClaimRequest struct {
 	Session   string
 	Partition int
-	// Token is the claimer's fencing token (from its lease).
+	// Token is the claimer's fencing token: it must be the current token of
+	// the partition's lease (PartitionLease), else Claim fails with
+	// ErrLeaseLost and claims nothing.
 	Token int64
 	// Limit is the most records returned.
 	Limit int
-	// Now is the claimer's clock: records due at or before it are claimed,
-	// and claims that lapsed before it are taken over.
-	Now time.Time
-	// Until is the claim deadline stamped on each claimed record.
-	Until time.Time
+	// After is a hint: the claimer holds every live record of the
+	// partition with Seq <= After, so a backend whose Seqs follow commit
+	// order may start there. Zero reads from the head.
+	After int64
 }
 
-// Outbox is the durable queue behind shared_outbox routes.
-//
-// Claim returns records in persist order (Seq). With an ordering key
-// (Envelope.Key non-empty), a record is not claimable while an older record
-// of the same session and key is pending-but-not-due or claimed by a claim
-// that has not lapsed, so records of one key are handed out in persist order.
-//
-// Complete, Release and DeadLetter name a record by its Key (Seq, when set
-// as Claim returned it, is a fast path) and the token it was claimed with,
-// and fail with ErrStaleToken when the record is now claimed under another
-// token, is no longer claimed, or does not exist; a batch call changes
-// nothing when any record in it is stale. Once a claim has lapsed its token
-// may be rejected at any time, even before another claim takes the record.
-//
-// Coalescing (Record.CoalesceKey) replaces the newest (highest Seq) pending
-// record of the same Session, Route and CoalesceKey: the new record takes a
-// new Seq and the old one becomes done. When that record was received later
-// than the new one (Envelope.ReceivedAt), the new one is absorbed as done
-// instead. Claimed records are never replaced.
-type Outbox interface {
-	// Append persists records atomically (all or none) with one durable
-	// commit. It is idempotent on (Session, Route, Envelope.ID): records
-	// already present, in any state, are left as they are. It stamps
-	// State=Pending, Seq and CreatedAt (when zero).
-	Append(ctx context.Context, recs ...Record) error
-	// Claim stamps up to req.Limit due records with req.Token and
-	// req.Until, increments their Attempts, stamps FirstAttemptAt once,
-	// and returns them.
-	Claim(ctx context.Context, req ClaimRequest) ([]Record, error)
-	// Complete marks delivered records done (compacting them).
-	Complete(ctx context.Context, recs ...Record) error
-	// Release returns a claimed record to pending, due at next, with the
-	// error that made it fail.
-	Release(ctx context.Context, rec Record, next time.Time, lastError string) error
-	// DeadLetter moves a claimed record to the dead letters with a reason.
-	// It stamps DeadAt from rec.DeadAt when that is set (pass the drainer's
-	// clock there), else from the store's wall clock.
-	DeadLetter(ctx context.Context, rec Record, reason string) error
-	// Stats reports pending depth and the oldest pending record of a session.
-	Stats(ctx context.Context, session string) (SessionStats, error)
-	// Close releases the store's resources.
-	Close() error
-}
-
-// SessionStats is a cheap summary of one session's backlog.
-type SessionStats struct {
-	// Pending counts records not yet done or dead (pending or claimed).
-	Pending int
-	// OldestCreatedAt is the CreatedAt of the oldest such record; zero when
-	// there is none.
-	OldestCreatedAt time.Time
-}
-
-// DeadFilter selects dead letters; results are oldest first (by DeadAt, then
-// Seq).
-type DeadFilter struct {
+// DeadQuery selects dead letters, oldest first (by DeadAt, then Seq).
+type DeadQuery struct {
+	// ID selects one dead letter by envelope ID (any session and route).
+	ID string
 	// Route limits the list to one route; empty means all.
 	Route string
-	// After is the Cursor of the last record of the previous page.
+	// After is the cursor of the last record of the previous page.
 	After string
 	// Limit is the page size; <= 0 means 100.
 	Limit int
 }
 
-// DeadLetters manages dead-lettered records. Each backend implements it
-// alongside Outbox.
-type DeadLetters interface {
-	// ListDead returns one page of dead letters and the cursor of the next
-	// page ("" when there is none).
-	ListDead(ctx context.Context, f DeadFilter) ([]Record, string, error)
-	// GetDead returns one dead letter by envelope ID (any session and
-	// route; IDs are unique in practice). ErrNotFound when there is none.
-	GetDead(ctx context.Context, id string) (Record, error)
-	// Requeue puts a dead letter back to pending under a new envelope ID,
-	// attempts reset, with CausationID set to the old ID, and returns the
-	// new record. ErrNotFound when there is no such dead letter.
-	Requeue(ctx context.Context, id string, now time.Time) (Record, error)
-	// DropDead deletes a dead letter. ErrNotFound when there is none.
-	DropDead(ctx context.Context, id string) error
-	// AppendDead persists recs directly as dead letters, for failures that
-	// happen before a record is ever claimed (a processor error, a
-	// direct_hold permanent failure): atomically (all or none) with one
-	// durable commit, like Append (DynamoDB: per call of at most its Append
-	// limit). Every record must pass Validate and have a non-empty
-	// DeadReason, else the call fails with ErrInvalid and writes nothing.
-	// It is idempotent on (Session, Route, Envelope.ID): a record already
-	// present, in any state, is left as it is (a batch mixing new and
-	// existing keys writes only the new ones). It stamps State=Dead, Seq,
-	// CreatedAt (when zero) and DeadAt (when zero: the store's wall clock),
-	// and clears Token and ClaimUntil (no claim made it); Attempts,
-	// LastError and the other fields are kept as given. Dead letters are
-	// not live: they never count in Stats, and no Claim returns them.
-	AppendDead(ctx context.Context, recs ...Record) error
+// SessionStats is one session's backlog and dead letters.
+type SessionStats struct {
+	Session string
+	// Live counts live records; Bytes is their Size.
+	Live  int
+	Bytes int64
+	// Oldest is the CreatedAt of the oldest live record; zero when none.
+	Oldest time.Time
+	// Routes breaks the counts down by route (only routes with live
+	// records or dead letters).
+	Routes map[string]RouteCounts
 }
 
-// Store is what a backend provides: the outbox and its dead letters.
+// RouteCounts are one route's records in one session.
+type RouteCounts struct {
+	Live int
+	Dead int
+}
+
+// Store is what a backend provides: the outbox, its dead letters and the
+// leases that fence its partitions. Implementations are safe for concurrent
+// use.
 type Store interface {
-	Outbox
-	DeadLetters
+	// Write commits b atomically with one durable commit (see Batch). It
+	// fails with ErrInvalid when a record or settlement is malformed or a
+	// record is too large for the backend, and with ErrFull when the
+	// backend is out of space; nothing is written then.
+	Write(ctx context.Context, b *Batch) error
+	// Claim returns, in Seq order, up to req.Limit live records of the
+	// partition that are not claimed under req.Token (unclaimed ones, and
+	// those of void claims: an older token), and claims them under
+	// req.Token. It ignores NextAttemptAt: the owner schedules retries.
+	Claim(ctx context.Context, req ClaimRequest) ([]Record, error)
+	// Dead returns one page of dead letters and the cursor of the next page
+	// ("" when there is none). A query by ID that finds none returns
+	// ErrNotFound.
+	Dead(ctx context.Context, q DeadQuery) ([]Record, string, error)
+	// Stats reports every session with live records or dead letters,
+	// sorted by Session.
+	Stats(ctx context.Context) ([]SessionStats, error)
+	Leases
+	// Close releases the store's resources.
+	Close() error
 }
 
 // Lease is a named lease held by one owner until Until.
 type Lease struct {
 	Name  string
 	Owner string
-	// Token is the fencing token: larger than any token issued for this
-	// name before, also across restarts of the store.
+	// Token is the fencing token: larger than any token issued by this
+	// store before, for any name, also across restarts.
 	Token int64
 	Until time.Time
 }
@@ -232,31 +281,11 @@ type Leases interface {
 	// Renew extends a held lease, keeping its token. ErrLeaseLost when l is
 	// no longer the current holding (another token, or released).
 	Renew(ctx context.Context, l Lease, ttl time.Duration, now time.Time) (Lease, error)
-	// Release gives the lease up so another owner can take it at once.
-	// ErrLeaseLost when l is no longer the current holding.
+	// Release gives the lease up so that another owner can take it at once.
+	// No claim can be made under its token any more. ErrLeaseLost when l is
+	// no longer current.
 	Release(ctx context.Context, l Lease) error
 	// List returns the leases whose name starts with prefix and that have
 	// not lapsed at now.
 	List(ctx context.Context, prefix string, now time.Time) ([]Lease, error)
-	// Close releases the store's resources.
-	Close() error
-}
-
-// PartitionOf maps a key (the ordering key, or the envelope ID when there is
-// none) to one of partitions partitions by FNV-1a (32-bit) of the key, modulo
-// partitions. It returns 0 when partitions <= 1.
-func PartitionOf(key string, partitions int) int {
-	if partitions <= 1 {
-		return 0
-	}
-	const (
-		offset32 = 2166136261
-		prime32  = 16777619
-	)
-	h := uint32(offset32)
-	for i := 0; i < len(key); i++ {
-		h ^= uint32(key[i])
-		h *= prime32
-	}
-	return int(h % uint32(partitions))
 }

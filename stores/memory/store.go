@@ -1,105 +1,79 @@
-// Package memory is the in-process backend of the stores contracts: an outbox
-// with dead letters (Store) and a lease table (Leases), both guarded by one
-// mutex each. Nothing survives the process: use it for tests, for direct_hold
-// deployments that want no disk, and as the reference the conformance suites
-// in storetest are checked against.
+// Package memory is the in-process backend of the stores contract: the
+// outbox, its dead letters and the lease table in maps under one mutex.
+// Nothing survives the process: use it for tests, for deployments that
+// accept losing pending records with the process, and as the reference the
+// conformance suite in storetest is checked against.
 package memory
 
 import (
+	"cmp"
 	"context"
-	"fmt"
-	"maps"
+	"errors"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Interface guards.
-var (
-	_ stores.Store  = (*Store)(nil)
-	_ stores.Leases = (*Leases)(nil)
-)
+// Interface guard.
+var _ stores.Store = (*Store)(nil)
 
-// DefaultDoneRetention is how many completed record keys a store remembers
-// by default so that a redelivered message is not delivered twice.
+// DefaultDoneRetention is how many tombstones (keys of delivered or dropped
+// records) a store remembers by default.
 const DefaultDoneRetention = 100_000
+
+var errClosed = errors.New("memory: store closed")
 
 // Options tunes a Store.
 type Options struct {
-	// DoneRetention is how many done records (delivered, dropped or
-	// coalesced away) the store keeps as key-only tombstones so that
-	// re-appending them is a no-op; older ones are compacted away and a
-	// re-append of those is accepted as new. Defaults to
-	// DefaultDoneRetention; negative keeps none.
+	// DoneRetention is how many tombstones the store keeps so that
+	// appending a delivered record again is a no-op; older ones are
+	// forgotten. Defaults to DefaultDoneRetention; negative keeps none.
 	DoneRetention int
+	// Now is the store's clock (CreatedAt, DeadAt). Defaults to time.Now.
+	Now func() time.Time
 }
 
-// Store is an in-memory stores.Store. It is safe for concurrent use. The zero
-// value is not usable; call New.
+// Store is an in-memory stores.Store, safe for concurrent use. Create it
+// with New.
 type Store struct {
 	opts Options
 
 	mu       sync.Mutex
 	closed   bool
 	seq      int64
-	byKey    map[stores.Key]*entry
-	parts    map[partKey]*list
-	sessions map[string]*session
-	coalesce map[coalesceKey]*entry
-	dead     []*entry // sorted by (DeadAt, Seq)
-	done     []stores.Key
-	doneHead int // done[doneHead:] are the remembered done keys, oldest first
-
-	doneCounts map[doneKey]int // completions per route and minute (Inspect)
-	doneMinute int64           // the newest minute counted
+	byKey    map[stores.Key]*stores.Record // live and dead records
+	parts    map[part][]*stores.Record     // live records per partition, by Seq (with removed ones until compacted)
+	coalesce map[ckey][]*stores.Record     // live unclaimed records with a coalesce key
+	tombs    []stores.Key                  // tombstones, oldest first
+	tombSet  map[stores.Key]bool
+	token    int64
+	leases   map[string]stores.Lease
 }
 
-type partKey struct {
+type part struct {
 	session string
-	part    int
+	n       int
 }
 
-type coalesceKey struct {
-	session, route, key string
-}
+type ckey struct{ session, route, key string }
 
-// session keeps the live (pending or claimed) count of one session and the
-// partition lists its live records are in.
-type session struct {
-	live  int
-	parts map[int]*list
-}
-
-// New returns an empty store with default options.
-func New() *Store { return NewWithOptions(Options{}) }
-
-// NewWithOptions returns an empty store tuned by opts.
-func NewWithOptions(opts Options) *Store {
+// New returns an empty store.
+func New(opts Options) *Store {
 	if opts.DoneRetention == 0 {
 		opts.DoneRetention = DefaultDoneRetention
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	return &Store{
-		opts:     opts,
-		byKey:    make(map[stores.Key]*entry),
-		parts:    make(map[partKey]*list),
-		sessions: make(map[string]*session),
-		coalesce: make(map[coalesceKey]*entry),
+		opts: opts, byKey: map[stores.Key]*stores.Record{}, parts: map[part][]*stores.Record{},
+		coalesce: map[ckey][]*stores.Record{}, tombSet: map[stores.Key]bool{}, leases: map[string]stores.Lease{},
 	}
 }
 
-// Close marks the store closed; later calls fail. It is idempotent.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	return nil
-}
-
-var errClosed = fmt.Errorf("memory store: closed")
-
-// lock takes the mutex and checks ctx and closed; on error the mutex is not
-// held.
 func (s *Store) lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -112,151 +86,234 @@ func (s *Store) lock(ctx context.Context) error {
 	return nil
 }
 
-// Append implements stores.Outbox.
-func (s *Store) Append(ctx context.Context, recs ...stores.Record) error {
-	if err := s.appendNew(ctx, recs, (*stores.Record).Validate, func(r stores.Record, _ time.Time) { s.insert(r) }); err != nil {
-		return fmt.Errorf("append: %w", err)
-	}
-	return nil
-}
-
-// appendNew validates recs and, under the mutex, hands each one whose key
-// is new to add, with CreatedAt stamped and its own headers map.
-func (s *Store) appendNew(ctx context.Context, recs []stores.Record, validate func(*stores.Record) error,
-	add func(r stores.Record, now time.Time)) error {
-	for i := range recs {
-		if err := validate(&recs[i]); err != nil {
-			return err
-		}
+// Write implements stores.Store.
+func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
+	if err := b.Validate(); err != nil {
+		return err
 	}
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
-	now := time.Now()
-	for _, r := range recs {
-		if _, ok := s.byKey[r.Key()]; ok {
-			continue
-		}
-		if r.CreatedAt.IsZero() {
-			r.CreatedAt = now
-		}
-		r.Envelope.Headers = maps.Clone(r.Envelope.Headers)
-		add(r, now)
+	now := s.opts.Now()
+	for i := range b.Settle {
+		s.settle(&b.Settle[i], now)
+	}
+	for i := range b.Append {
+		s.append(&b.Append[i], now)
 	}
 	return nil
 }
 
-// insert adds a new record as pending (or absorbs it as done when a newer
-// record of its coalesce key is pending). The caller holds the mutex and
-// has checked the key is new.
-func (s *Store) insert(r stores.Record) {
-	s.seq++
-	r.Seq = s.seq
-	r.State = stores.Pending
-	r.Token, r.ClaimUntil = 0, time.Time{}
-	r.DeadAt, r.DeadReason = time.Time{}, ""
-	e := &entry{rec: r}
-	s.byKey[r.Key()] = e
-	if r.CoalesceKey != "" {
-		ck := coalesceKey{r.Session, r.Route, r.CoalesceKey}
-		if old, ok := s.coalesce[ck]; ok {
-			if r.Envelope.ReceivedAt.Before(old.rec.Envelope.ReceivedAt) {
-				// An older message never replaces a newer one.
-				s.markDone(e)
-				return
-			}
-			if old.rec.NextAttemptAt.After(e.rec.NextAttemptAt) {
-				// The replacement inherits the replaced record's
-				// backoff: a new message must not make a backed-off key
-				// due at once.
-				e.rec.NextAttemptAt = old.rec.NextAttemptAt
-			}
-			s.unlink(old)
-			s.markDone(old)
-		}
-		s.coalesce[ck] = e
-	}
-	s.link(e)
-}
-
-// markDone turns e into a key-only tombstone and remembers its key for
-// DoneRetention more completions. e is not linked.
-func (s *Store) markDone(e *entry) {
-	e.rec.State = stores.Done
-	e.rec.Envelope.Payload = nil
-	e.rec.Envelope.Headers = nil
-	s.done = append(s.done, e.rec.Key())
-	for len(s.done)-s.doneHead > max(s.opts.DoneRetention, 0) {
-		k := s.done[s.doneHead]
-		s.done[s.doneHead] = stores.Key{}
-		s.doneHead++
-		if old, ok := s.byKey[k]; ok && old.rec.State == stores.Done {
-			delete(s.byKey, k)
-		}
-	}
-	if s.doneHead > 1024 && s.doneHead > len(s.done)/2 {
-		s.done = append(s.done[:0:0], s.done[s.doneHead:]...)
-		s.doneHead = 0
-	}
-}
-
-// link appends e (newest Seq) to its partition list and counts it live.
-func (s *Store) link(e *entry) {
-	pk := partKey{e.rec.Session, e.rec.Partition}
-	l := s.parts[pk]
-	if l == nil {
-		l = &list{}
-		s.parts[pk] = l
-		ss := s.sessions[pk.session]
-		if ss == nil {
-			ss = &session{parts: make(map[int]*list)}
-			s.sessions[pk.session] = ss
-		}
-		ss.parts[pk.part] = l
-	}
-	l.pushBack(e)
-	s.sessions[pk.session].live++
-}
-
-// unlink removes a live e from its partition list and the coalesce index.
-func (s *Store) unlink(e *entry) {
-	e.list.remove(e)
-	s.sessions[e.rec.Session].live--
-	s.dropCoalesce(e)
-}
-
-func (s *Store) dropCoalesce(e *entry) {
-	if e.rec.CoalesceKey == "" {
+func (s *Store) settle(st *stores.Settlement, now time.Time) {
+	r := s.byKey[st.Key]
+	if r == nil || (st.Outcome == stores.Drop) != (r.State == stores.Dead) ||
+		(st.Outcome != stores.Drop && r.Token != st.Token) {
+		st.Stale = true
 		return
 	}
-	ck := coalesceKey{e.rec.Session, e.rec.Route, e.rec.CoalesceKey}
-	if s.coalesce[ck] == e {
-		delete(s.coalesce, ck)
+	switch st.Outcome {
+	case stores.Done, stores.Drop:
+		s.remove(r)
+	case stores.Retry:
+		r.Attempts, r.FirstAttemptAt, r.NextAttemptAt, r.LastError = st.Attempts, st.FirstAttemptAt, st.NextAttemptAt, st.Reason
+	case stores.DeadLetter:
+		r.State, r.DeadReason, r.DeadAt = stores.Dead, st.Reason, cmp.Or(st.At, now)
+		r.Attempts, r.FirstAttemptAt, r.LastError, r.Token = st.Attempts, st.FirstAttemptAt, st.Reason, 0
 	}
 }
 
-// Stats implements stores.Outbox. It costs one map lookup plus one look at
-// the head of each of the session's partitions.
-func (s *Store) Stats(ctx context.Context, sessionID string) (stores.SessionStats, error) {
-	if err := s.lock(ctx); err != nil {
-		return stores.SessionStats{}, fmt.Errorf("stats: %w", err)
+func (s *Store) append(r *stores.Record, now time.Time) {
+	r.Seq = 0
+	k := r.Key()
+	if s.byKey[k] != nil || s.tombSet[k] {
+		return
 	}
-	defer s.mu.Unlock()
-	var st stores.SessionStats
-	ss := s.sessions[sessionID]
-	if ss == nil {
-		return st, nil
-	}
-	st.Pending = ss.live
-	var oldest *entry
-	for _, l := range ss.parts {
-		if h := l.head; h != nil && (oldest == nil || h.rec.Seq < oldest.rec.Seq) {
-			oldest = h
+	if r.State != stores.Dead && r.CoalesceKey != "" {
+		ck := ckey{r.Session, r.Route, r.CoalesceKey}
+		for _, old := range s.coalesce[ck] {
+			if !stores.Supersedes(r, old) {
+				return // a newer message is already waiting: absorb this one
+			}
+		}
+		for _, old := range s.coalesce[ck] {
+			if old.Token == 0 {
+				s.remove(old)
+			}
 		}
 	}
-	if oldest != nil {
-		st.OldestCreatedAt = oldest.rec.CreatedAt
+	s.seq++
+	r.Seq = s.seq
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = now
 	}
-	return st, nil
+	if r.State == stores.Dead {
+		r.Token = 0
+		if r.DeadAt.IsZero() {
+			r.DeadAt = now
+		}
+	} else {
+		r.State = stores.Live
+		if le, ok := s.leases[stores.PartitionLease(r.Session, r.Partition)]; !ok || le.Token != r.Token {
+			r.Token = 0
+		}
+	}
+	c := *r
+	s.byKey[k] = &c
+	if c.State == stores.Live {
+		p := part{c.Session, c.Partition}
+		s.parts[p] = append(s.parts[p], &c)
+		if c.CoalesceKey != "" && c.Token == 0 {
+			ck := ckey{c.Session, c.Route, c.CoalesceKey}
+			s.coalesce[ck] = append(s.coalesce[ck], &c)
+		}
+	}
+}
+
+// remove turns a live or dead record into a tombstone.
+func (s *Store) remove(r *stores.Record) {
+	k := r.Key()
+	delete(s.byKey, k)
+	if r.CoalesceKey != "" {
+		ck := ckey{r.Session, r.Route, r.CoalesceKey}
+		s.coalesce[ck] = slices.DeleteFunc(s.coalesce[ck], func(o *stores.Record) bool { return o == r })
+		if len(s.coalesce[ck]) == 0 {
+			delete(s.coalesce, ck)
+		}
+	}
+	r.State = "" // left in its partition list until compacted there
+	if s.opts.DoneRetention < 0 {
+		return
+	}
+	s.tombs = append(s.tombs, k)
+	s.tombSet[k] = true
+	if len(s.tombs) > 2*s.opts.DoneRetention+16 {
+		drop := len(s.tombs) - s.opts.DoneRetention
+		for _, old := range s.tombs[:drop] {
+			delete(s.tombSet, old)
+		}
+		s.tombs = slices.Clone(s.tombs[drop:])
+	}
+}
+
+// Claim implements stores.Store.
+func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	if le, ok := s.leases[stores.PartitionLease(req.Session, req.Partition)]; !ok || le.Token != req.Token {
+		return nil, stores.ErrLeaseLost
+	}
+	p := part{req.Session, req.Partition}
+	list := slices.DeleteFunc(s.parts[p], func(r *stores.Record) bool { return r.State != stores.Live })
+	s.parts[p] = list
+	i, _ := slices.BinarySearchFunc(list, req.After+1, func(r *stores.Record, seq int64) int { return cmp.Compare(r.Seq, seq) })
+	var out []stores.Record
+	for ; i < len(list) && len(out) < req.Limit; i++ {
+		r := list[i]
+		if r.Token == req.Token {
+			continue
+		}
+		if r.Token == 0 && r.CoalesceKey != "" {
+			ck := ckey{r.Session, r.Route, r.CoalesceKey}
+			s.coalesce[ck] = slices.DeleteFunc(s.coalesce[ck], func(o *stores.Record) bool { return o == r })
+		}
+		r.Token = req.Token
+		out = append(out, *r)
+	}
+	return out, nil
+}
+
+// Dead implements stores.Store.
+func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
+	var afterAt, afterSeq int64 = -1 << 63, 0
+	if q.After != "" {
+		var err error
+		if afterAt, afterSeq, err = stores.ParseDeadCursor(q.After); err != nil {
+			return nil, "", err
+		}
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, "", err
+	}
+	defer s.mu.Unlock()
+	var dead []*stores.Record
+	for _, r := range s.byKey {
+		if r.State == stores.Dead && (q.ID == "" || r.Envelope.ID == q.ID) && (q.Route == "" || r.Route == q.Route) {
+			dead = append(dead, r)
+		}
+	}
+	if q.ID != "" && len(dead) == 0 {
+		return nil, "", stores.ErrNotFound
+	}
+	sort.Slice(dead, func(i, j int) bool { return less(dead[i], dead[j]) })
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []stores.Record
+	for _, r := range dead {
+		at := r.DeadAt.UnixNano()
+		if at < afterAt || (at == afterAt && r.Seq <= afterSeq) {
+			continue
+		}
+		if len(out) == limit {
+			return out, stores.DeadCursor(&out[len(out)-1]), nil
+		}
+		out = append(out, *r)
+	}
+	return out, "", nil
+}
+
+func less(a, b *stores.Record) bool {
+	if !a.DeadAt.Equal(b.DeadAt) {
+		return a.DeadAt.Before(b.DeadAt)
+	}
+	return a.Seq < b.Seq
+}
+
+// Stats implements stores.Store.
+func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	by := map[string]*stores.SessionStats{}
+	for _, r := range s.byKey {
+		st := by[r.Session]
+		if st == nil {
+			st = &stores.SessionStats{Session: r.Session, Routes: map[string]stores.RouteCounts{}}
+			by[r.Session] = st
+		}
+		rc := st.Routes[r.Route]
+		if r.State == stores.Dead {
+			rc.Dead++
+		} else {
+			rc.Live++
+			st.Live++
+			st.Bytes += r.Size()
+			if st.Oldest.IsZero() || r.CreatedAt.Before(st.Oldest) {
+				st.Oldest = r.CreatedAt
+			}
+		}
+		st.Routes[r.Route] = rc
+	}
+	out := make([]stores.SessionStats, 0, len(by))
+	for _, st := range by {
+		out = append(out, *st)
+	}
+	slices.SortFunc(out, func(a, b stores.SessionStats) int { return cmp.Compare(a.Session, b.Session) })
+	return out, nil
+}
+
+// Close marks the store closed; later calls fail. It is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	return nil
 }

@@ -8,18 +8,7 @@ import (
 	"github.com/gobridge/gobridge/stores/storetest"
 )
 
-func TestStore_Conformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) stores.Store {
-		s := memory.New()
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	})
-}
-
-func TestLeases_Conformance(t *testing.T) {
-	storetest.RunLeases(t, func(t *testing.T) stores.Leases {
-		l := memory.NewLeases()
-		t.Cleanup(func() { _ = l.Close() })
-		return l
-	})
+func TestStore(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, storetest.Features{}, func(t *testing.T) stores.Store { return memory.New(memory.Options{}) })
 }

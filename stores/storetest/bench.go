@@ -2,8 +2,7 @@ package storetest
 
 import (
 	"context"
-	"sync/atomic"
-	"testing"
+		"testing"
 	"time"
 
 	"github.com/gobridge/gobridge/message"
@@ -19,7 +18,7 @@ func benchRecs(session string, n int) []stores.Record {
 	for i := range rs {
 		rs[i] = stores.Record{Session: session, Route: "bench", Envelope: message.Envelope{
 			ID: message.NewID(), Topic: "factory/1/telemetry", Payload: benchPayload, QoS: 1, ReceivedAt: t0,
-		}, CreatedAt: t0, NextAttemptAt: t0}
+		}, CreatedAt: t0}
 	}
 	return rs
 }
@@ -30,15 +29,15 @@ func Fill(tb testing.TB, s stores.Store, session string, n int) {
 	tb.Helper()
 	for n > 0 {
 		k := min(n, 1000)
-		if err := s.Append(context.Background(), benchRecs(session, k)...); err != nil {
+		if err := s.Write(context.Background(), &stores.Batch{Append: benchRecs(session, k)}); err != nil {
 			tb.Fatalf("fill: %v", err)
 		}
 		n -= k
 	}
 }
 
-// BenchAppend measures Append with batch records per call; one op is one
-// call. It reports records per second as "rec/s".
+// BenchAppend measures a Write of batch unclaimed records; one op is one
+// Write. It reports records per second as "rec/s".
 func BenchAppend(b *testing.B, s stores.Store, batch int) {
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -49,7 +48,7 @@ func BenchAppend(b *testing.B, s stores.Store, batch int) {
 		rs := benchRecs("bench", batch)
 		b.StartTimer()
 		start := cpuTime()
-		if err := s.Append(ctx, rs...); err != nil {
+		if err := s.Write(ctx, &stores.Batch{Append: rs}); err != nil {
 			b.Fatal(err)
 		}
 		cpu += cpuTime() - start
@@ -58,58 +57,38 @@ func BenchAppend(b *testing.B, s stores.Store, batch int) {
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rec/s")
 }
 
-// BenchClaimComplete measures claiming batch records and completing them,
-// from b.RunParallel goroutines each with its own token, over a backlog of
-// b.N*batch records appended beforehand; one op is one claim plus one
-// complete. It reports records per second as "rec/s".
-func BenchClaimComplete(b *testing.B, s stores.Store, batch int) {
-	Fill(b, s, "bench", b.N*batch)
-	var tokens atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := cpuTime()
-	defer reportCPU(b, cpu)
-	b.RunParallel(func(pb *testing.PB) {
-		token := tokens.Add(1)
-		ctx := context.Background()
-		for pb.Next() {
-			claimComplete(b, ctx, s, token, batch)
-		}
-	})
-	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rec/s")
-}
-
-// BenchClaimBacklog measures one claim of batch records plus its complete
-// while backlog records stay queued behind them, to show that a claim costs
-// the same whatever the backlog. It reports records per second as "rec/s".
-func BenchClaimBacklog(b *testing.B, s stores.Store, backlog, batch int) {
+// BenchClaimComplete measures claiming batch records of a backlog and
+// completing them in the next Write; one op is one Claim plus one Write.
+// The backlog (b.N*batch records) is appended beforehand, and backlog extra
+// records stay queued behind it, to show that a claim costs the same
+// whatever the backlog. It reports records per second as "rec/s".
+func BenchClaimComplete(b *testing.B, s stores.Store, backlog, batch int) {
 	Fill(b, s, "bench", backlog+b.N*batch)
 	ctx := context.Background()
+	le, err := s.Acquire(ctx, stores.PartitionLease("bench", 0), "bench", time.Hour, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := cpuTime()
+	var after int64
 	for range b.N { // not b.Loop: b.N sized the backlog above
-		claimComplete(b, ctx, s, 1, batch)
+		got, err := s.Claim(ctx, stores.ClaimRequest{Session: "bench", Token: le.Token, Limit: batch, After: after})
+		if err != nil || len(got) == 0 {
+			b.Fatalf("claim: %d records, %v", len(got), err)
+		}
+		after = got[len(got)-1].Seq
+		w := stores.Batch{Settle: make([]stores.Settlement, len(got))}
+		for i, r := range got {
+			w.Settle[i] = stores.Settlement{Key: r.Key(), Token: le.Token, Outcome: stores.Done}
+		}
+		if err := s.Write(ctx, &w); err != nil {
+			b.Fatal(err)
+		}
 	}
 	reportCPU(b, cpu)
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rec/s")
-}
-
-func claimComplete(b *testing.B, ctx context.Context, s stores.Store, token int64, batch int) {
-	got, err := s.Claim(ctx, stores.ClaimRequest{
-		Session: "bench", Token: token, Limit: batch, Now: t0, Until: t0.Add(time.Hour),
-	})
-	if err != nil {
-		b.Error(err)
-		return
-	}
-	if len(got) == 0 {
-		b.Error("claim found nothing: the backlog ran out")
-		return
-	}
-	if err := s.Complete(ctx, got...); err != nil {
-		b.Error(err)
-	}
 }
 
 // reportCPU reports the process CPU time (user plus system, all threads)

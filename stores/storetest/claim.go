@@ -9,76 +9,109 @@ import (
 )
 
 func (s suite) claim(t *testing.T) {
-	t.Run("returns due records in Seq order up to the limit", func(t *testing.T) {
+	t.Run("in seq order, up to the limit, one partition", func(t *testing.T) {
 		fx := s.setup(t)
 		rs := fx.recs(5)
+		rs[3].Partition = 1
+		rs[1].NextAttemptAt = at(time.Hour) // claims ignore it: the owner schedules
 		fx.append(rs...)
-		wantIDs(t, "first claim", ids(fx.claimAt(1, 2, t0)), rs[0].Envelope.ID, rs[1].Envelope.ID)
-		wantIDs(t, "second claim", ids(fx.claimAt(1, 2, t0)), rs[2].Envelope.ID, rs[3].Envelope.ID)
-		wantIDs(t, "third claim", ids(fx.claimAt(1, 2, t0)), rs[4].Envelope.ID)
-		wantIDs(t, "fourth claim", ids(fx.claimAt(1, 2, t0)))
+		le := fx.lease(0, "o1", t0)
+		got := fx.claim(0, le, 2)
+		wantIDs(t, "first claim", ids(got), rs[0].Envelope.ID, rs[1].Envelope.ID)
+		for _, r := range got {
+			if r.Token != le.Token || r.Partition != 0 || r.Session != fx.session || r.Route != fx.route {
+				t.Errorf("claimed record = %+v", r)
+			}
+		}
+		wantIDs(t, "second claim", ids(fx.claim(0, le, 10)), rs[2].Envelope.ID, rs[4].Envelope.ID)
+		wantIDs(t, "third claim", ids(fx.claim(0, le, 10)))
+		wantIDs(t, "partition 1", fx.drain(1), rs[3].Envelope.ID)
 	})
 
-	t.Run("stamps token, deadline, attempts and first attempt", func(t *testing.T) {
+	t.Run("returns the envelope as appended", func(t *testing.T) {
 		fx := s.setup(t)
-		fx.append(fx.rec())
-		got := fx.claimAt(42, 1, at(time.Second))
+		r := fx.rec()
+		r.Envelope.Headers = map[string]string{"site": "plant-1", "k": ""}
+		r.Envelope.Key, r.Envelope.QoS = "factory/1", 2
+		r.Envelope.Payload = []byte{0, 1, 2, 255}
+		r.Envelope.ReceivedAt = at(1500 * time.Millisecond)
+		r.ExpiresAt, r.CausationID, r.Raw = at(time.Hour), "cause", true
+		fx.append(r)
+		got := fx.claim(0, fx.lease(0, "o1", t0), 1)
 		if len(got) != 1 {
-			t.Fatalf("claimed %d, want 1", len(got))
+			t.Fatalf("claimed %d", len(got))
 		}
 		g := got[0]
-		if g.State != stores.Claimed || g.Token != 42 || g.Attempts != 1 {
-			t.Errorf("State, Token, Attempts = %s, %d, %d; want claimed, 42, 1", g.State, g.Token, g.Attempts)
+		e := g.Envelope
+		if e.ID != r.Envelope.ID || e.Topic != r.Envelope.Topic || string(e.Payload) != string(r.Envelope.Payload) ||
+			e.QoS != 2 || e.Key != "factory/1" || len(e.Headers) != 2 || e.Headers["site"] != "plant-1" ||
+			g.CausationID != "cause" || !g.Raw {
+			t.Errorf("claimed %+v, appended %+v", g, r)
 		}
-		wantTime(t, "ClaimUntil", g.ClaimUntil, at(31*time.Second))
-		wantTime(t, "FirstAttemptAt", g.FirstAttemptAt, at(time.Second))
+		wantTime(t, "ReceivedAt", e.ReceivedAt, r.Envelope.ReceivedAt)
+		wantTime(t, "ExpiresAt", g.ExpiresAt, r.ExpiresAt)
+		wantTime(t, "CreatedAt", g.CreatedAt, t0)
 	})
 
-	t.Run("record not yet due is invisible", func(t *testing.T) {
+	t.Run("takes over the claims of an older token", func(t *testing.T) {
 		fx := s.setup(t)
-		later, now := fx.rec(), fx.rec()
-		later.NextAttemptAt = at(time.Minute)
-		fx.append(later, now)
-		wantIDs(t, "claim before due", ids(fx.claimAt(1, 10, at(time.Minute-time.Millisecond))), now.Envelope.ID)
-		wantIDs(t, "claim when due", ids(fx.claimAt(1, 10, at(time.Minute))), later.Envelope.ID)
-	})
-
-	t.Run("lapsed claim is claimable again and the old token is stale", func(t *testing.T) {
-		fx := s.setup(t)
-		fx.append(fx.rec())
-		first := fx.claimAt(1, 1, t0) // until t0+30s
-		wantIDs(t, "claim before the deadline", ids(fx.claimAt(2, 1, at(29*time.Second))))
-		second := fx.claimAt(2, 1, at(30*time.Second))
-		wantIDs(t, "claim at the deadline", ids(second), first[0].Envelope.ID)
-		g := second[0]
-		if g.Attempts != 2 || g.Token != 2 {
-			t.Errorf("Attempts, Token = %d, %d; want 2, 2", g.Attempts, g.Token)
+		rs := fx.append(fx.recs(3)...)
+		old := fx.lease(0, "o1", t0)
+		fx.claim(0, old, 2)
+		cur := fx.lease(0, "o2", at(time.Hour))
+		got := fx.claim(0, cur, 10)
+		wantIDs(t, "new owner's claim", ids(got), ids(rs)...)
+		if len(got) == 3 && got[0].Token != cur.Token {
+			t.Errorf("token %d, want %d", got[0].Token, cur.Token)
 		}
-		wantTime(t, "FirstAttemptAt", g.FirstAttemptAt, t0)
-		if err := fx.s.Complete(t.Context(), first[0]); !errors.Is(err, stores.ErrStaleToken) {
-			t.Fatalf("Complete with the lapsed token = %v, want ErrStaleToken", err)
+	})
+
+	t.Run("needs the current token of the partition's lease", func(t *testing.T) {
+		fx := s.setup(t)
+		fx.append(fx.recs(2)...)
+		old := fx.lease(0, "o1", t0)
+		cur := fx.lease(0, "o2", at(time.Hour))
+		for _, tok := range []int64{old.Token, cur.Token + 1} {
+			_, err := fx.s.Claim(t.Context(), stores.ClaimRequest{Session: fx.session, Token: tok, Limit: 10})
+			if !errors.Is(err, stores.ErrLeaseLost) {
+				t.Errorf("Claim with token %d = %v, want ErrLeaseLost", tok, err)
+			}
 		}
-		fx.complete(g)
-		wantIDs(t, "drain", fx.drain())
+		if err := fx.s.Release(t.Context(), cur); err != nil {
+			t.Fatal(err)
+		}
+		_, err := fx.s.Claim(t.Context(), stores.ClaimRequest{Session: fx.session, Token: cur.Token, Limit: 10})
+		if !errors.Is(err, stores.ErrLeaseLost) {
+			t.Errorf("Claim after Release = %v, want ErrLeaseLost", err)
+		}
 	})
 
-	t.Run("partitions and sessions are separate", func(t *testing.T) {
+	t.Run("after skips what the claimer holds", func(t *testing.T) {
 		fx := s.setup(t)
-		p0, p1 := fx.rec(), fx.rec()
-		p1.Partition = 1
-		other := fx.rec()
-		other.Session = fx.session + "-other"
-		fx.append(p0, p1, other)
-		wantIDs(t, "partition 1", ids(fx.claimPart(1, 1, 10, t0)), p1.Envelope.ID)
-		wantIDs(t, "partition 0", ids(fx.claimPart(0, 1, 10, t0)), p0.Envelope.ID)
+		le := fx.lease(0, "o1", t0)
+		fx.append(fx.recs(3)...)
+		held := fx.claim(0, le, 10)
+		later := fx.append(fx.recs(2)...)
+		got, err := fx.s.Claim(t.Context(), stores.ClaimRequest{
+			Session: fx.session, Token: le.Token, Limit: 10, After: held[len(held)-1].Seq,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantIDs(t, "claim after the held ones", ids(got), ids(later)...)
 	})
 
-	t.Run("rejects a limit below 1", func(t *testing.T) {
+	t.Run("rejects a malformed request", func(t *testing.T) {
 		fx := s.setup(t)
-		fx.append(fx.rec())
-		_, err := fx.s.Claim(t.Context(), stores.ClaimRequest{Session: fx.session, Token: 1, Limit: 0, Now: t0, Until: at(time.Second)})
-		if !errors.Is(err, stores.ErrInvalid) {
-			t.Fatalf("Claim with Limit 0 = %v, want ErrInvalid", err)
+		for _, req := range []stores.ClaimRequest{
+			{Session: "", Token: 1, Limit: 1},
+			{Session: fx.session, Token: 1, Limit: 0},
+			{Session: fx.session, Token: 0, Limit: 1},
+			{Session: fx.session, Partition: -1, Token: 1, Limit: 1},
+		} {
+			if _, err := fx.s.Claim(t.Context(), req); !errors.Is(err, stores.ErrInvalid) {
+				t.Errorf("Claim(%+v) = %v, want ErrInvalid", req, err)
+			}
 		}
 	})
 }

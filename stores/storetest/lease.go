@@ -9,24 +9,16 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// RunLeases runs the lease suite against fresh lease tables made by
-// newLeases, assuming no optional features.
-func RunLeases(t *testing.T, newLeases func(t *testing.T) stores.Leases) {
-	RunLeasesWith(t, Features{}, newLeases)
-}
-
-// RunLeasesWith runs the lease suite with the given features (it uses
-// ReopenLeases).
-func RunLeasesWith(t *testing.T, f Features, newLeases func(t *testing.T) stores.Leases) {
-	t.Helper()
-	setup := func(t *testing.T) (stores.Leases, string) {
+func (s suite) leases(t *testing.T) {
+	f := s.f
+	setup := func(t *testing.T) (stores.Store, string) {
 		t.Helper()
 		t.Parallel()
-		return newLeases(t), "lease-" + unique() + "/"
+		return s.newStore(t), "lease-" + unique() + "/"
 	}
 	const ttl = 10 * time.Second
 
-	acquire := func(t *testing.T, l stores.Leases, name, owner string, now time.Time) stores.Lease {
+	acquire := func(t *testing.T, l stores.Store, name, owner string, now time.Time) stores.Lease {
 		t.Helper()
 		le, err := l.Acquire(t.Context(), name, owner, ttl, now)
 		if err != nil {
@@ -130,20 +122,21 @@ func RunLeasesWith(t *testing.T, f Features, newLeases func(t *testing.T) stores
 		}
 	})
 
-	if f.ReopenLeases != nil {
-		t.Run("tokens grow across a reopen and leases survive it", func(t *testing.T) {
+	if f.Reopen != nil {
+		t.Run("tokens grow across a reopen", func(t *testing.T) {
 			l, p := setup(t)
 			a := acquire(t, l, p+"a", "o1", t0)
 			b := acquire(t, l, p+"b", "o1", t0)
 			if err := l.Release(t.Context(), b); err != nil {
 				t.Fatal(err)
 			}
-			l = f.ReopenLeases(t, l)
-			if _, err := l.Acquire(t.Context(), p+"a", "o2", ttl, t0); !errors.Is(err, stores.ErrLeaseHeld) {
+			l = f.Reopen(t, l)
+			_, err := l.Acquire(t.Context(), p+"a", "o2", ttl, t0)
+			switch {
+			case f.ReopenReleasesLeases && err != nil:
+				t.Errorf("Acquire of a lease held before the reopen = %v, want it free", err)
+			case !f.ReopenReleasesLeases && !errors.Is(err, stores.ErrLeaseHeld):
 				t.Errorf("Acquire of a lease held before the reopen = %v, want ErrLeaseHeld", err)
-			}
-			if _, err := l.Renew(t.Context(), a, ttl, t0); err != nil {
-				t.Errorf("Renew after the reopen: %v", err)
 			}
 			c := acquire(t, l, p+"b", "o2", t0)
 			if c.Token <= b.Token || c.Token <= a.Token {

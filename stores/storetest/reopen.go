@@ -1,51 +1,46 @@
 package storetest
 
 import (
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
 )
 
-// reopen checks that durable backends keep records, claims, dead letters,
-// counters and Seq order across a close and reopen.
 func (s suite) reopen(t *testing.T) {
-	t.Run("state survives a reopen", func(t *testing.T) {
+	t.Run("records, dead letters and tombstones survive", func(t *testing.T) {
 		fx := s.setup(t)
-		rs := fx.recs(4)
-		fx.append(rs...)
-		c := fx.claimAt(1, 2, t0)
-		fx.complete(c[0])
-		dead := c[1]
-		dead.DeadAt = at(time.Second)
-		if err := fx.s.DeadLetter(t.Context(), dead, "poison"); err != nil {
-			t.Fatal(err)
-		}
-		claimed := fx.claimAt(2, 1, t0)
+		rs := fx.append(fx.recs(4)...)
+		d := fx.rec()
+		d.State, d.DeadReason = stores.Dead, "bad"
+		fx.append(d)
+		le := fx.lease(0, "o1", t0)
+		got := fx.claim(0, le, 2)
+		fx.settle(stores.Done, le.Token, "", got[0])
+		fx.write(stores.Batch{Settle: []stores.Settlement{{
+			Key: got[1].Key(), Token: le.Token, Outcome: stores.Retry, Attempts: 2, FirstAttemptAt: at(time.Second), Reason: "503",
+		}}})
 
 		fx.s = s.f.Reopen(t, fx.s)
 
-		fx.wantStats(t, "after reopen", 2, t0)
-		if err := fx.s.Complete(t.Context(), claimed...); err != nil {
-			t.Fatalf("Complete of a claim made before the reopen: %v", err)
+		if fx.append(rs[0])[0].Seq != 0 {
+			t.Error("a delivered record was appended again after the reopen")
 		}
-		if !s.f.ForgetsDone {
-			fx.append(rs[0])
+		next := fx.append(fx.rec())[0]
+		if next.Seq <= rs[3].Seq {
+			t.Errorf("seq after reopen %d, not above %d", next.Seq, rs[3].Seq)
 		}
-		d, err := fx.s.GetDead(t.Context(), rs[1].Envelope.ID)
-		if err != nil || d.DeadReason != "poison" {
-			t.Fatalf("GetDead = %+v, %v; want the dead letter", d, err)
+		owner := fx.lease(0, "o2", at(time.Hour))
+		left := fx.claim(0, owner, 10)
+		wantIDs(t, "live after the reopen", ids(left), rs[1].Envelope.ID, rs[2].Envelope.ID, rs[3].Envelope.ID, next.Envelope.ID)
+		if left[0].Attempts != 2 || left[0].LastError != "503" {
+			t.Errorf("retry bookkeeping after the reopen: %+v", left[0])
 		}
-		more := fx.rec()
-		fx.append(more)
-		got := fx.claimAt(3, 10, t0)
-		wantIDs(t, "claim", ids(got), rs[3].Envelope.ID, more.Envelope.ID)
-		if got[1].Seq <= got[0].Seq || got[0].Seq <= claimed[0].Seq {
-			t.Errorf("Seq after reopen: %d, %d after %d; want increasing", got[0].Seq, got[1].Seq, claimed[0].Seq)
+		if len(fx.dead(stores.DeadQuery{})) != 1 {
+			t.Error("the dead letter did not survive")
 		}
-		if err := fx.s.Complete(t.Context(), claimed...); !errors.Is(err, stores.ErrStaleToken) {
-			t.Errorf("second Complete = %v, want ErrStaleToken", err)
+		if st := fx.sessionStats(); st.Live != 4 || st.Routes[fx.route].Dead != 1 {
+			t.Errorf("stats after the reopen = %+v", st)
 		}
 	})
 }

@@ -1,51 +1,112 @@
 package storetest
 
 import (
+	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/gobridge/gobridge/stores"
 )
 
 func (s suite) stats(t *testing.T) {
-	t.Run("counts pending and claimed records exactly", func(t *testing.T) {
+	t.Run("counts live records, bytes and dead letters by route", func(t *testing.T) {
 		fx := s.setup(t)
-		if st := fx.stats(); st.Pending != 0 || !st.OldestCreatedAt.IsZero() {
-			t.Fatalf("empty Stats = %+v", st)
+		if st := fx.sessionStats(); st.Live != 0 || st.Bytes != 0 || !st.Oldest.IsZero() {
+			t.Fatalf("empty session stats = %+v", st)
 		}
-		rs := fx.recs(4)
-		for i := range rs {
-			rs[i].CreatedAt = at(time.Duration(i) * time.Second)
+		rs := fx.recs(3)
+		rs[0].CreatedAt = at(time.Second)
+		rs[1].CreatedAt = at(-time.Second)
+		rs[2].Partition = 3
+		d := fx.rec()
+		d.Route, d.State, d.DeadReason = fx.route+"-2", stores.Dead, "bad"
+		fx.append(append(rs, d)...)
+		st := fx.sessionStats()
+		var bytes int64
+		for _, r := range rs {
+			bytes += r.Size()
 		}
-		rs[3].Partition = 1
-		fx.append(rs...)
-		fx.wantStats(t, "after append", 4, t0)
-		c := fx.claimAt(1, 2, t0)
-		fx.wantStats(t, "after claim", 4, t0)
-		fx.complete(c[0])
-		fx.wantStats(t, "after complete", 3, at(time.Second))
-		if err := fx.s.Release(t.Context(), c[1], t0, "x"); err != nil {
-			t.Fatal(err)
+		if st.Live != 3 || st.Bytes != bytes {
+			t.Errorf("live %d bytes %d, want 3 and %d", st.Live, st.Bytes, bytes)
 		}
-		fx.wantStats(t, "after release", 3, at(time.Second))
-		c = fx.claimAt(1, 2, t0)
-		if err := fx.s.DeadLetter(t.Context(), c[0], "x"); err != nil {
-			t.Fatal(err)
+		wantTime(t, "Oldest", st.Oldest, at(-time.Second))
+		if st.Routes[fx.route] != (stores.RouteCounts{Live: 3}) || st.Routes[fx.route+"-2"] != (stores.RouteCounts{Dead: 1}) {
+			t.Errorf("routes = %+v", st.Routes)
 		}
-		fx.wantStats(t, "after dead-letter", 2, at(2*time.Second))
-		fx.complete(c[1])
-		fx.wantStats(t, "with only partition 1 left", 1, at(3*time.Second))
-		other := fx.rec()
-		other.Session = fx.session + "-other"
-		fx.append(other)
-		fx.wantStats(t, "after another session's append", 1, at(3*time.Second))
-		fx.complete(fx.claimPart(1, 1, 10, t0)...)
-		fx.wantStats(t, "when empty", 0, time.Time{})
+		le := fx.lease(0, "o1", t0)
+		got := fx.claim(0, le, 10)
+		fx.settle(stores.Done, le.Token, "", got[0])
+		fx.settle(stores.DeadLetter, le.Token, "x", got[1])
+		st = fx.sessionStats()
+		if st.Live != 1 || st.Bytes != rs[2].Size() || st.Routes[fx.route] != (stores.RouteCounts{Live: 1, Dead: 1}) {
+			t.Errorf("after settling: %+v", st)
+		}
 	})
 }
 
-func (fx *fixture) wantStats(t *testing.T, what string, pending int, oldest time.Time) {
-	t.Helper()
-	st := fx.stats()
-	if st.Pending != pending || !st.OldestCreatedAt.Equal(oldest) {
-		t.Errorf("%s: Stats = {Pending: %d, Oldest: %v}, want {%d, %v}", what, st.Pending, st.OldestCreatedAt, pending, oldest)
-	}
+func (s suite) concurrency(t *testing.T) {
+	t.Run("parallel writers lose nothing and seqs stay unique", func(t *testing.T) {
+		fx := s.setup(t)
+		const writers, per = 4, 25
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var seqs []int64
+		var want []string
+		for w := range writers {
+			wg.Go(func() {
+				for i := range per {
+					r := fx.rec()
+					r.Partition = (w + i) % 2
+					b := stores.Batch{Append: []stores.Record{r}}
+					if err := fx.s.Write(context.Background(), &b); err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					seqs = append(seqs, b.Append[0].Seq)
+					want = append(want, r.Envelope.ID)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		got := append(fx.drain(0), fx.drain(1)...)
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("claimed %d records, want %d", len(got), len(want))
+		}
+		if len(slices.Compact(slices.Clone(seqs))) != len(seqs) {
+			t.Error("duplicate seqs in one session")
+		}
+	})
+
+	t.Run("two owners of one partition: only the newer claims", func(t *testing.T) {
+		fx := s.setup(t)
+		a := fx.lease(0, "a", t0)
+		b := fx.lease(0, "b", at(time.Hour))
+		fx.append(fx.recs(40)...)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		got := map[int64]int{}
+		for _, le := range []stores.Lease{a, b} {
+			wg.Go(func() {
+				for range 5 {
+					rs, err := fx.s.Claim(context.Background(), stores.ClaimRequest{Session: fx.session, Token: le.Token, Limit: 10})
+					if err != nil {
+						continue
+					}
+					mu.Lock()
+					got[le.Token] += len(rs)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if got[a.Token] != 0 || got[b.Token] != 40 {
+			t.Errorf("claims by token = %v, want all 40 by %d", got, b.Token)
+		}
+	})
 }
