@@ -2,7 +2,7 @@ package storetest
 
 import (
 	"context"
-		"testing"
+	"testing"
 	"time"
 
 	"github.com/gobridge/gobridge/message"

@@ -178,11 +178,11 @@ func (s suite) settle(t *testing.T) {
 		cur := fx.lease(0, "o2", at(time.Hour))
 		fx.claim(0, cur, 1) // takes rs[0] over
 		b := stores.Batch{Settle: []stores.Settlement{
-			{Key: rs[0].Key(), Token: old.Token, Outcome: stores.Done},                   // taken over
-			{Key: rs[1].Key(), Token: old.Token, Outcome: stores.Done},                   // still old's
-			{Key: rs[2].Key(), Token: old.Token + 99999, Outcome: stores.Done},           // never that token
+			{Key: rs[0].Key(), Token: old.Token, Outcome: stores.Done},                                          // taken over
+			{Key: rs[1].Key(), Token: old.Token, Outcome: stores.Done},                                          // still old's
+			{Key: rs[2].Key(), Token: old.Token + 99999, Outcome: stores.Done},                                  // never that token
 			{Key: stores.Key{Session: fx.session, Route: fx.route, ID: "nope"}, Token: 1, Outcome: stores.Done}, // gone
-			{Key: rs[2].Key(), Outcome: stores.Drop}, // not a dead letter
+			{Key: rs[2].Key(), Outcome: stores.Drop},                                                            // not a dead letter
 		}}
 		b = fx.write(b)
 		for i, want := range []bool{true, false, true, true, true} {
