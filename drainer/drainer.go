@@ -1,9 +1,18 @@
-// Package drainer delivers the records of shared_outbox sessions: for every
-// session partition whose lease this instance holds, a loop claims due
-// records, sends them under a per-route AIMD concurrency limit, and then
-// completes them, releases them with backoff, or settles them by policy
-// (dead letter or drop). See DESIGN.md §1.4–1.6 and §5, and the README
-// section "delivery".
+// Package drainer delivers the records of outbox sessions. For every session
+// partition whose lease this instance holds, one loop keeps the partition's
+// claimed records in memory, sends them under a per-route AIMD concurrency
+// limit and the sender's health, and hands each outcome (done, retry, dead
+// letter) to a Settler, which writes it with the next batch of the bridge's
+// group commit. See DESIGN.md §4–5 and §11.3.
+//
+// Records reach a partition two ways. The hot path: the bridge's writer asks
+// Reserve before it appends a record, appends it claimed under the
+// partition's token in the same write, and hands it over with Delivered
+// once committed — the store is not read. The recovery path: the partition
+// claims from the store what it does not hold (a backlog that did not fit
+// in memory, records appended by other instances, requeued dead letters, and
+// the claims of a previous owner, void once this owner's newer token holds
+// the lease).
 package drainer
 
 import (
@@ -14,179 +23,152 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/message"
-	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Sender delivers envelopes to one target. It is implemented by the senders
-// (through the bridge); the drainer never imports a sender.
+// Sender delivers envelopes to one target. Send returns one error per
+// envelope (nil: accepted), typed as senders.Classify expects; it must
+// return when ctx is done (a send that does not is abandoned after
+// send_timeout plus AbandonGrace, its slot kept until it returns).
 type Sender interface {
-	// BatchSize is the most envelopes one Send takes (1 for HTTP, up to 10
-	// for SQS). Values below 1 are treated as 1.
 	BatchSize() int
-	// Send delivers envs and returns one error per envelope (nil: accepted),
-	// typed per senders.Classify; len(result) must equal len(envs). Send
-	// must return when ctx is done; one that does not is abandoned after
-	// send_timeout plus Config.AbandonGrace.
 	Send(ctx context.Context, envs []*message.Envelope) []error
+}
+
+// Store is what the drainer needs from the outbox: claims and leases.
+type Store interface {
+	Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error)
+	stores.Leases
+}
+
+// Settler writes the drainer's settlements. Settle queues one for the next
+// write and never blocks (the drainer holds at most its window of records,
+// which bounds what it can queue); Flush returns once everything queued
+// before it is durable, or ctx is done.
+type Settler interface {
+	Settle(s stores.Settlement)
+	Flush(ctx context.Context) error
 }
 
 // Route is one route draining from the session.
 type Route struct {
 	ID     string
 	Sender Sender
-	// Policy is the route's policy with defaults applied. Its drain-relevant
-	// fields (send_timeout, max_replay_attempts, replay_budget, on_expired,
-	// on_permanent_failure) are validated equal across a session's routes;
-	// max_in_flight and backoff are per route.
-	Policy routes.Policy
+	// Health is the sender's, shared with every route that uses it.
+	Health *senders.Health
+	Policy Policy
+	// Prepare runs the route's processors on the envelope of a Raw record
+	// (a requeued ingest dead letter) before it is sent: drop means
+	// filtered (done); an error dead-letters it again. Nil sends raw
+	// records as they are.
+	Prepare func(env *message.Envelope) (drop bool, err error)
+	// DeadFull reports that the route holds max_dead_letters: a record that
+	// would die is retried at Backoff.Max instead, without counting an
+	// attempt (DESIGN.md §11.1). Nil: never full.
+	DeadFull func() bool
 }
 
-// Config configures the drainer of one session.
-type Config struct {
-	// Session is the session ID. Required.
-	Session string
-	// Partitions is the session's partition count. Defaults to 1.
+// Options configure the drainer of one session. Every field holds its
+// effective value (routes.Load applies the defaults); New panics on a
+// programmer error (no session, owner or routes).
+type Options struct {
+	Session    string
 	Partitions int
-	// BatchSize is the most records per claim. Defaults to 100.
+	// BatchSize is the most records one Claim takes.
 	BatchSize int
-	// DrainStrategy says how long an idle partition loop waits; a
-	// drain_interval has been turned into fixed_poll by the config loader.
-	// Zero fields default as in DESIGN.md (fixed_poll every 1s).
-	DrainStrategy routes.DrainStrategy
-	// Routes maps route ID to route. A claimed record of a route missing
-	// here is dead-lettered with a reason.
+	// Window is how many records a partition holds in memory (claimed and
+	// not yet settled, plus those reserved by the writer). Records beyond
+	// it stay in the store until the partition has room.
+	Window int
+	Poll   Poll
+	// Routes maps route ID to route. A record of a route missing here is
+	// dead-lettered with a reason.
 	Routes map[string]Route
-	// Owner names this instance in leases (the bridge id). Required.
+	// Owner names this process in leases: the bridge id and a nonce.
 	Owner string
-	// LeaseTTL is how long partition and membership leases last without
-	// renewal; they are renewed every LeaseTTL/3. Defaults to 15s.
+	// LeaseTTL is how long partition and member leases last without
+	// renewal; they are renewed every LeaseTTL/3, and a partition stops
+	// (cancelling its sends) once its lease is past Until − LeaseTTL/3
+	// without a renewal.
 	LeaseTTL time.Duration
-	// ShutdownTimeout bounds how long in-flight sends may finish after Run's
-	// ctx is done. Defaults to 30s.
+	// ShutdownTimeout bounds how long sends in flight may finish after
+	// Run's ctx is done.
 	ShutdownTimeout time.Duration
-	// ClaimTimeout is how long a claim hides records from other owners (the
-	// claim deadline is now + ClaimTimeout). Defaults to the longest route
-	// send_timeout + AbandonGrace + 10s.
-	ClaimTimeout time.Duration
 	// AbandonGrace is how long past send_timeout a send that ignores its
-	// context is waited for before it is abandoned and its records released
-	// as a transient failure. Defaults to 2s.
+	// context is waited for before its records are retried.
 	AbandonGrace time.Duration
-	// Now is the clock used for claims, leases and backoff. Defaults to
-	// time.Now. Waits use the bridge's timers (testing/synctest fakes both).
-	Now func() time.Time
-	// Logger defaults to a discarding logger.
-	Logger *slog.Logger
-	// Observer may be nil.
+	// Now is the clock of leases, retries and expiry. Waits use the
+	// runtime's timers (testing/synctest fakes both).
+	Now      func() time.Time
+	Logger   *slog.Logger
 	Observer Observer
 }
 
-// Group drains one session: it holds a fair share of the session's partition
-// leases and runs one drain loop per partition it holds.
+// Group drains one session: it holds a fair share of the session's
+// partition leases and runs one loop per partition it holds.
 type Group struct {
-	cfg      Config
-	store    stores.Outbox
-	leases   stores.Leases
+	opts     Options
+	store    Store
+	settler  Settler
 	log      *slog.Logger
 	obs      Observer
+	routes   map[string]*Route
 	limiters map[string]*limiter
 	note     *notifier
-	wakes    []chan struct{}
 
-	// senders tracks every goroutine that runs Sender.Send, including
-	// abandoned ones.
-	senders sync.WaitGroup
+	mu    sync.Mutex
+	parts map[int]*partition // the partitions this instance drains
+
+	sends sync.WaitGroup // every goroutine running Sender.Send
 }
 
-// New returns the drainer of one session. It does not start anything; see
-// Run. It panics on a programmer error (no session, owner or routes).
-func New(cfg Config, store stores.Outbox, leases stores.Leases) *Group {
-	if cfg.Session == "" || cfg.Owner == "" || len(cfg.Routes) == 0 || store == nil || leases == nil {
-		panic("drainer: New needs a session, an owner, routes, a store and a lease store")
+// New returns the drainer of one session; Run starts it.
+func New(opts Options, store Store, settler Settler) *Group {
+	if opts.Session == "" || opts.Owner == "" || len(opts.Routes) == 0 || store == nil || settler == nil {
+		panic("drainer: New needs a session, an owner, routes, a store and a settler")
 	}
-	cfg.Partitions = max(cfg.Partitions, 1)
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 100
+	opts.Partitions = max(opts.Partitions, 1)
+	opts.BatchSize = max(opts.BatchSize, 1)
+	opts.Window = max(opts.Window, opts.BatchSize)
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
-	cfg.DrainStrategy = strategyDefaults(cfg.DrainStrategy)
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 15 * time.Second
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 30 * time.Second
-	}
-	if cfg.AbandonGrace <= 0 {
-		cfg.AbandonGrace = 2 * time.Second
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	if opts.Observer == nil {
+		opts.Observer = nopObserver{}
 	}
 	g := &Group{
-		store:    store,
-		leases:   leases,
-		obs:      cfg.Observer,
-		limiters: make(map[string]*limiter, len(cfg.Routes)),
-		note:     newNotifier(),
-		wakes:    make([]chan struct{}, cfg.Partitions),
+		opts: opts, store: store, settler: settler, obs: opts.Observer,
+		routes: map[string]*Route{}, limiters: map[string]*limiter{}, note: newNotifier(), parts: map[int]*partition{},
+		log: opts.Logger.With("component", "drainer", "session", opts.Session),
 	}
-	if g.obs == nil {
-		g.obs = nopObserver{}
-	}
-	rts := make(map[string]Route, len(cfg.Routes))
-	var longest time.Duration
-	for id, r := range cfg.Routes {
-		if r.Sender == nil {
-			panic(fmt.Sprintf("drainer: route %q has no sender", id))
+	for id, r := range opts.Routes {
+		if r.Sender == nil || r.Health == nil {
+			panic(fmt.Sprintf("drainer: route %q needs a sender and its health", id))
 		}
 		r.ID = id
-		r.Policy = policyDefaults(r.Policy)
-		rts[id] = r
-		longest = max(longest, r.Policy.SendTimeout.D())
+		g.routes[id] = &r
 		g.limiters[id] = newLimiter(id, r.Policy.MaxInFlight, g.obs, g.note)
 	}
-	cfg.Routes = rts
-	if cfg.ClaimTimeout <= 0 {
-		cfg.ClaimTimeout = longest + cfg.AbandonGrace + 10*time.Second
-	}
-	for i := range g.wakes {
-		g.wakes[i] = make(chan struct{}, 1)
-	}
-	g.cfg = cfg
-	g.log = cfg.Logger.With("component", "drainer", "session", cfg.Session)
 	return g
 }
 
-// Wake makes the loop of partition claim at once (if this Group runs it).
-// Ingest calls it right after an Append to that partition. It never blocks;
-// an out-of-range partition is ignored.
-func (g *Group) Wake(partition int) {
-	if partition < 0 || partition >= len(g.wakes) {
-		return
-	}
-	select {
-	case g.wakes[partition] <- struct{}{}:
-	default:
-	}
-}
-
-// Run holds this instance's fair share of the session's partition leases and
-// runs a drain loop for each partition it holds, until ctx is done. Then it
-// shuts down in two phases (README "delivery"): it stops claiming, lets
-// in-flight sends finish within ShutdownTimeout, records their outcomes,
-// releases the records it still holds (due at once) and finally its leases.
-// Run returns nil after a clean shutdown; it owns and waits for every
-// goroutine it starts, except sends abandoned for ignoring their context,
-// which it waits for only up to AbandonGrace after the loops stopped.
+// Run holds this instance's fair share of the session's partition leases
+// and drains each partition it holds, until ctx is done. Then each
+// partition stops taking records, lets its sends in flight finish within
+// ShutdownTimeout, flushes its settlements and releases its lease; what it
+// still held stays claimed under its token, which the next owner's newer
+// token voids. Run returns nil after a clean shutdown; it waits for every
+// goroutine it started, except sends abandoned for ignoring their context,
+// which it waits for only up to AbandonGrace.
 func (g *Group) Run(ctx context.Context) error {
-	m := newMembership(g)
-	err := m.run(ctx)
+	err := newMembership(g).run(ctx)
 	done := make(chan struct{})
-	go func() { g.senders.Wait(); close(done) }()
-	t := time.NewTimer(g.cfg.AbandonGrace)
+	go func() { g.sends.Wait(); close(done) }()
+	t := time.NewTimer(g.opts.AbandonGrace)
 	defer t.Stop()
 	select {
 	case <-done:
@@ -196,5 +178,34 @@ func (g *Group) Run(ctx context.Context) error {
 	return err
 }
 
-// now returns the injected clock.
-func (g *Group) now() time.Time { return g.cfg.Now() }
+// Reserve is asked by the bridge's writer before it appends a record to
+// partition n. It returns the token to append the record under (claimed)
+// when this instance drains the partition, holds no backlog of it in the
+// store and has room in memory; the room is kept until Delivered. It
+// returns 0 otherwise: the record is appended unclaimed and the partition
+// claims it later.
+func (g *Group) Reserve(n int) int64 {
+	if p := g.part(n); p != nil {
+		return p.reserve()
+	}
+	return 0
+}
+
+// Delivered is called by the writer, after the write committed, for every
+// record it appended to this session, with the token Reserve gave for it
+// (0 for none). A record inserted claimed under that token joins its
+// partition's loop; the others end their reservation, and a record
+// inserted unclaimed tells its partition that the store holds work for it.
+func (g *Group) Delivered(rec *stores.Record, reserved int64) {
+	if p := g.part(rec.Partition); p != nil {
+		p.delivered(rec, reserved)
+	}
+}
+
+func (g *Group) part(n int) *partition {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.parts[n]
+}
+
+func (g *Group) now() time.Time { return g.opts.Now() }

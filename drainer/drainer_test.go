@@ -5,44 +5,84 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/gobridge/gobridge/message"
-	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/senders"
-	"github.com/gobridge/gobridge/stores"
-	"github.com/gobridge/gobridge/stores/memory"
 )
 
 var errFlaky = errors.New("connection reset")
 
 func TestGroup_DeliversEveryRecordOnce(t *testing.T) {
-	backends(t, func(t *testing.T, store stores.Store) {
+	synctest.Test(t, func(t *testing.T) {
 		snd := newScriptSender(3, nil)
 		j := newJournal()
-		g := New(testConfig(t, snd, testPolicy(), j), store, memory.NewLeases())
-		ids := appendRecords(t, store, 45, nil)
+		g, w, store := newGroup(t, testOptions(t, snd, testPolicy(), j))
+		backlog, ids := records(45, nil) // appended before the drainer runs: claimed from the store
+		w.append(backlog...)
 		stop := running(t, g)
-		eventually(t, time.Minute, "all delivered", func() bool { return pending(t, store) == 0 })
+		eventually(t, time.Minute, "backlog delivered", func() bool { return live(t, store) == 0 })
+		hot, hotIDs := records(30, nil) // appended while it runs: handed over in memory
+		for i := range hot {
+			hot[i].Envelope.ID = "h" + hot[i].Envelope.ID
+			hotIDs[i] = hot[i].Envelope.ID
+			w.append(hot[i])
+		}
+		eventually(t, time.Minute, "hot records delivered", func() bool { return live(t, store) == 0 })
 		if err := stop(); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		for _, id := range ids {
+		for _, id := range append(ids, hotIDs...) {
 			if n := snd.sends(id); n != 1 {
 				t.Errorf("%s sent %d times, want 1", id, n)
 			}
 		}
-		if got := j.results()[ResultOK]; got != len(ids) {
-			t.Errorf("ok outcomes = %d, want %d", got, len(ids))
+		if got := j.results()[ResultOK]; got != 75 {
+			t.Errorf("ok outcomes = %d, want 75", got)
+		}
+	})
+}
+
+func TestGroup_HotPathNeedsNoClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		snd := newScriptSender(1, nil)
+		opts := testOptions(t, snd, testPolicy(), nil)
+		opts.Poll = Poll{Min: time.Hour, Max: time.Hour}
+		g, w, store := newGroup(t, opts)
+		stop := running(t, g)
+		eventually(t, time.Minute, "the first claim found the store empty", func() bool {
+			p := g.part(0)
+			if p == nil {
+				return false
+			}
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return !p.backlog
+		})
+		before := store.claims.Load()
+		for i := range 200 {
+			recs, _ := records(1, nil)
+			recs[0].Envelope.ID = fmt.Sprintf("x%03d", i)
+			w.append(recs...)
+			synctest.Wait()
+		}
+		eventually(t, time.Minute, "delivered", func() bool { return live(t, store) == 0 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if n := store.claims.Load() - before; n != 0 {
+			t.Errorf("%d claims for 200 records appended while the drainer ran, want 0", n)
+		}
+		if snd.total() != 200 {
+			t.Errorf("%d sends, want 200", snd.total())
 		}
 	})
 }
 
 func TestGroup_RetriesTransientWithBackoff(t *testing.T) {
-	backends(t, func(t *testing.T, store stores.Store) {
+	synctest.Test(t, func(t *testing.T) {
 		var sentAt []time.Time
 		snd := newScriptSender(1, func(_ context.Context, _ *message.Envelope, n int) error {
 			sentAt = append(sentAt, time.Now())
@@ -54,97 +94,82 @@ func TestGroup_RetriesTransientWithBackoff(t *testing.T) {
 		j := newJournal()
 		pol := testPolicy()
 		pol.MaxReplayAttempts = 1 // attempts alone must not poison: the budget (1m) holds it
-		g := New(testConfig(t, snd, pol, j), store, memory.NewLeases())
-		appendRecords(t, store, 1, nil)
+		g, w, store := newGroup(t, testOptions(t, snd, pol, j))
+		recs, _ := records(1, nil)
+		w.append(recs...)
 		stop := running(t, g)
-		eventually(t, time.Minute, "delivered", func() bool { return pending(t, store) == 0 })
+		eventually(t, time.Minute, "delivered", func() bool { return live(t, store) == 0 })
 		if err := stop(); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		if got := j.results(); got[ResultRetried] != 3 || got[ResultOK] != 1 || got[ResultDeadLettered] != 0 {
-			t.Fatalf("outcomes %v, want 3 retried then 1 ok", got)
+		if got := j.results(); got[ResultTransient] != 3 || got[ResultOK] != 1 || got[ResultDeadLettered] != 0 {
+			t.Fatalf("outcomes %v, want 3 transient then 1 ok", got)
 		}
-		// Full jitter: the n-th retry waits at most initial × 2^(n−1) plus
-		// one poll interval (1s fixed_poll, +10% jitter).
-		for i := 1; i < len(sentAt); i++ {
-			gap := sentAt[i].Sub(sentAt[i-1])
-			if max := time.Duration(1<<(i-1))*time.Second + 1100*time.Millisecond; gap > max {
-				t.Errorf("retry %d after %v, want <= %v", i, gap, max)
+		for i := 1; i < len(sentAt); i++ { // full jitter: the n-th retry waits at most initial × 2^(n−1)
+			if gap, ceil := sentAt[i].Sub(sentAt[i-1]), time.Duration(1<<(i-1))*time.Second; gap > ceil {
+				t.Errorf("retry %d after %v, want <= %v", i, gap, ceil)
 			}
 		}
 	})
 }
 
-func TestGroup_PoisonsOnlyAfterAttemptsAndBudget(t *testing.T) {
-	backends(t, func(t *testing.T, store stores.Store) {
-		snd := newScriptSender(1, func(context.Context, *message.Envelope, int) error { return errFlaky })
+func TestGroup_PoisonsOnlyAfterAttemptsBudgetAndAnotherDelivery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		snd := newScriptSender(1, func(_ context.Context, e *message.Envelope, _ int) error {
+			if e.ID == "m000" {
+				return errFlaky // the poison record
+			}
+			return nil
+		})
 		j := newJournal()
-		pol := testPolicy()
-		pol.MaxReplayAttempts = 3
-		pol.ReplayBudget = routes.Duration(2 * time.Minute)
-		g := New(testConfig(t, snd, pol, j), store, memory.NewLeases())
-		appendRecords(t, store, 1, nil)
-		start := time.Now()
+		g, w, store := newGroup(t, testOptions(t, snd, testPolicy(), j))
+		recs, _ := records(1, nil)
+		w.append(recs...)
 		stop := running(t, g)
-		eventually(t, time.Hour, "poisoned", func() bool { return pending(t, store) == 0 })
+		// Attempts pass 3 quickly; the budget is 1m; meanwhile nothing else
+		// was delivered: the target might be down, so the record waits.
+		advance(3 * time.Minute)
+		if n := len(dead(t, store)); n != 0 {
+			t.Fatalf("dead-lettered with no other delivery in the window: %d", n)
+		}
+		good, _ := records(1, nil)
+		good[0].Envelope.ID = "good"
+		w.append(good...)
+		eventually(t, time.Minute, "poisoned", func() bool { return len(dead(t, store)) == 1 })
 		if err := stop(); err != nil {
-			t.Fatalf("Run: %v", err)
+			t.Fatal(err)
 		}
-		dl, err := store.GetDead(context.Background(), "m000")
-		if err != nil {
-			t.Fatalf("GetDead: %v", err)
-		}
-		if dl.Attempts <= pol.MaxReplayAttempts {
-			t.Errorf("poisoned after %d attempts, want > %d", dl.Attempts, pol.MaxReplayAttempts)
-		}
-		if age := dl.DeadAt.Sub(dl.FirstAttemptAt); age < pol.ReplayBudget.D() {
-			t.Errorf("poisoned %v after the first attempt, want >= %v", age, pol.ReplayBudget.D())
-		}
-		// Attempts passed the floor within ~10s; the budget held it for 2m.
-		if snd.sends("m000") < 8 || dl.DeadAt.Sub(start) > 3*time.Minute {
-			t.Errorf("sends %d, dead after %v: want many retries, then dead soon after the budget", snd.sends("m000"), dl.DeadAt.Sub(start))
-		}
-		if !strings.Contains(dl.DeadReason, "connection reset") {
-			t.Errorf("dead reason %q does not carry the last error", dl.DeadReason)
+		d := dead(t, store)[0]
+		if d.Envelope.ID != "m000" || !strings.HasPrefix(d.DeadReason, "poisoned after") || d.Attempts <= 3 {
+			t.Errorf("dead letter %s: %q after %d attempts", d.Envelope.ID, d.DeadReason, d.Attempts)
 		}
 	})
 }
 
 func TestGroup_PermanentFailureSettlesAtOnce(t *testing.T) {
-	for _, policy := range []string{routes.PolicyDLQ, routes.PolicyDrop} {
-		t.Run(policy, func(t *testing.T) {
-			backends(t, func(t *testing.T, store stores.Store) {
-				snd := newScriptSender(1, func(_ context.Context, e *message.Envelope, _ int) error {
-					if e.ID == "m001" {
-						return senders.Permanent(errors.New("payload too large"))
-					}
-					return nil
+	for _, drop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("drop=%v", drop), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				snd := newScriptSender(1, func(context.Context, *message.Envelope, int) error {
+					return senders.Permanent(errors.New("http 400"))
 				})
 				j := newJournal()
 				pol := testPolicy()
-				pol.OnPermanentFailure = policy
-				g := New(testConfig(t, snd, pol, j), store, memory.NewLeases())
-				appendRecords(t, store, 3, nil)
+				pol.DropPermanent = drop
+				g, w, store := newGroup(t, testOptions(t, snd, pol, j))
+				recs, _ := records(3, nil)
+				w.append(recs...)
 				stop := running(t, g)
-				eventually(t, time.Minute, "settled", func() bool { return pending(t, store) == 0 })
+				eventually(t, time.Minute, "settled", func() bool { return live(t, store) == 0 })
 				if err := stop(); err != nil {
-					t.Fatalf("Run: %v", err)
+					t.Fatal(err)
 				}
-				if n := snd.sends("m001"); n != 1 {
-					t.Errorf("permanent failure sent %d times, want 1", n)
+				wantDead := 3
+				if drop {
+					wantDead = 0
 				}
-				_, err := store.GetDead(context.Background(), "m001")
-				want := ResultDeadLettered
-				if policy == routes.PolicyDrop {
-					want = ResultDropped
-					if !errors.Is(err, stores.ErrNotFound) {
-						t.Errorf("dropped record is a dead letter: %v", err)
-					}
-				} else if err != nil {
-					t.Errorf("GetDead: %v", err)
-				}
-				if o := j.byID("m001"); len(o) != 1 || o[0].Result != want {
-					t.Errorf("outcomes %+v, want one %s", o, want)
+				if n := len(dead(t, store)); n != wantDead || snd.total() != 3 {
+					t.Errorf("%d dead letters after %d sends, want %d after 3", n, snd.total(), wantDead)
 				}
 			})
 		})
@@ -152,307 +177,237 @@ func TestGroup_PermanentFailureSettlesAtOnce(t *testing.T) {
 }
 
 func TestGroup_CapacityHalvesLimitAndWaitsRetryAfter(t *testing.T) {
-	backends(t, func(t *testing.T, store stores.Store) {
-		var firstAt, secondAt time.Time
-		snd := newScriptSender(1, func(_ context.Context, e *message.Envelope, n int) error {
-			if e.ID == "m000" {
-				if n == 1 {
-					firstAt = time.Now()
-					return senders.Capacity(errors.New("429"), 45*time.Second)
-				}
-				secondAt = time.Now()
+	synctest.Test(t, func(t *testing.T) {
+		var sentAt []time.Time
+		snd := newScriptSender(1, func(_ context.Context, _ *message.Envelope, n int) error {
+			sentAt = append(sentAt, time.Now())
+			if n == 1 {
+				return senders.Capacity(errors.New("429"), 7*time.Second)
 			}
 			return nil
 		})
 		j := newJournal()
 		pol := testPolicy()
-		pol.MaxInFlight = 8
-		pol.MaxReplayAttempts = 0
-		pol.ReplayBudget = 0 // a transient failure would poison at once; capacity must not
-		g := New(testConfig(t, snd, pol, j), store, memory.NewLeases())
-		appendRecords(t, store, 1, nil)
+		pol.MaxReplayAttempts = 0 // capacity errors never count: nothing may be poisoned
+		pol.ReplayBudget = 0
+		g, w, store := newGroup(t, testOptions(t, snd, pol, j))
+		recs, _ := records(1, nil)
+		w.append(recs...)
 		stop := running(t, g)
-		eventually(t, 2*time.Minute, "delivered", func() bool { return pending(t, store) == 0 })
+		eventually(t, time.Minute, "delivered", func() bool { return live(t, store) == 0 })
 		if err := stop(); err != nil {
-			t.Fatalf("Run: %v", err)
+			t.Fatal(err)
 		}
-		if gap := secondAt.Sub(firstAt); gap < 45*time.Second {
-			t.Errorf("retried %v after a capacity error with retry-after 45s", gap)
+		if len(sentAt) != 2 || sentAt[1].Sub(sentAt[0]) < 7*time.Second {
+			t.Errorf("sends at %v, want the retry after 7s", sentAt)
 		}
-		if got := j.results(); got[ResultCapacity] != 1 || got[ResultOK] != 1 {
-			t.Errorf("outcomes %v, want 1 capacity then 1 ok", got)
-		}
-		j.mu.Lock()
-		lims := j.limits["r"]
-		j.mu.Unlock()
-		if len(lims) < 2 || lims[0] != 8 || lims[1] != 4 {
-			t.Errorf("limits %v, want start 8 then halved to 4", lims)
+		if ls := j.limits["r"]; len(ls) < 2 || ls[1] != ls[0]/2 {
+			t.Errorf("limits %v, want the first halved", ls)
 		}
 	})
 }
 
 func TestGroup_AbandonsSenderThatIgnoresContext(t *testing.T) {
-	backends(t, func(t *testing.T, store stores.Store) {
-		hang := make(chan struct{})
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
 		snd := newScriptSender(1, func(_ context.Context, _ *message.Envelope, n int) error {
 			if n == 1 {
-				<-hang // ignores ctx
+				<-release // ignores its context
 			}
 			return nil
 		})
 		j := newJournal()
-		g := New(testConfig(t, snd, testPolicy(), j), store, memory.NewLeases())
-		appendRecords(t, store, 1, nil)
+		g, w, store := newGroup(t, testOptions(t, snd, testPolicy(), j))
+		recs, _ := records(1, nil)
+		w.append(recs...)
 		stop := running(t, g)
-		eventually(t, time.Minute, "redelivered", func() bool { return pending(t, store) == 0 })
-		o := j.byID("m000")
-		if len(o) != 2 || o[0].Result != ResultRetried || !strings.Contains(o[0].Err, "timed out") || o[1].Result != ResultOK {
-			t.Errorf("outcomes %+v, want a timed-out retry then ok", o)
-		}
-		if j.abandoned != 1 {
-			t.Errorf("abandoned = %d, want 1", j.abandoned)
-		}
-		close(hang)
+		eventually(t, time.Minute, "delivered by the retry", func() bool { return live(t, store) == 0 })
+		close(release)
 		if err := stop(); err != nil {
-			t.Fatalf("Run: %v", err)
+			t.Fatal(err)
+		}
+		if j.abandoned != 1 || snd.total() != 2 {
+			t.Errorf("abandoned %d, sends %d; want 1 and 2", j.abandoned, snd.total())
 		}
 	})
 }
 
 func TestGroup_KeepsPerKeyOrderAcrossRetries(t *testing.T) {
-	backends(t, func(t *testing.T, store stores.Store) {
-		snd := newScriptSender(2, func(_ context.Context, e *message.Envelope, n int) error {
-			if (e.ID == "m000" || e.ID == "m004") && n <= 2 {
+	synctest.Test(t, func(t *testing.T) {
+		snd := newScriptSender(1, func(_ context.Context, e *message.Envelope, n int) error {
+			if e.ID == "m000" && n <= 2 {
 				return errFlaky
 			}
 			return nil
 		})
-		j := newJournal()
-		g := New(testConfig(t, snd, testPolicy(), j), store, memory.NewLeases())
-		keys := []string{"a", "b", "c"}
-		appendRecords(t, store, 12, func(i int) string { return keys[i%3] })
+		g, w, store := newGroup(t, testOptions(t, snd, testPolicy(), nil))
+		recs, _ := records(20, func(i int) string { return fmt.Sprintf("k%d", i%2) })
 		stop := running(t, g)
-		eventually(t, time.Minute, "delivered", func() bool { return pending(t, store) == 0 })
+		w.append(recs[:10]...) // some hot, then more than the window holds
+		w.append(recs[10:]...)
+		eventually(t, time.Minute, "delivered", func() bool { return live(t, store) == 0 })
 		if err := stop(); err != nil {
-			t.Fatalf("Run: %v", err)
+			t.Fatal(err)
 		}
 		last := map[string]string{}
 		for _, e := range snd.log {
-			if e.ID < last[e.Key] {
-				t.Fatalf("key %s: %s sent after %s", e.Key, e.ID, last[e.Key])
+			if prev := last[e.Key]; prev > e.ID {
+				t.Errorf("key %s: %s sent after %s", e.Key, e.ID, prev)
 			}
 			last[e.Key] = e.ID
-		}
-		// Key "c" (m002, m005, ...) never failed: it was not held back.
-		if snd.sends("m011") != 1 {
-			t.Errorf("m011 sent %d times", snd.sends("m011"))
 		}
 	})
 }
 
 func TestGroup_ExpiredRecordsFollowOnExpired(t *testing.T) {
-	for _, policy := range []string{routes.PolicyDLQ, routes.PolicyDrop} {
-		t.Run(policy, func(t *testing.T) {
-			backends(t, func(t *testing.T, store stores.Store) {
+	for _, drop := range []bool{false, true} {
+		t.Run(fmt.Sprintf("drop=%v", drop), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
 				snd := newScriptSender(1, nil)
-				j := newJournal()
 				pol := testPolicy()
-				pol.OnExpired = policy
-				g := New(testConfig(t, snd, pol, j), store, memory.NewLeases())
-				env := message.Envelope{ID: "old", Topic: "t"}
-				if err := store.Append(t.Context(), stores.Record{Session: "s", Route: "r", Envelope: env,
-					ExpiresAt: time.Now().Add(-time.Second)}); err != nil {
+				pol.DropExpired = drop
+				g, w, store := newGroup(t, testOptions(t, snd, pol, nil))
+				recs, _ := records(2, nil)
+				recs[0].ExpiresAt = time.Now().Add(-time.Second)
+				w.append(recs...)
+				stop := running(t, g)
+				eventually(t, time.Minute, "settled", func() bool { return live(t, store) == 0 })
+				if err := stop(); err != nil {
 					t.Fatal(err)
 				}
-				stop := running(t, g)
-				eventually(t, time.Minute, "settled", func() bool { return pending(t, store) == 0 })
-				if err := stop(); err != nil {
-					t.Fatalf("Run: %v", err)
-				}
-				if snd.total() != 0 {
-					t.Errorf("an expired record was sent")
-				}
-				_, err := store.GetDead(context.Background(), "old")
-				if (policy == routes.PolicyDLQ) != (err == nil) {
-					t.Errorf("on_expired %s: GetDead error %v", policy, err)
-				}
-				if o := j.byID("old"); len(o) != 1 || o[0].Result != ResultExpired {
-					t.Errorf("outcomes %+v, want one expired", o)
+				d := dead(t, store)
+				if snd.total() != 1 || (drop && len(d) != 0) || (!drop && (len(d) != 1 || d[0].DeadReason != "expired")) {
+					t.Errorf("sends %d, dead letters %+v", snd.total(), d)
 				}
 			})
 		})
 	}
 }
 
-func TestGroup_WakeDeliversWithoutWaitingForThePoll(t *testing.T) {
-	backends(t, func(t *testing.T, store stores.Store) {
-		snd := newScriptSender(1, nil)
-		cfg := testConfig(t, snd, testPolicy(), nil)
-		cfg.DrainStrategy = routes.DrainStrategy{Type: routes.DrainFixedPoll, Interval: routes.Duration(time.Hour)}
-		cfg.LeaseTTL = 3 * time.Hour
-		g := New(cfg, store, memory.NewLeases())
+func TestGroup_ADownTargetGetsProbesNotOneRequestPerRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := true
+		snd := newScriptSender(1, func(context.Context, *message.Envelope, int) error {
+			if down {
+				return errors.New("http 401: token expired")
+			}
+			return nil
+		})
+		opts := testOptions(t, snd, testPolicy(), nil)
+		opts.Routes["r"] = Route{Sender: snd, Health: senders.NewHealth(), Policy: opts.Routes["r"].Policy}
+		g, w, store := newGroup(t, opts)
+		recs, _ := records(40, nil)
+		w.append(recs...)
 		stop := running(t, g)
-		advance(time.Second) // the first claim found nothing; the next poll is an hour away
-		start := time.Now()
-		appendRecords(t, store, 1, nil)
-		g.Wake(0)
-		g.Wake(0) // never blocks
-		g.Wake(7) // out of range: ignored
-		synctest.Wait()
-		if pending(t, store) != 0 || time.Since(start) != 0 {
-			t.Fatalf("not delivered at once after Wake (pending %d, waited %v)", pending(t, store), time.Since(start))
+		advance(10 * time.Minute)
+		during := snd.total()
+		// One probe per backoff step (1s doubling to 10s): ~60 in 10 minutes,
+		// not 40 records × 60 steps; and nothing is dead-lettered.
+		if during > 100 || len(dead(t, store)) != 0 {
+			t.Fatalf("%d requests during a 10-minute outage of a 40-record backlog, %d dead letters", during, len(dead(t, store)))
 		}
+		down = false
+		eventually(t, time.Minute, "delivered after the outage", func() bool { return live(t, store) == 0 })
 		if err := stop(); err != nil {
-			t.Fatalf("Run: %v", err)
+			t.Fatal(err)
 		}
 	})
 }
 
-func TestGroup_ShutdownFinishesInFlightAndReleasesTheRest(t *testing.T) {
-	backends(t, func(t *testing.T, store stores.Store) {
-		started := make(chan struct{}, 10)
+func TestGroup_HoldsWhatWouldDieWhenDeadLettersAreFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		full := true
+		snd := newScriptSender(1, func(context.Context, *message.Envelope, int) error {
+			return senders.Permanent(errors.New("http 422"))
+		})
+		opts := testOptions(t, snd, testPolicy(), nil)
+		r := opts.Routes["r"]
+		r.DeadFull = func() bool { return full }
+		opts.Routes["r"] = r
+		g, w, store := newGroup(t, opts)
+		recs, _ := records(2, nil)
+		w.append(recs...)
+		stop := running(t, g)
+		advance(time.Minute)
+		if n := len(dead(t, store)); n != 0 || live(t, store) != 2 {
+			t.Fatalf("with dead letters full: %d dead, %d live; want 0 and 2", n, live(t, store))
+		}
+		full = false
+		eventually(t, time.Minute, "dead-lettered once there is room", func() bool { return len(dead(t, store)) == 2 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestGroup_RunsProcessorsOfRawRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		snd := newScriptSender(1, nil)
+		opts := testOptions(t, snd, testPolicy(), nil)
+		r := opts.Routes["r"]
+		r.Prepare = func(env *message.Envelope) (bool, error) {
+			switch string(env.Payload) {
+			case "drop":
+				return true, nil
+			case "bad":
+				return false, errors.New("no such field")
+			}
+			env.Payload = append([]byte("processed:"), env.Payload...)
+			return false, nil
+		}
+		opts.Routes["r"] = r
+		g, w, store := newGroup(t, opts)
+		recs, _ := records(3, nil)
+		for i, p := range []string{"ok", "drop", "bad"} {
+			recs[i].Raw, recs[i].Envelope.Payload = true, []byte(p)
+		}
+		w.append(recs...)
+		stop := running(t, g)
+		eventually(t, time.Minute, "settled", func() bool { return live(t, store) == 0 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		d := dead(t, store)
+		if snd.total() != 1 || string(snd.log[0].Payload) != "processed:ok" || len(d) != 1 ||
+			string(d[0].Envelope.Payload) != "bad" || d[0].DeadReason != "processor: no such field" {
+			t.Errorf("sent %d, dead %+v", snd.total(), d)
+		}
+	})
+}
+
+func TestGroup_ShutdownFinishesInFlightAndLeavesTheRestClaimed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
 		snd := newScriptSender(1, func(ctx context.Context, _ *message.Envelope, _ int) error {
-			started <- struct{}{}
-			select { // a send that takes 3s, well within the shutdown timeout
-			case <-time.After(3 * time.Second):
+			select {
+			case <-gate:
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 		})
-		j := newJournal()
-		pol := testPolicy()
-		pol.MaxInFlight = 2
-		leases := memory.NewLeases()
-		g := New(testConfig(t, snd, pol, j), store, leases)
-		appendRecords(t, store, 10, nil)
+		opts := testOptions(t, snd, testPolicy(), nil)
+		g, w, store := newGroup(t, opts)
+		recs, _ := records(10, nil)
+		w.append(recs...)
 		stop := running(t, g)
-		<-started
-		<-started
-		if err := stop(); err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-		if got := j.results()[ResultOK]; got != 2 {
-			t.Errorf("%d sends finished, want the 2 in flight", got)
-		}
-		if n := pending(t, store); n != 8 {
-			t.Fatalf("pending = %d, want 8", n)
-		}
-		// The rest is claimable at once by another owner.
-		recs, err := store.Claim(context.Background(), stores.ClaimRequest{Session: "s", Token: 1 << 40,
-			Limit: 100, Now: time.Now(), Until: time.Now().Add(time.Minute)})
-		if err != nil || len(recs) != 8 {
-			t.Errorf("claim after shutdown: %d records, %v; want 8", len(recs), err)
-		}
-		if ls, _ := leases.List(context.Background(), "", time.Now()); len(ls) != 0 {
-			t.Errorf("leases still held after shutdown: %+v", ls)
-		}
-	})
-}
-
-func TestGroup_OrderingKeySpansRoutesOfASession(t *testing.T) {
-	backends(t, func(t *testing.T, store stores.Store) {
-		snd := newScriptSender(1, nil)
-		cfg := testConfig(t, snd, testPolicy(), nil)
-		cfg.Routes["r2"] = Route{Sender: snd, Policy: testPolicy()}
-		cfg.DrainStrategy = routes.DrainStrategy{Type: routes.DrainFixedPoll, Interval: routes.Duration(time.Hour)}
-		cfg.LeaseTTL = 3 * time.Hour
-		g := New(cfg, store, memory.NewLeases())
-		for i, route := range []string{"r", "r2", "r"} {
-			env := message.Envelope{ID: fmt.Sprintf("k%d", i), Topic: "t", Key: "k"}
-			if err := store.Append(t.Context(), stores.Record{Session: "s", Route: route, Envelope: env}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		start := time.Now()
-		stop := running(t, g)
+		eventually(t, time.Minute, "sends in flight", func() bool { return snd.total() == 4 })
+		errc := make(chan error, 1)
+		go func() { errc <- stop() }()
 		synctest.Wait()
-		if n := pending(t, store); n != 0 || time.Since(start) != 0 {
-			t.Fatalf("pending %d after %v: a key's later record on another route waited for a poll", n, time.Since(start))
+		close(gate) // the sends in flight finish during the shutdown
+		if err := <-errc; err != nil {
+			t.Fatal(err)
 		}
-		var got []string
-		for _, e := range snd.log {
-			got = append(got, e.ID)
+		if live(t, store) != 6 {
+			t.Fatalf("live after shutdown = %d, want the 6 unsent", live(t, store))
 		}
-		if strings.Join(got, ",") != "k0,k1,k2" {
-			t.Errorf("send order %v, want k0,k1,k2", got)
-		}
-		if err := stop(); err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	})
-}
-
-// claimCounter counts Claim calls on a real store.
-type claimCounter struct {
-	stores.Store
-	n atomic.Int64
-}
-
-func (c *claimCounter) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
-	c.n.Add(1)
-	return c.Store.Claim(ctx, req)
-}
-
-func TestGroup_AdaptiveBackoffPollsLessWhileIdle(t *testing.T) {
-	backends(t, func(t *testing.T, store stores.Store) {
-		cc := &claimCounter{Store: store}
-		cfg := testConfig(t, newScriptSender(1, nil), testPolicy(), nil)
-		cfg.DrainStrategy = routes.DrainStrategy{Type: routes.DrainAdaptiveBackoff,
-			MinInterval: routes.Duration(100 * time.Millisecond), MaxInterval: routes.Duration(30 * time.Second), Multiplier: 2}
-		g := New(cfg, cc, memory.NewLeases())
-		stop := running(t, g)
-		advance(10 * time.Minute)
-		// 100ms doubling to 30s takes ~9 polls, then one per 30s (±10%).
-		if n := cc.n.Load(); n < 20 || n > 40 {
-			t.Errorf("%d claims in 10 idle minutes, want ~29", n)
-		}
-		// Records found: the next wait is min_interval again.
-		appendRecords(t, store, 1, nil)
-		g.Wake(0)
-		synctest.Wait()
-		before := cc.n.Load()
-		advance(150 * time.Millisecond)
-		if n := cc.n.Load() - before; n != 1 {
-			t.Errorf("%d claims in the 150ms after finding records, want 1 (min_interval 100ms)", n)
-		}
-		if err := stop(); err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	})
-}
-
-func TestGroup_StopsLaunchingFromALapsedClaim(t *testing.T) {
-	backends(t, func(t *testing.T, store stores.Store) {
-		// One send at a time, each taking just under send_timeout: the batch
-		// outlives its claim deadline (send_timeout + grace + 10s = 17s).
-		snd := newScriptSender(1, func(ctx context.Context, _ *message.Envelope, _ int) error {
-			select {
-			case <-time.After(4900 * time.Millisecond):
-			case <-ctx.Done():
-			}
-			return nil
-		})
-		pol := testPolicy()
-		pol.MaxInFlight = 1
-		j := newJournal()
-		g := New(testConfig(t, snd, pol, j), store, memory.NewLeases())
-		ids := appendRecords(t, store, 5, nil)
-		stop := running(t, g)
-		eventually(t, 2*time.Minute, "delivered", func() bool { return pending(t, store) == 0 })
-		if err := stop(); err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-		for i, id := range ids {
-			o := j.byID(id)
-			if snd.sends(id) != 1 || len(o) != 1 || o[0].Result != ResultOK {
-				t.Fatalf("%s: sent %d times, outcomes %+v; want one ok send", id, snd.sends(id), o)
-			}
-			// m004 would start at 19.6s, past the 17s claim: it must wait
-			// for a fresh claim instead of being sent on a lapsed one.
-			if want := 1 + i/4; o[0].Attempt != want {
-				t.Errorf("%s delivered on attempt %d, want %d", id, o[0].Attempt, want)
-			}
+		// The next owner takes the rest over at once.
+		g2, _ := newGroupOn(t, opts, store)
+		stop2 := running(t, g2)
+		eventually(t, time.Minute, "delivered by the next owner", func() bool { return live(t, store) == 0 })
+		if err := stop2(); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

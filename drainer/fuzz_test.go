@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/message"
-	"github.com/gobridge/gobridge/routes"
-	"github.com/gobridge/gobridge/senders"
-	"github.com/gobridge/gobridge/stores/memory"
+		"github.com/gobridge/gobridge/senders"
+	"github.com/gobridge/gobridge/stores"
 )
 
 // FuzzDrainer drives random failure scripts (ok, transient, capacity with a
@@ -36,11 +35,9 @@ func fuzzDrainer(t *testing.T, seed uint64, count, keys int) {
 	pol := testPolicy()
 	pol.MaxInFlight = 1 + r.IntN(6)
 	pol.MaxReplayAttempts = r.IntN(5)
-	pol.ReplayBudget = routes.Duration(time.Duration(r.IntN(120)) * time.Second)
-	pol.SendTimeout = routes.Duration(5 * time.Second)
-	if r.IntN(2) == 0 {
-		pol.OnPermanentFailure = routes.PolicyDrop
-	}
+	pol.ReplayBudget = time.Duration(r.IntN(120)) * time.Second
+	pol.SendTimeout = 5 * time.Second
+	pol.DropPermanent = r.IntN(2) == 0
 
 	var mu sync.Mutex
 	last := map[string]senders.Class{} // the class of each record's last send
@@ -65,18 +62,40 @@ func fuzzDrainer(t *testing.T, seed uint64, count, keys int) {
 		return err
 	})
 	j := newJournal()
-	store := memory.New()
-	defer store.Close()
-	cfg := testConfig(t, snd, pol, j)
-	cfg.BatchSize = 1 + r.IntN(12)
-	g := New(cfg, store, memory.NewLeases())
+	opts := testOptions(t, snd, pol, j)
+	opts.BatchSize = 1 + r.IntN(12)
+	opts.Window = opts.BatchSize + r.IntN(20)
+	g, w, store := newGroup(t, opts)
 	var keyOf func(int) string
 	if keys > 0 {
 		keyOf = func(i int) string { return fmt.Sprintf("k%d", (i*7+int(seed))%keys) }
 	}
-	ids := appendRecords(t, store, count, keyOf)
+	recs, ids := records(count, keyOf)
+	split := r.IntN(count + 1) // some appended before the drainer runs, the rest while it runs
+	w.append(recs[:split]...)
 	stop := running(t, g)
-	eventually(t, 72*time.Hour, "all records settled", func() bool { return pending(t, store) == 0 })
+	for i := split; i < count; i++ {
+		w.append(recs[i])
+		if r.IntN(4) == 0 {
+			advance(time.Duration(r.IntN(3000)) * time.Millisecond)
+		}
+	}
+	defer func() {
+		if t.Failed() {
+			if p := g.part(0); p != nil {
+				p.mu.Lock()
+				t.Logf("held %d reserved %d backlog %v inbox %d inflight %d sched.held %d ready %v timers %d keys %d", p.held, p.reserved, p.backlog, len(p.inbox), p.inflight, p.sched.held, len(p.sched.ready["r"]), len(p.sched.timers), len(p.sched.keys))
+				for k, q := range p.sched.keys {
+					for _, it := range q {
+						t.Logf("key %s: %s where %d due %v", k, it.rec.Envelope.ID, it.where, it.due)
+					}
+				}
+				p.mu.Unlock()
+			}
+			t.Logf("health up %v", opts.Routes["r"].Health.Up())
+		}
+	}()
+	eventually(t, 72*time.Hour, "all records settled", func() bool { return live(t, store) == 0 })
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -88,20 +107,19 @@ func fuzzDrainer(t *testing.T, seed uint64, count, keys int) {
 			switch o.Result {
 			case ResultOK, ResultDropped, ResultDeadLettered:
 				terminal = append(terminal, o.Result)
-			case ResultStale:
-				t.Errorf("%s: stale outcome %+v with a single owner", id, o)
 			}
 		}
 		if len(terminal) != 1 {
 			t.Fatalf("%s: terminal outcomes %v, want exactly one", id, terminal)
 		}
-		dl, err := store.GetDead(context.Background(), id)
+		dls, _, err := store.Dead(context.Background(), stores.DeadQuery{ID: id})
 		if (terminal[0] == ResultDeadLettered) != (err == nil) {
-			t.Fatalf("%s: outcome %s but GetDead: %v", id, terminal[0], err)
+			t.Fatalf("%s: outcome %s but Dead: %v", id, terminal[0], err)
 		}
 		if err != nil {
 			continue
 		}
+		dl := dls[0]
 		// Nothing is poisoned before both thresholds; capacity never poisons.
 		mu.Lock()
 		c := last[id]
@@ -109,9 +127,9 @@ func fuzzDrainer(t *testing.T, seed uint64, count, keys int) {
 		switch c {
 		case senders.Fatal:
 		case senders.Transient:
-			if dl.Attempts <= pol.MaxReplayAttempts || dl.DeadAt.Sub(dl.FirstAttemptAt) < pol.ReplayBudget.D() {
+			if dl.Attempts <= pol.MaxReplayAttempts || dl.DeadAt.Sub(dl.FirstAttemptAt) < pol.ReplayBudget {
 				t.Fatalf("%s poisoned early: %d attempts (max %d), %v after the first (budget %v)", id,
-					dl.Attempts, pol.MaxReplayAttempts, dl.DeadAt.Sub(dl.FirstAttemptAt), pol.ReplayBudget.D())
+					dl.Attempts, pol.MaxReplayAttempts, dl.DeadAt.Sub(dl.FirstAttemptAt), pol.ReplayBudget)
 			}
 			if !strings.HasPrefix(dl.DeadReason, "poisoned") {
 				t.Fatalf("%s: dead reason %q", id, dl.DeadReason)

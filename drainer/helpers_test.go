@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/gobridge/gobridge/message"
-	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/memory"
 )
@@ -128,39 +129,100 @@ type tWriter struct{ t *testing.T }
 func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 // testPolicy is a policy with small, test-friendly numbers.
-func testPolicy() routes.Policy {
-	return routes.Policy{
-		MaxInFlight:        4,
-		MaxReplayAttempts:  3,
-		ReplayBudget:       routes.Duration(time.Minute),
-		SendTimeout:        routes.Duration(5 * time.Second),
-		OnExpired:          routes.PolicyDLQ,
-		OnPermanentFailure: routes.PolicyDLQ,
-		Backoff: routes.Backoff{InitialInterval: routes.Duration(time.Second),
-			MaxInterval: routes.Duration(10 * time.Second), Multiplier: 2},
+func testPolicy() Policy {
+	return Policy{
+		MaxInFlight:       4,
+		MaxReplayAttempts: 3,
+		ReplayBudget:      time.Minute,
+		SendTimeout:       5 * time.Second,
+		Backoff:           Backoff{Initial: time.Second, Max: 10 * time.Second, Multiplier: 2},
 	}
 }
 
-// testConfig drains session "s" of route "r" through sender.
-func testConfig(t *testing.T, sender Sender, pol routes.Policy, obs Observer) Config {
-	return Config{
+// testOptions drain session "s" of route "r" through sender.
+func testOptions(t *testing.T, sender Sender, pol Policy, obs Observer) Options {
+	return Options{
 		Session:         "s",
 		Partitions:      1,
 		BatchSize:       10,
-		DrainStrategy:   routes.DrainStrategy{Type: routes.DrainFixedPoll, Interval: routes.Duration(time.Second)},
-		Routes:          map[string]Route{"r": {ID: "r", Sender: sender, Policy: pol}},
+		Window:          40,
+		Poll:            Poll{Min: time.Second, Max: time.Second},
+		Routes:          map[string]Route{"r": {Sender: sender, Health: senders.NewHealth(), Policy: pol}},
 		Owner:           "a",
 		LeaseTTL:        3 * time.Second,
 		ShutdownTimeout: 10 * time.Second,
+		AbandonGrace:    2 * time.Second,
 		Logger:          testLogger(t),
 		Observer:        obs,
 	}
 }
 
-// appendRecords appends n records of route "r" to session "s", partition 0,
-// with IDs "m000".., ordering key keyOf(i) (nil: none).
-func appendRecords(t *testing.T, store stores.Outbox, n int, keyOf func(i int) string) []string {
-	t.Helper()
+// writer plays the bridge's group committer: it writes each settlement at
+// once, and appends records the way the bridge does (Reserve, Write,
+// Delivered). It counts claims through claimCounter.
+type writer struct {
+	t     *testing.T
+	store stores.Store
+	g     *Group
+}
+
+func (w *writer) Settle(s stores.Settlement) {
+	if err := w.store.Write(context.Background(), &stores.Batch{Settle: []stores.Settlement{s}}); err != nil {
+		w.t.Errorf("settle: %v", err)
+	}
+}
+
+func (w *writer) Flush(context.Context) error { return nil }
+
+// append appends recs through the hot path when g has room for them.
+func (w *writer) append(recs ...stores.Record) {
+	w.t.Helper()
+	tokens := make([]int64, len(recs))
+	for i := range recs {
+		if w.g != nil {
+			tokens[i] = w.g.Reserve(recs[i].Partition)
+		}
+		recs[i].Token = tokens[i]
+	}
+	b := stores.Batch{Append: recs}
+	if err := w.store.Write(context.Background(), &b); err != nil {
+		w.t.Fatalf("append: %v", err)
+	}
+	if w.g != nil {
+		for i := range b.Append {
+			w.g.Delivered(&b.Append[i], tokens[i])
+		}
+	}
+}
+
+// claimCounter counts the claims a drainer makes.
+type claimCounter struct {
+	stores.Store
+	claims atomic.Int64
+}
+
+func (c *claimCounter) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
+	c.claims.Add(1)
+	return c.Store.Claim(ctx, req)
+}
+
+// newGroup builds the drainer of opts over a fresh memory store.
+func newGroup(t *testing.T, opts Options) (*Group, *writer, *claimCounter) {
+	store := &claimCounter{Store: memory.New(memory.Options{})}
+	g, w := newGroupOn(t, opts, store)
+	return g, w, store
+}
+
+// newGroupOn builds the drainer of opts over store (another owner of it).
+func newGroupOn(t *testing.T, opts Options, store *claimCounter) (*Group, *writer) {
+	w := &writer{t: t, store: store}
+	w.g = New(opts, store, w)
+	return w.g, w
+}
+
+// records makes n records of route "r" in session "s", partition 0, with
+// IDs "m000".. and ordering key keyOf(i) (nil: none).
+func records(n int, keyOf func(i int) string) ([]stores.Record, []string) {
 	recs := make([]stores.Record, n)
 	ids := make([]string, n)
 	for i := range recs {
@@ -169,15 +231,12 @@ func appendRecords(t *testing.T, store stores.Outbox, n int, keyOf func(i int) s
 		if keyOf != nil {
 			env.Key = keyOf(i)
 		}
-		recs[i] = stores.Record{Session: "s", Partition: 0, Route: "r", Envelope: env}
+		recs[i] = stores.Record{Session: "s", Route: "r", Envelope: env}
 	}
-	if err := store.Append(t.Context(), recs...); err != nil {
-		t.Fatalf("append: %v", err)
-	}
-	return ids
+	return recs, ids
 }
 
-// running starts g.Run in the bubble; stop cancels it and returns Run's error.
+// running starts g.Run; stop cancels it and returns Run's error.
 func running(t *testing.T, g *Group) (stop func() error) {
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
@@ -210,38 +269,27 @@ func advance(d time.Duration) {
 	synctest.Wait()
 }
 
-func pending(t *testing.T, store stores.Outbox) int {
+// live counts the live records of session "s".
+func live(t *testing.T, store stores.Store) int {
 	t.Helper()
-	st, err := store.Stats(context.Background(), "s")
+	all, err := store.Stats(context.Background())
 	if err != nil {
 		t.Fatalf("stats: %v", err)
 	}
-	return st.Pending
-}
-
-// backends runs fn against every outbox backend, each inside its own
-// synctest bubble.
-func backends(t *testing.T, fn func(t *testing.T, store stores.Store)) {
-	t.Run("memory", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			store := memory.New()
-			defer store.Close()
-			fn(t, store)
-		})
-	})
-	for _, b := range extraBackends {
-		t.Run(b.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				store := b.open(t)
-				defer store.Close()
-				fn(t, store)
-			})
-		})
+	for _, st := range all {
+		if st.Session == "s" {
+			return st.Live
+		}
 	}
+	return 0
 }
 
-// extraBackends lists the durable backends tested like memory.
-var extraBackends []struct {
-	name string
-	open func(t *testing.T) stores.Store
+// dead returns the dead letters of session "s".
+func dead(t *testing.T, store stores.Store) []stores.Record {
+	t.Helper()
+	got, _, err := store.Dead(context.Background(), stores.DeadQuery{Limit: 1000})
+	if err != nil {
+		t.Fatalf("dead: %v", err)
+	}
+	return got
 }

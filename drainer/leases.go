@@ -3,17 +3,10 @@ package drainer
 import (
 	"context"
 	"errors"
-	"fmt"
-	"time"
+		"time"
 
 	"github.com/gobridge/gobridge/stores"
 )
-
-// PartitionLease is the name of the lease that makes one owner drain a
-// session partition.
-func PartitionLease(session string, partition int) string {
-	return fmt.Sprintf("outbox/%s/%d", session, partition)
-}
 
 // MemberLease is the name of the lease that announces owner as a live
 // drainer of session; live members share the partitions fairly.
@@ -41,12 +34,12 @@ type membership struct {
 }
 
 func newMembership(g *Group) *membership {
-	return &membership{g: g, held: map[int]*partition{}, exited: make(chan *partition, g.cfg.Partitions)}
+	return &membership{g: g, held: map[int]*partition{}, exited: make(chan *partition, g.opts.Partitions)}
 }
 
 func (m *membership) run(ctx context.Context) error {
 	g := m.g
-	tick := g.cfg.LeaseTTL / 3
+	tick := g.opts.LeaseTTL / 3
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for ctx.Err() == nil {
@@ -77,7 +70,7 @@ func (m *membership) run(ctx context.Context) error {
 	if m.member.Token != 0 {
 		rctx, cancel := context.WithTimeout(bg, settleTimeout)
 		defer cancel()
-		if err := g.leases.Release(rctx, m.member); err != nil && !errors.Is(err, stores.ErrLeaseLost) {
+		if err := g.store.Release(rctx, m.member); err != nil && !errors.Is(err, stores.ErrLeaseLost) {
 			g.log.Warn("release member lease", "error", err)
 		}
 	}
@@ -88,21 +81,26 @@ func (m *membership) forget(p *partition) {
 	if m.held[p.n] == p {
 		delete(m.held, p.n)
 	}
+	m.g.mu.Lock()
+	if m.g.parts[p.n] == p {
+		delete(m.g.parts, p.n)
+	}
+	m.g.mu.Unlock()
 }
 
 // tick renews, counts members and rebalances.
 func (m *membership) tick(ctx context.Context) {
 	g := m.g
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.LeaseTTL/3)
+	ctx, cancel := context.WithTimeout(ctx, g.opts.LeaseTTL/3)
 	defer cancel()
 	now := g.now()
-	name := MemberLease(g.cfg.Session, g.cfg.Owner)
+	name := MemberLease(g.opts.Session, g.opts.Owner)
 	var err error
 	if m.member.Token != 0 {
-		m.member, err = g.leases.Renew(ctx, m.member, g.cfg.LeaseTTL, now)
+		m.member, err = g.store.Renew(ctx, m.member, g.opts.LeaseTTL, now)
 	}
 	if m.member.Token == 0 || err != nil {
-		m.member, err = g.leases.Acquire(ctx, name, g.cfg.Owner, g.cfg.LeaseTTL, now)
+		m.member, err = g.store.Acquire(ctx, name, g.opts.Owner, g.opts.LeaseTTL, now)
 		if err != nil {
 			m.member = stores.Lease{}
 			g.log.Warn("acquire member lease", "error", err)
@@ -110,12 +108,12 @@ func (m *membership) tick(ctx context.Context) {
 	}
 	m.renewHeld(ctx)
 
-	members, err := g.leases.List(ctx, memberPrefix(g.cfg.Session), now)
+	members, err := g.store.List(ctx, memberPrefix(g.opts.Session), now)
 	if err != nil {
 		g.log.Warn("list members", "error", err)
 		return
 	}
-	share := fairShare(g.cfg.Partitions, len(members))
+	share := fairShare(g.opts.Partitions, len(members))
 	active := 0
 	for _, p := range m.held {
 		if !p.stopping() {
@@ -123,7 +121,7 @@ func (m *membership) tick(ctx context.Context) {
 		}
 	}
 	// Give up partitions above the share, highest first.
-	for n := g.cfg.Partitions - 1; n >= 0 && active > share; n-- {
+	for n := g.opts.Partitions - 1; n >= 0 && active > share; n-- {
 		if p := m.held[n]; p != nil && !p.stopping() {
 			g.log.Info("handing partition over", "partition", n, "members", len(members))
 			p.stop()
@@ -131,11 +129,11 @@ func (m *membership) tick(ctx context.Context) {
 		}
 	}
 	// Take free partitions up to the share.
-	for n := 0; n < g.cfg.Partitions && active < share; n++ {
+	for n := 0; n < g.opts.Partitions && active < share; n++ {
 		if m.held[n] != nil {
 			continue
 		}
-		l, err := g.leases.Acquire(ctx, PartitionLease(g.cfg.Session, n), g.cfg.Owner, g.cfg.LeaseTTL, now)
+		l, err := g.store.Acquire(ctx, stores.PartitionLease(g.opts.Session, n), g.opts.Owner, g.opts.LeaseTTL, now)
 		if errors.Is(err, stores.ErrLeaseHeld) {
 			continue
 		}
@@ -145,6 +143,9 @@ func (m *membership) tick(ctx context.Context) {
 		}
 		p := newPartition(g, n, l)
 		m.held[n] = p
+		g.mu.Lock()
+		g.parts[n] = p
+		g.mu.Unlock()
 		active++
 		g.log.Info("draining partition", "partition", n, "token", l.Token)
 		go p.run(m.exited)
@@ -155,15 +156,17 @@ func (m *membership) tick(ctx context.Context) {
 // lost stops claiming at once.
 func (m *membership) renewHeld(ctx context.Context) {
 	g := m.g
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.LeaseTTL/3)
+	ctx, cancel := context.WithTimeout(ctx, g.opts.LeaseTTL/3)
 	defer cancel()
 	for n, p := range m.held {
 		l := p.lease()
 		now := g.now()
-		nl, err := g.leases.Renew(ctx, l, g.cfg.LeaseTTL, now)
+		nl, err := g.store.Renew(ctx, l, g.opts.LeaseTTL, now)
 		if err != nil {
-			// A store hiccup is survivable while the lease still runs.
-			if errors.Is(err, stores.ErrLeaseLost) || !now.Before(l.Until) {
+			// A store hiccup is survivable while the lease still runs, but
+			// a holder past Until − margin stops: another owner may take
+			// the partition at Until.
+			if errors.Is(err, stores.ErrLeaseLost) || !now.Before(l.Until.Add(-g.opts.LeaseTTL/3)) {
 				g.log.Warn("partition lease lost", "partition", n, "error", err)
 				p.lose()
 			} else {

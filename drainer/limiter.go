@@ -19,7 +19,7 @@ type limiter struct {
 }
 
 func newLimiter(route string, ceiling int, obs Observer, note *notifier) *limiter {
-	l := &limiter{route: route, ceiling: ceiling, obs: obs, note: note, limit: initialLimit(ceiling)}
+	l := &limiter{route: route, ceiling: ceiling, obs: obs, note: note, limit: min(10, max(ceiling, 1))}
 	obs.Limit(route, l.limit)
 	return l
 }

@@ -2,15 +2,19 @@ package drainer
 
 import "time"
 
-// Outcome results, as reported to the Observer.
+// Outcome results, as reported to the Observer. Send results use the
+// senders' vocabulary (ok, capacity, transient, permanent); the rest say how
+// a record was settled without a send, or after a permanent failure.
 const (
-	ResultOK           = "ok"            // the target accepted the record; completed
-	ResultRetried      = "retried"       // transient failure; released with backoff
-	ResultCapacity     = "capacity"      // capacity error; released after backoff or retry-after
-	ResultDeadLettered = "dead_lettered" // permanent failure (on_permanent_failure: dlq) or poisoned
-	ResultDropped      = "dropped"       // permanent failure with on_permanent_failure: drop
-	ResultExpired      = "expired"       // past its TTL; dead-lettered or dropped per on_expired
-	ResultStale        = "stale"         // the store refused the state change (lease lost, token stale)
+	ResultOK           = "ok"            // the target accepted the record: done
+	ResultCapacity     = "capacity"      // the target is saturated: retried after backoff or its retry-after
+	ResultTransient    = "transient"     // a transient failure: retried with backoff
+	ResultDeadLettered = "dead_lettered" // a permanent failure (on_permanent_failure: dlq), poisoned, or a processor error
+	ResultDropped      = "dropped"       // a permanent failure with on_permanent_failure: drop
+	ResultExpired      = "expired"       // past its TTL: dead-lettered or dropped per on_expired
+	ResultFiltered     = "filtered"      // a requeued ingest dead letter that the route's processors filtered out
+	ResultCoalesced    = "coalesced"     // replaced by a newer record of its coalesce key
+	ResultHeld         = "held"          // would have died, but the route holds max_dead_letters: retried later
 )
 
 // Outcome is what happened to one record after a send (or instead of one).
@@ -21,9 +25,9 @@ type Outcome struct {
 	Partition int
 	// Result is one of the Result* constants.
 	Result string
-	// Attempt is the record's claim count (stores.Record.Attempts).
+	// Attempt is the record's send count so far.
 	Attempt int
-	// Err is the send error or the dead-letter reason; "" on success.
+	// Err is the send error or the settlement reason; "" on success.
 	Err string
 	// Latency is how long the send took (zero when nothing was sent).
 	Latency time.Duration
@@ -34,7 +38,7 @@ type Outcome struct {
 // and to its delivery journal. Methods are called from drainer goroutines
 // and must not block.
 type Observer interface {
-	// Delivered reports the settlement of one record.
+	// Delivered reports the settlement (or retry) of one record.
 	Delivered(Outcome)
 	// Limit reports a route's new AIMD concurrency limit.
 	Limit(route string, limit int)
@@ -42,11 +46,7 @@ type Observer interface {
 	InFlight(route string, n int)
 	// Sent reports a successful send on a session (for stall detection).
 	Sent(session string, at time.Time)
-}
-
-// AbandonObserver is optionally implemented by an Observer to count sends
-// that ignored their context past send_timeout and were abandoned.
-type AbandonObserver interface {
+	// Abandoned counts a send that ignored its context past send_timeout.
 	Abandoned(route string)
 }
 
@@ -56,3 +56,4 @@ func (nopObserver) Delivered(Outcome)      {}
 func (nopObserver) Limit(string, int)      {}
 func (nopObserver) InFlight(string, int)   {}
 func (nopObserver) Sent(string, time.Time) {}
+func (nopObserver) Abandoned(string)       {}

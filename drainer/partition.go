@@ -11,26 +11,30 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// pipelineDepth is how many claimed batches one partition processes at once.
-const pipelineDepth = 2
-
-// settleTimeout bounds each store write that records an outcome; those
-// writes run on a context detached from shutdown (R16).
+// settleTimeout bounds the final flush of a partition's settlements and the
+// release of its lease at shutdown.
 const settleTimeout = 10 * time.Second
 
-// partition is the drain loop of one session partition whose lease this
-// instance holds.
+// partition is the loop of one session partition whose lease this instance
+// holds. The writer side (reserve, delivered) and the loop share mu; the
+// loop alone touches the schedule.
 type partition struct {
 	g *Group
 	n int
 
-	mu sync.Mutex
-	l  stores.Lease
+	mu        sync.Mutex
+	l         stores.Lease
+	inbox     []stores.Record // delivered by the writer, not yet scheduled
+	held      int             // records in the inbox or the schedule
+	reserved  int             // rooms promised to the writer
+	backlog   bool            // the store may hold unclaimed records of this partition
+	unclaimed uint64          // records the writer appended unclaimed (a version)
+	wake      chan struct{}
 
-	// stopCtx is cancelled to stop claiming gracefully (shutdown or
-	// rebalance); lostCtx when the lease is lost (abort: no more state
-	// changes). workCtx, the parent of every send, is cancelled on loss at
-	// once and ShutdownTimeout after a stop.
+	// stopCtx is cancelled to stop gracefully (shutdown, rebalance);
+	// lostCtx when the lease is lost (no more state changes). workCtx, the
+	// parent of every send, ends at once on loss and ShutdownTimeout after
+	// a stop.
 	stopCtx    context.Context
 	stopFn     context.CancelFunc
 	lostCtx    context.Context
@@ -38,15 +42,29 @@ type partition struct {
 	workCtx    context.Context
 	cancelWork context.CancelFunc
 
-	rnd *rand.Rand
+	rnd      *rand.Rand
+	sched    *schedule
+	after    int64  // every record up to this Seq was claimed or delivered
+	seen     uint64 // the unclaimed version the last claim started at
+	full     bool   // the last claim filled its limit: more may wait
+	results  chan sendResult
+	inflight int
+	order    []string // route IDs, in a fixed order for launching
 }
 
 func newPartition(g *Group, n int, l stores.Lease) *partition {
-	p := &partition{g: g, n: n, l: l}
+	p := &partition{
+		g: g, n: n, l: l, backlog: true, wake: make(chan struct{}, 1),
+		rnd: rand.New(rand.NewPCG(uint64(l.Token), uint64(n))), sched: newSchedule(),
+		results: make(chan sendResult, g.opts.Window),
+	}
 	p.lostCtx, p.loseFn = context.WithCancel(context.Background())
 	p.stopCtx, p.stopFn = context.WithCancel(p.lostCtx)
 	p.workCtx, p.cancelWork = context.WithCancel(p.lostCtx)
-	p.rnd = rand.New(rand.NewPCG(uint64(l.Token), uint64(n)))
+	for id := range g.opts.Routes {
+		p.order = append(p.order, id)
+	}
+	slices.Sort(p.order)
 	return p
 }
 
@@ -62,83 +80,101 @@ func (p *partition) setLease(l stores.Lease) {
 	p.mu.Unlock()
 }
 
-// stop asks the loop to stop claiming and finish gracefully.
-func (p *partition) stop() { p.stopFn() }
-
-// stopping reports whether stop (or lose) was called.
+func (p *partition) stop()          { p.stopFn() }
 func (p *partition) stopping() bool { return p.stopCtx.Err() != nil }
+func (p *partition) lose()          { p.loseFn() }
+func (p *partition) lost() bool     { return p.lostCtx.Err() != nil }
 
-// lose aborts the loop: its lease is gone, its state changes would be stale.
-func (p *partition) lose() { p.loseFn() }
+func (p *partition) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
 
-func (p *partition) lost() bool { return p.lostCtx.Err() != nil }
+// reserve implements Group.Reserve.
+func (p *partition) reserve() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping() {
+		return 0
+	}
+	if p.backlog || p.held+p.reserved >= p.g.opts.Window {
+		p.backlog = true // later records must queue behind this one
+		p.unclaimed++
+		return 0
+	}
+	p.reserved++
+	return p.l.Token
+}
 
-// run is the drain loop. It reports on exited when it has finished, after
-// releasing its lease (unless the lease was lost).
+// delivered implements Group.Delivered.
+func (p *partition) delivered(rec *stores.Record, reserved int64) {
+	p.mu.Lock()
+	mine := reserved != 0 && reserved == p.l.Token
+	if mine {
+		p.reserved--
+	}
+	switch {
+	case rec.Seq == 0: // a duplicate, or absorbed by coalescing
+	case mine && rec.Token == reserved && !p.stopping():
+		p.inbox = append(p.inbox, *rec)
+		p.held++
+	case rec.Token == 0:
+		p.backlog = true
+		p.unclaimed++
+	}
+	p.mu.Unlock()
+	p.signal()
+}
+
+// run is the partition's loop. It reports on exited once it has finished,
+// after releasing its lease (unless the lease was lost).
 func (p *partition) run(exited chan<- *partition) {
 	g := p.g
 	defer func() { exited <- p }()
 	defer p.cancelWork()
-	shutdownTimer := context.AfterFunc(p.stopCtx, func() {
-		t := time.AfterFunc(g.cfg.ShutdownTimeout, p.cancelWork)
+	stopTimer := context.AfterFunc(p.stopCtx, func() {
+		t := time.AfterFunc(g.opts.ShutdownTimeout, p.cancelWork)
 		context.AfterFunc(p.workCtx, func() { t.Stop() })
 	})
-	defer shutdownTimer()
+	defer stopTimer()
 
 	log := g.log.With("partition", p.n)
-	w := newWaker(g.cfg.DrainStrategy)
+	w := &waker{p: g.opts.Poll}
+	var nextPoll time.Time
 	errStreak := 0
-	// Up to pipelineDepth claimed batches are in process at once, so the
-	// next claim overlaps the sends of the batch before it. The store keeps
-	// them apart: a claimed record is not claimed again, and a record waits
-	// while an older one of its ordering key is claimed.
-	var inProcess []*batchRun // oldest first
 	for !p.stopping() {
-		inProcess = slices.DeleteFunc(inProcess, (*batchRun).finished)
 		now := g.now()
-		if b := blocking(inProcess, now); b != nil {
-			select {
-			case <-b.done:
-			case <-p.stopCtx.Done():
+		p.absorb(now)
+		if p.wantClaim(now, nextPoll) {
+			found, err := p.claim()
+			switch {
+			case err != nil && p.lost():
+			case err != nil:
+				errStreak++
+				if errStreak == 1 || errStreak%100 == 0 {
+					log.Error("claim records", "error", err, "streak", errStreak)
+				}
+			default:
+				errStreak = 0
 			}
+			nextPoll = g.now().Add(w.next(found > 0, p.rnd))
 			continue
 		}
-		recs, err := g.store.Claim(p.lostCtx, stores.ClaimRequest{
-			Session:   g.cfg.Session,
-			Partition: p.n,
-			Token:     p.lease().Token,
-			Limit:     g.cfg.BatchSize,
-			Now:       now,
-			Until:     now.Add(g.cfg.ClaimTimeout),
-		})
-		if err != nil {
-			if p.lost() {
-				break
-			}
-			errStreak++
-			if errStreak == 1 || errStreak%100 == 0 {
-				log.Error("claim records", "error", err, "streak", errStreak)
-			}
-			p.wait(w.next(false, p.rnd))
-			continue
+		nextDue := p.sched.tick(now)
+		slot := g.note.wait() // before launching, so that no release is missed
+		probeWait, limited := p.launch(now)
+		if !limited {
+			slot = nil
 		}
-		errStreak = 0
-		if len(recs) > 0 {
-			b := &batchRun{until: claimDeadline(recs), done: make(chan struct{})}
-			inProcess = append(inProcess, b)
-			rnd := rand.New(rand.NewPCG(p.rnd.Uint64(), p.rnd.Uint64()))
-			go func() {
-				defer close(b.done)
-				p.process(recs, rnd)
-			}()
-		}
-		if len(recs) >= g.cfg.BatchSize {
-			continue
-		}
-		p.wait(w.next(len(recs) > 0, p.rnd))
+		p.wait(now, nextDue, nextPoll, probeWait, slot)
 	}
-	for _, b := range inProcess { // settled before the lease goes
-		<-b.done
+	// Stopping: launch nothing more, collect what is in flight (workCtx
+	// cuts it short at ShutdownTimeout), then make the outcomes durable
+	// before the lease goes, so that the next owner does not resend them.
+	for p.inflight > 0 {
+		p.handle(<-p.results)
 	}
 	if p.lost() {
 		log.Warn("stopped draining: lease lost")
@@ -146,49 +182,121 @@ func (p *partition) run(exited chan<- *partition) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 	defer cancel()
-	if err := g.leases.Release(ctx, p.lease()); err != nil && !errors.Is(err, stores.ErrLeaseLost) {
+	if err := g.settler.Flush(ctx); err != nil {
+		log.Warn("flush settlements before releasing the partition", "error", err)
+	}
+	if err := g.store.Release(ctx, p.lease()); err != nil && !errors.Is(err, stores.ErrLeaseLost) {
 		log.Warn("release partition lease", "error", err)
 	}
 	log.Info("stopped draining")
 }
 
-// batchRun is a claimed batch in process.
-type batchRun struct {
-	until time.Time     // its claim deadline (zero: none)
-	done  chan struct{} // closed when it has settled
+// wantClaim reports whether the loop should claim from the store now: it
+// has room, and a poll is due or the store holds a backlog of the
+// partition that the last claim did not exhaust (it filled its limit, or
+// the writer appended unclaimed records since it started).
+func (p *partition) wantClaim(now, nextPoll time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	room := p.g.opts.Window - p.held - p.reserved
+	return room > 0 && (!now.Before(nextPoll) || (p.backlog && (p.full || p.unclaimed != p.seen)))
 }
 
-func (b *batchRun) finished() bool {
-	select {
-	case <-b.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// blocking returns the batch the next claim must wait for: the oldest when
-// pipelineDepth are in process, or one whose claim has lapsed at now (a
-// claim would take its records over and send them a second time).
-func blocking(inProcess []*batchRun, now time.Time) *batchRun {
-	if len(inProcess) >= pipelineDepth {
-		return inProcess[0]
-	}
-	for _, b := range inProcess {
-		if !b.until.IsZero() && !now.Before(b.until) {
-			return b
+// claim takes what the store holds for the partition beyond what the loop
+// holds, up to its room, and reports how many records it found.
+func (p *partition) claim() (int, error) {
+	g := p.g
+	p.mu.Lock()
+	limit := min(g.opts.Window-p.held-p.reserved, g.opts.BatchSize)
+	version := p.unclaimed
+	token := p.l.Token
+	p.mu.Unlock()
+	p.seen, p.full = version, false
+	recs, err := g.store.Claim(p.lostCtx, stores.ClaimRequest{
+		Session: g.opts.Session, Partition: p.n, Token: token, Limit: limit, After: p.after,
+	})
+	if err != nil {
+		if errors.Is(err, stores.ErrLeaseLost) {
+			p.lose()
 		}
+		return 0, err
 	}
-	return nil
+	p.full = len(recs) >= limit
+	p.mu.Lock()
+	p.held += len(recs)
+	if len(recs) < limit && p.unclaimed == version {
+		p.backlog = false // the store holds nothing more: the writer may hand records over
+	}
+	p.mu.Unlock()
+	now := g.now()
+	for i := range recs {
+		p.schedule(recs[i], now)
+	}
+	return len(recs), nil
 }
 
-// wait blocks for d, or until Wake, stop or loss.
-func (p *partition) wait(d time.Duration) {
+// absorb schedules the records the writer delivered.
+func (p *partition) absorb(now time.Time) {
+	p.mu.Lock()
+	in := p.inbox
+	p.inbox = nil
+	p.mu.Unlock()
+	for _, rec := range in {
+		p.schedule(rec, now)
+	}
+}
+
+// schedule takes one held record into the schedule.
+func (p *partition) schedule(rec stores.Record, now time.Time) {
+	p.after = max(p.after, rec.Seq)
+	it := &item{rec: rec, due: rec.NextAttemptAt}
+	it.env = &it.rec.Envelope
+	r := p.g.routes[rec.Route]
+	if r == nil {
+		p.settleNow(it, stores.DeadLetter, "unknown route "+rec.Route+": not in this bridge's configuration", ResultDeadLettered, now)
+		return
+	}
+	it.route = r
+	switch old := p.sched.add(it, now); old {
+	case nil:
+	case it: // a newer message of its coalesce key is held
+		p.settleNow(it, stores.Done, "coalesced", ResultCoalesced, now)
+	default:
+		p.settle(old, stores.Done, "coalesced", ResultCoalesced, now)
+	}
+}
+
+// wait blocks until a result, a delivery, the next due record, the next
+// poll, the next probe, a free concurrency slot (when limited) or a stop.
+func (p *partition) wait(now, nextDue, nextPoll time.Time, probeWait time.Duration, slot <-chan struct{}) {
+	d := time.Hour
+	if !nextDue.IsZero() {
+		d = min(d, nextDue.Sub(now))
+	}
+	if p.hasRoom() {
+		d = min(d, nextPoll.Sub(now))
+	}
+	if probeWait > 0 {
+		d = min(d, probeWait)
+	}
+	if d <= 0 {
+		return
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
+	case res := <-p.results:
+		p.handle(res)
+		p.collect()
+	case <-p.wake:
+	case <-slot:
 	case <-t.C:
-	case <-p.g.wakes[p.n]:
 	case <-p.stopCtx.Done():
 	}
+}
+
+func (p *partition) hasRoom() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held+p.reserved < p.g.opts.Window
 }

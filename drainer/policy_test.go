@@ -5,14 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/routes"
-	"github.com/gobridge/gobridge/stores"
+		"github.com/gobridge/gobridge/stores"
 )
 
 func TestPoisoned(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	pol := routes.Policy{MaxReplayAttempts: 5, ReplayBudget: routes.Duration(15 * time.Minute)}
+	pol := Policy{MaxReplayAttempts: 5, ReplayBudget: 15 * time.Minute}
 	tests := []struct {
 		name     string
 		attempts int
@@ -33,38 +32,42 @@ func TestPoisoned(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := stores.Record{Attempts: tt.attempts, FirstAttemptAt: tt.first, CreatedAt: tt.created}
-			if got := Poisoned(rec, pol, tt.now); got != tt.want {
+			delivered := func(time.Time) bool { return true }
+			if got := Poisoned(&rec, pol, tt.now, delivered); got != tt.want {
 				t.Errorf("Poisoned = %v, want %v", got, tt.want)
+			}
+			if Poisoned(&rec, pol, tt.now, func(time.Time) bool { return false }) {
+				t.Error("poisoned while the target delivered nothing since the first attempt")
 			}
 		})
 	}
 }
 
-func TestBackoffCeiling(t *testing.T) {
+func TestBackoff_Ceiling(t *testing.T) {
 	t.Parallel()
-	b := routes.Backoff{InitialInterval: routes.Duration(time.Second), MaxInterval: routes.Duration(30 * time.Second), Multiplier: 2}
+	b := Backoff{Initial: time.Second, Max: 30 * time.Second, Multiplier: 2}
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
 	for i, w := range want {
-		if got := BackoffCeiling(i+1, b); got != w {
+		if got := b.Ceiling(i + 1); got != w {
 			t.Errorf("attempt %d: ceiling %v, want %v", i+1, got, w)
 		}
 	}
-	if got := BackoffCeiling(10_000, b); got != 30*time.Second {
+	if got := b.Ceiling(10_000); got != 30*time.Second {
 		t.Errorf("huge attempt: ceiling %v, want the cap", got)
 	}
-	if got := BackoffCeiling(0, b); got != time.Second {
+	if got := b.Ceiling(0); got != time.Second {
 		t.Errorf("attempt 0: ceiling %v, want initial", got)
 	}
 }
 
-func TestNextRetry_FullJitterWithinCeiling(t *testing.T) {
+func TestBackoff_NextFullJitterWithinCeiling(t *testing.T) {
 	t.Parallel()
-	b := routes.Backoff{InitialInterval: routes.Duration(time.Second), MaxInterval: routes.Duration(30 * time.Second), Multiplier: 2}
+	b := Backoff{Initial: time.Second, Max: 30 * time.Second, Multiplier: 2}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := rand.New(rand.NewPCG(1, 2))
 	var low, high bool
 	for range 2000 {
-		d := NextRetry(now, 3, b, 0, r).Sub(now)
+		d := b.Next(now, 3, 0, r).Sub(now)
 		if d < 0 || d > 4*time.Second {
 			t.Fatalf("delay %v outside [0, 4s]", d)
 		}
@@ -76,16 +79,16 @@ func TestNextRetry_FullJitterWithinCeiling(t *testing.T) {
 	}
 }
 
-func TestNextRetry_LongerRetryAfterWins(t *testing.T) {
+func TestBackoff_NextLongerRetryAfterWins(t *testing.T) {
 	t.Parallel()
-	b := routes.Backoff{InitialInterval: routes.Duration(time.Second), MaxInterval: routes.Duration(2 * time.Second), Multiplier: 2}
+	b := Backoff{Initial: time.Second, Max: 2 * time.Second, Multiplier: 2}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 100 {
-		if d := NextRetry(now, 1, b, time.Minute, r).Sub(now); d != time.Minute {
+		if d := b.Next(now, 1, time.Minute, r).Sub(now); d != time.Minute {
 			t.Fatalf("delay %v, want the 1m retry-after", d)
 		}
-		if d := NextRetry(now, 5, b, time.Millisecond, r).Sub(now); d < time.Millisecond || d > 2*time.Second {
+		if d := b.Next(now, 5, time.Millisecond, r).Sub(now); d < time.Millisecond || d > 2*time.Second {
 			t.Fatalf("delay %v, want backoff no shorter than the hint", d)
 		}
 	}
@@ -113,19 +116,12 @@ func TestNextLimit(t *testing.T) {
 			}
 		})
 	}
-	if got := initialLimit(100); got != 10 {
-		t.Errorf("initialLimit(100) = %d, want 10", got)
-	}
-	if got := initialLimit(3); got != 3 {
-		t.Errorf("initialLimit(3) = %d, want 3", got)
-	}
 }
 
 func TestWaker_AdaptiveBackoff(t *testing.T) {
 	t.Parallel()
-	s := strategyDefaults(routes.DrainStrategy{Type: routes.DrainAdaptiveBackoff,
-		MinInterval: routes.Duration(100 * time.Millisecond), MaxInterval: routes.Duration(time.Second), Multiplier: 2})
-	w := newWaker(s)
+	w := &waker{p: Poll{Min: 100 * time.Millisecond, Max: time.Second, Multiplier: 2}}
+	w.next(true, rand.New(rand.NewPCG(1, 1)))
 	r := rand.New(rand.NewPCG(5, 6))
 	within := func(got, want time.Duration) bool { return got >= want-want/10 && got <= want+want/10 }
 	for _, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, time.Second} {
@@ -140,9 +136,10 @@ func TestWaker_AdaptiveBackoff(t *testing.T) {
 
 func TestWaker_FixedPoll(t *testing.T) {
 	t.Parallel()
-	w := newWaker(strategyDefaults(routes.DrainStrategy{Interval: routes.Duration(2 * time.Second)}))
+	w := &waker{p: Poll{Min: 2 * time.Second, Max: 2 * time.Second}}
+	r := rand.New(rand.NewPCG(7, 8))
 	for _, found := range []bool{false, true, false} {
-		if got := w.next(found, nil); got < 1800*time.Millisecond || got > 2200*time.Millisecond {
+		if got := w.next(found, r); got < 1800*time.Millisecond || got > 2200*time.Millisecond {
 			t.Fatalf("fixed wait %v, want 2s ±10%%", got)
 		}
 	}

@@ -1,0 +1,197 @@
+package drainer
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/stores"
+)
+
+// item is one record a partition holds.
+type item struct {
+	rec   stores.Record
+	route *Route
+	// env is what is sent: the record's envelope, or for a Raw record the
+	// output of the route's processors (prepared once).
+	env      *message.Envelope
+	prepared bool
+	due      time.Time
+	latency  time.Duration // of the last send
+	where    place
+	heapIdx  int // in schedule.timers
+}
+
+// place is where an item is in its schedule.
+type place int
+
+const (
+	waiting place = iota // behind an older record of its key
+	timed                // eligible, waiting for its due time
+	ready                // eligible and due
+	sending              // taken to send
+)
+
+// key is the ordering key of it ("" when it has none).
+func (it *item) key() string { return it.rec.Envelope.Key }
+
+// schedule orders the records a partition holds: per ordering key one at a
+// time, in the order they arrived (which is Seq order: claims return Seq
+// order, and the writer hands records over only while the store holds no
+// backlog of the partition), each once its due time has passed.
+type schedule struct {
+	keys   map[string][]*item // records of one key; the head is the eligible one
+	ready  map[string][]*item // per route: eligible and due, in order
+	timers timerHeap          // eligible, not due yet
+	byCo   map[[2]string]*item
+	held   int
+}
+
+func newSchedule() *schedule {
+	return &schedule{keys: map[string][]*item{}, ready: map[string][]*item{}, byCo: map[[2]string]*item{}}
+}
+
+// add takes a record in. It returns the item it supersedes by coalescing
+// (the held, unsent record of the same route and coalesce key received
+// earlier), which the caller settles as done; or it itself when a newer one
+// is held (then it was not added).
+func (s *schedule) add(it *item, now time.Time) (superseded *item) {
+	if ck := it.rec.CoalesceKey; ck != "" {
+		k := [2]string{it.rec.Route, ck}
+		if old := s.byCo[k]; old != nil && old.where != sending {
+			if !stores.Supersedes(&it.rec, &old.rec) {
+				return it
+			}
+			s.done(old, now)
+			superseded = old
+		}
+		s.byCo[k] = it
+	}
+	s.held++
+	it.where = waiting
+	if k := it.key(); k != "" {
+		s.keys[k] = append(s.keys[k], it)
+		if len(s.keys[k]) > 1 {
+			return superseded
+		}
+	}
+	s.eligible(it, now)
+	return superseded
+}
+
+// eligible queues an item whose key lets it go.
+func (s *schedule) eligible(it *item, now time.Time) {
+	if it.due.After(now) {
+		it.where = timed
+		heap.Push(&s.timers, it)
+		return
+	}
+	it.where = ready
+	s.ready[it.rec.Route] = append(s.ready[it.rec.Route], it)
+}
+
+// tick moves the items due at now to their ready queues and returns when
+// the next one is due (zero when none waits).
+func (s *schedule) tick(now time.Time) time.Time {
+	for len(s.timers) > 0 && !s.timers[0].due.After(now) {
+		it := heap.Pop(&s.timers).(*item)
+		it.where = ready
+		s.ready[it.rec.Route] = append(s.ready[it.rec.Route], it)
+	}
+	if len(s.timers) == 0 {
+		return time.Time{}
+	}
+	return s.timers[0].due
+}
+
+// take removes up to n ready items of route (oldest first) to send them.
+func (s *schedule) take(route string, n int) []*item {
+	q := s.ready[route]
+	n = min(n, len(q))
+	out := make([]*item, n)
+	copy(out, q[:n])
+	s.ready[route] = q[n:]
+	for _, it := range out {
+		it.where = sending
+	}
+	return out
+}
+
+// retry puts a sent item back, due at due; it stays the head of its key.
+func (s *schedule) retry(it *item, due time.Time, now time.Time) {
+	it.due = due
+	s.eligible(it, now)
+}
+
+// done forgets a settled item and makes the next record of its key
+// eligible.
+func (s *schedule) done(it *item, now time.Time) {
+	s.remove(it)
+	if k := it.key(); k != "" && len(s.keys[k]) > 0 {
+		if next := s.keys[k][0]; next.where == waiting {
+			s.eligible(next, now)
+		}
+	}
+}
+
+// remove takes it out of every structure.
+func (s *schedule) remove(it *item) {
+	s.held--
+	switch it.where {
+	case timed:
+		heap.Remove(&s.timers, it.heapIdx)
+	case ready:
+		q := s.ready[it.rec.Route]
+		for i, o := range q {
+			if o == it {
+				s.ready[it.rec.Route] = append(q[:i:i], q[i+1:]...)
+				break
+			}
+		}
+	}
+	it.where = sending // out of every queue
+	if k := it.key(); k != "" {
+		q := s.keys[k]
+		for i, o := range q {
+			if o == it {
+				q = append(q[:i:i], q[i+1:]...)
+				break
+			}
+		}
+		if len(q) == 0 {
+			delete(s.keys, k)
+		} else {
+			s.keys[k] = q
+		}
+	}
+	if ck := it.rec.CoalesceKey; ck != "" && s.byCo[[2]string{it.rec.Route, ck}] == it {
+		delete(s.byCo, [2]string{it.rec.Route, ck})
+	}
+}
+
+// timerHeap orders items by due time, then Seq.
+type timerHeap []*item
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if !h[i].due.Equal(h[j].due) {
+		return h[i].due.Before(h[j].due)
+	}
+	return h[i].rec.Seq < h[j].rec.Seq
+}
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *timerHeap) Push(x any) {
+	it := x.(*item)
+	it.heapIdx = len(*h)
+	*h = append(*h, it)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return it
+}
