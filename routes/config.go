@@ -73,13 +73,12 @@ type Log struct {
 	Format string `yaml:"format,omitempty" validate:"oneof=json text"`
 }
 
-// Stores configures the outbox and lease stores.
+// Stores configures the outbox store. Its leases (one drainer per session
+// partition) live in the same store, so that claims are fenced by them in
+// the same transaction.
 type Stores struct {
 	// Outbox is required when any route uses shared_outbox; nil otherwise.
 	Outbox *StoreConfig `yaml:"outbox,omitempty"`
-	// Lease defaults to {type: memory}; after loading it is never nil. A
-	// dynamodb outbox needs a dynamodb lease store.
-	Lease *StoreConfig `yaml:"lease,omitempty"`
 }
 
 // StoreConfig selects a store backend.
@@ -101,8 +100,7 @@ type StoreOptions struct {
 	// tombstones (payload included) so that a redelivered message with the
 	// same idempotency key is not delivered twice. Defaults to 100000.
 	DoneRetention int `yaml:"done_retention,omitempty"`
-	// Table is the DynamoDB table name. Defaults to gobridge_outbox for the
-	// outbox and gobridge_leases for the lease store.
+	// Table is the DynamoDB table name. Defaults to gobridge_outbox.
 	Table string `yaml:"table,omitempty"`
 	// Region is the AWS region (DynamoDB); empty uses the default chain.
 	Region string `yaml:"region,omitempty"`
@@ -270,9 +268,6 @@ type Session struct {
 	DrainStrategy *DrainStrategy `yaml:"drain_strategy,omitempty"`
 	// BatchSize is the records per claim. Defaults to 100.
 	BatchSize int `yaml:"batch_size,omitempty" validate:"min=1,max=10000"`
-	// StallAfter makes /readyz fail when the oldest pending record is older
-	// and nothing was sent in that window. Defaults to 10m.
-	StallAfter Duration `yaml:"stall_after,omitempty"`
 }
 
 // DrainStrategy says how often an idle drainer polls.
@@ -294,9 +289,21 @@ type Policy struct {
 	// MaxInFlight bounds concurrent sends (direct_hold) and is the AIMD
 	// ceiling (shared_outbox). Defaults to 100.
 	MaxInFlight int `yaml:"max_in_flight,omitempty" validate:"min=1"`
-	// MaxOutboxDepth is the pending records per session before ingest
-	// pushes back. Defaults to 10000.
+	// MaxOutboxDepth is the live records per session before ingest pushes
+	// back. Defaults to 10000000.
 	MaxOutboxDepth int `yaml:"max_outbox_depth,omitempty" validate:"min=1"`
+	// MaxOutboxBytes is the bytes of live records (payload, topic and
+	// headers) per session before ingest pushes back; whichever of the two
+	// limits is reached first holds. Defaults to 1073741824 (1 GiB).
+	MaxOutboxBytes int64 `yaml:"max_outbox_bytes,omitempty" validate:"min=1"`
+	// MaxDeadLetters is the dead letters a route keeps before records that
+	// would die are retried at backoff.max_interval instead and ingest dead
+	// letters push back. Defaults to 100000.
+	MaxDeadLetters int `yaml:"max_dead_letters,omitempty" validate:"min=1"`
+	// StallAfter makes /readyz fail when a session's oldest live record is
+	// older and nothing was sent in that window, or a direct_hold route has
+	// held its source longer. Defaults to 10m.
+	StallAfter Duration `yaml:"stall_after,omitempty"`
 	// MaxReplayAttempts: a transiently failing record is poisoned only after
 	// more claims than this. Defaults to 5 (0 means the default).
 	MaxReplayAttempts int `yaml:"max_replay_attempts,omitempty" validate:"min=1"`

@@ -195,9 +195,9 @@ func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string, duration bool
 		}
 		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
 		return true
-	case reflect.Int:
+	case reflect.Int, reflect.Int64:
 		if tag == "!!int" {
-			if _, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 32); err == nil {
+			if _, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, t.Bits()/2+32*(t.Bits()/64)); err == nil {
 				return true
 			}
 			w.errorf(n, path, "wrong-type", "%s: %s is out of range", path, n.Value)

@@ -13,7 +13,6 @@ const (
 	DefaultSQLitePath       = "./data/outbox.db"
 	DefaultDoneRetention    = 100_000
 	DefaultOutboxTable      = "gobridge_outbox"
-	DefaultLeaseTable       = "gobridge_leases"
 	DefaultClientIDPrefix   = "gobridge-"
 	DefaultShutdownTimeout  = 30 * time.Second
 	DefaultKeepAlive        = 30 * time.Second
@@ -32,7 +31,9 @@ const (
 	DefaultSQSBatchSize     = 10
 	DefaultSessionBatchSize = 100
 	DefaultMaxInFlight      = 100
-	DefaultMaxOutboxDepth   = 10000
+	DefaultMaxOutboxDepth   = 10_000_000
+	DefaultMaxOutboxBytes   = 1 << 30
+	DefaultMaxDeadLetters   = 100_000
 	DefaultMaxReplay        = 5
 )
 
@@ -51,23 +52,14 @@ func (c *Config) setDefaults() {
 	b.Log.Level = cmp.Or(b.Log.Level, "info")
 	b.Log.Format = cmp.Or(b.Log.Format, "json")
 
-	if c.Stores.Lease == nil {
-		c.Stores.Lease = &StoreConfig{Type: "memory"}
-	}
-	for _, s := range []struct {
-		cfg   *StoreConfig
-		table string
-	}{{c.Stores.Outbox, DefaultOutboxTable}, {c.Stores.Lease, DefaultLeaseTable}} {
-		if s.cfg == nil {
-			continue
-		}
-		switch s.cfg.Type {
+	if o := c.Stores.Outbox; o != nil {
+		switch o.Type {
 		case "sqlite":
-			s.cfg.Options.Path = cmp.Or(s.cfg.Options.Path, DefaultSQLitePath)
-			s.cfg.Options.Sync = cmp.Or(s.cfg.Options.Sync, "full")
-			s.cfg.Options.DoneRetention = cmp.Or(s.cfg.Options.DoneRetention, DefaultDoneRetention)
+			o.Options.Path = cmp.Or(o.Options.Path, DefaultSQLitePath)
+			o.Options.Sync = cmp.Or(o.Options.Sync, "full")
+			o.Options.DoneRetention = cmp.Or(o.Options.DoneRetention, DefaultDoneRetention)
 		case "dynamodb":
-			s.cfg.Options.Table = cmp.Or(s.cfg.Options.Table, s.table)
+			o.Options.Table = cmp.Or(o.Options.Table, DefaultOutboxTable)
 		}
 	}
 
@@ -131,11 +123,13 @@ func (c *Config) setDefaults() {
 			ds.Multiplier = cmp.Or(ds.Multiplier, DefaultMultiplier)
 		}
 		s.BatchSize = cmp.Or(s.BatchSize, DefaultSessionBatchSize)
-		s.StallAfter = cmp.Or(s.StallAfter, Duration(DefaultStallAfter))
 
 		p := &r.Policy
 		p.MaxInFlight = cmp.Or(p.MaxInFlight, DefaultMaxInFlight)
 		p.MaxOutboxDepth = cmp.Or(p.MaxOutboxDepth, DefaultMaxOutboxDepth)
+		p.MaxOutboxBytes = cmp.Or(p.MaxOutboxBytes, DefaultMaxOutboxBytes)
+		p.MaxDeadLetters = cmp.Or(p.MaxDeadLetters, DefaultMaxDeadLetters)
+		p.StallAfter = cmp.Or(p.StallAfter, Duration(DefaultStallAfter))
 		p.MaxReplayAttempts = cmp.Or(p.MaxReplayAttempts, DefaultMaxReplay)
 		p.ReplayBudget = cmp.Or(p.ReplayBudget, Duration(DefaultReplayBudget))
 		p.SendTimeout = cmp.Or(p.SendTimeout, Duration(DefaultSendTimeout))

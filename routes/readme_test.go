@@ -113,7 +113,6 @@ const dynamoFixture = `version: 1
 bridge: {id: docs}
 stores:
   outbox: {type: dynamodb}
-  lease: {type: dynamodb}
 receivers:
   - {id: edge, type: mqtt_listener, topics: [{topic: "#"}]}
 senders:

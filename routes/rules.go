@@ -53,7 +53,7 @@ func (c *Config) checkStores(add func(Problem)) {
 	for _, s := range []struct {
 		path string
 		cfg  *StoreConfig
-	}{{"stores.outbox", c.Stores.Outbox}, {"stores.lease", c.Stores.Lease}} {
+	}{{"stores.outbox", c.Stores.Outbox}} {
 		if s.cfg == nil {
 			continue
 		}
@@ -75,10 +75,6 @@ func (c *Config) checkStores(add func(Problem)) {
 				add(c.Errorf(s.path+".options.done_retention", "range", "%s.options.done_retention must be at least 0; got %d", s.path, n))
 			}
 		}
-	}
-	if o := c.Stores.Outbox; o != nil && o.Type == "dynamodb" && c.Stores.Lease != nil && c.Stores.Lease.Type != "dynamodb" {
-		add(c.Errorf("stores.lease.type", "lease-store",
-			"a dynamodb outbox is shared by several instances and needs a dynamodb lease store (stores.lease.type: dynamodb); got %q", c.Stores.Lease.Type))
 	}
 }
 

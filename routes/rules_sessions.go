@@ -17,7 +17,7 @@ var drainFields = []drainField{
 	{"policy.on_permanent_failure", func(r RouteConfig) string { return r.Policy.OnPermanentFailure }},
 	{"session.drain_strategy", func(r RouteConfig) string { return r.Session.DrainStrategy.describe() }},
 	{"session.batch_size", func(r RouteConfig) string { return fmt.Sprint(r.Session.BatchSize) }},
-	{"session.stall_after", func(r RouteConfig) string { return r.Session.StallAfter.String() }},
+	{"policy.max_dead_letters", func(r RouteConfig) string { return fmt.Sprint(r.Policy.MaxDeadLetters) }},
 	{"session.partitions", func(r RouteConfig) string { return fmt.Sprint(r.Session.Partitions) }},
 }
 
