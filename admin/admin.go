@@ -29,11 +29,24 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
+// Outbox is what the API reads and changes: the bridge's outbox (Requeue
+// and Drop go through the running bridge, so that its drainers see the
+// requeued records at once), or, for the CLI without a running bridge, the
+// store itself.
+type Outbox interface {
+	Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error)
+	Stats(ctx context.Context) ([]stores.SessionStats, error)
+	// Requeue puts dead letter id back for delivery, under route when it is
+	// not empty (a route renamed since), and returns the new record.
+	Requeue(ctx context.Context, id, route string) (stores.Record, error)
+	Drop(ctx context.Context, id string) error
+}
+
 // Options are what a Handler serves.
 type Options struct {
-	// Store is the outbox store; nil when the bridge has none (the dead
-	// letter endpoints then answer 404 with an explanation).
-	Store stores.Store
+	// Store is the outbox; nil when the bridge has none (the dead letter
+	// endpoints then answer 404 with an explanation).
+	Store Outbox
 	// Journal holds the delivery outcomes; nil serves an empty journal.
 	Journal *Journal
 	// Sessions, when set, reports the sessions (the bridge knows their
@@ -43,10 +56,6 @@ type Options struct {
 	// Token, when not empty, is required as "Authorization: Bearer TOKEN"
 	// for mutations.
 	Token string
-	// Wake, when set, is called after a requeue with the new record's
-	// session and partition, so its drainer claims it at once instead of
-	// at its next poll.
-	Wake func(session string, partition int)
 	// Logger defaults to a discarding logger. Mutations are logged at info.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -156,6 +165,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		"has_store":      h.opts.Store != nil,
 		"sessions":       h.sessions(r.Context()),
 		"routes":         h.journal.Routes(),
+		"senders":        h.journal.Senders(),
 		"bucket_seconds": Bucket.Seconds(),
 	})
 }
@@ -186,17 +196,22 @@ func (h *Handler) sessions(ctx context.Context) []SessionInfo {
 	}
 	lastSent := h.journal.sessions()
 	now := h.opts.Now()
+	stats := map[string]stores.SessionStats{}
+	if h.opts.Store != nil {
+		all, _ := h.opts.Store.Stats(ctx)
+		for _, st := range all {
+			stats[st.Session] = st
+		}
+	}
 	out := make([]SessionInfo, 0, len(byID))
 	for id, si := range byID {
 		if t := lastSent[id]; !t.IsZero() {
 			si.LastSentAt = &t
 		}
-		if h.opts.Store != nil {
-			if st, err := h.opts.Store.Stats(ctx, id); err == nil {
-				si.Pending = st.Pending
-				if st.Pending > 0 && !st.OldestCreatedAt.IsZero() {
-					si.OldestAgeSeconds = now.Sub(st.OldestCreatedAt).Seconds()
-				}
+		if st, ok := stats[id]; ok {
+			si.Pending = st.Live
+			if st.Live > 0 && !st.Oldest.IsZero() {
+				si.OldestAgeSeconds = now.Sub(st.Oldest).Seconds()
 			}
 		}
 		out = append(out, *si)
@@ -205,18 +220,48 @@ func (h *Handler) sessions(ctx context.Context) []SessionInfo {
 	return out
 }
 
+// RouteStats is one route's records in one session, as /api/stats and
+// `gobridge outbox stats` show them.
+type RouteStats struct {
+	Session string `json:"session"`
+	Route   string `json:"route"`
+	Live    int    `json:"live"`
+	Dead    int    `json:"dead"`
+	// OldestAgeSeconds is the age of the session's oldest live record.
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+}
+
+// RouteStatsOf flattens a store's Stats at now, sorted by session and route.
+func RouteStatsOf(all []stores.SessionStats, now time.Time) []RouteStats {
+	var out []RouteStats
+	for _, st := range all {
+		age := 0.0
+		if !st.Oldest.IsZero() {
+			age = now.Sub(st.Oldest).Seconds()
+		}
+		routes := make([]string, 0, len(st.Routes))
+		for r := range st.Routes {
+			routes = append(routes, r)
+		}
+		sort.Strings(routes)
+		for _, r := range routes {
+			c := st.Routes[r]
+			out = append(out, RouteStats{Session: st.Session, Route: r, Live: c.Live, Dead: c.Dead, OldestAgeSeconds: age})
+		}
+	}
+	return out
+}
+
 func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
-	in, ok := h.opts.Store.(stores.Inspector)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "the outbox store does not support per-route inspection")
+	if h.noStore(w) {
 		return
 	}
-	st, err := in.Inspect(r.Context(), h.opts.Now())
+	all, err := h.opts.Store.Stats(r.Context())
 	if err != nil {
 		h.storeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"routes": st})
+	writeJSON(w, http.StatusOK, map[string]any{"routes": RouteStatsOf(all, h.opts.Now())})
 }
 
 func (h *Handler) listJournal(w http.ResponseWriter, r *http.Request) {

@@ -88,7 +88,7 @@ func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	recs, next, err := h.opts.Store.ListDead(r.Context(), stores.DeadFilter{Route: q.Get("route"), After: q.Get("after"), Limit: limit})
+	recs, next, err := h.opts.Store.Dead(r.Context(), stores.DeadQuery{Route: q.Get("route"), After: q.Get("after"), Limit: limit})
 	if err != nil {
 		h.storeError(w, err)
 		return
@@ -105,12 +105,12 @@ func (h *Handler) getDead(w http.ResponseWriter, r *http.Request) {
 	if h.noStore(w) {
 		return
 	}
-	rec, err := h.opts.Store.GetDead(r.Context(), r.PathValue("id"))
+	recs, _, err := h.opts.Store.Dead(r.Context(), stores.DeadQuery{ID: r.PathValue("id")})
 	if err != nil {
 		h.storeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, NewDeadLetter(&rec, h.opts.Now(), true))
+	writeJSON(w, http.StatusOK, NewDeadLetter(&recs[0], h.opts.Now(), true))
 }
 
 func (h *Handler) requeue(w http.ResponseWriter, r *http.Request) {
@@ -118,12 +118,11 @@ func (h *Handler) requeue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	n, err := h.opts.Store.Requeue(r.Context(), id, h.opts.Now())
+	n, err := h.opts.Store.Requeue(r.Context(), id, r.URL.Query().Get("route"))
 	if err != nil {
 		h.storeError(w, err)
 		return
 	}
-	h.wake(n.Session, n.Partition)
 	h.log.Info("dead letter requeued", "record_id", id, "new_id", n.Envelope.ID, "route", n.Route, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, map[string]any{"requeued": id, "id": n.Envelope.ID, "route": n.Route, "session": n.Session})
 }
@@ -133,18 +132,12 @@ func (h *Handler) drop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if err := h.opts.Store.DropDead(r.Context(), id); err != nil {
+	if err := h.opts.Store.Drop(r.Context(), id); err != nil {
 		h.storeError(w, err)
 		return
 	}
 	h.log.Info("dead letter dropped", "record_id", id, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, map[string]any{"dropped": id})
-}
-
-func (h *Handler) wake(session string, partition int) {
-	if h.opts.Wake != nil {
-		h.opts.Wake(session, partition)
-	}
 }
 
 // bulk serves POST /api/dead-letters/{requeue,drop}?route=R&limit=N: it acts
@@ -166,25 +159,18 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	recs, next, err := h.opts.Store.ListDead(ctx, stores.DeadFilter{Route: route, Limit: limit})
+	recs, next, err := h.opts.Store.Dead(ctx, stores.DeadQuery{Route: route, Limit: limit})
 	if err != nil {
 		h.storeError(w, err)
 		return
 	}
 	done, failed := 0, []string{}
-	woken := map[[2]any]bool{}
 	for i := range recs {
 		id := recs[i].Envelope.ID
 		if verb == "requeue" {
-			var n stores.Record
-			if n, err = h.opts.Store.Requeue(ctx, id, h.opts.Now()); err == nil {
-				if k := [2]any{n.Session, n.Partition}; !woken[k] {
-					woken[k] = true
-					h.wake(n.Session, n.Partition)
-				}
-			}
+			_, err = h.opts.Store.Requeue(ctx, id, "")
 		} else {
-			err = h.opts.Store.DropDead(ctx, id)
+			err = h.opts.Store.Drop(ctx, id)
 		}
 		if err != nil {
 			failed = append(failed, id+": "+err.Error())

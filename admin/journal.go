@@ -73,6 +73,17 @@ type Journal struct {
 	mu       sync.Mutex
 	routes   map[string]*routeJournal
 	lastSent map[string]time.Time // session -> last successful send
+	senders  map[string]SenderState
+}
+
+// SenderState is a sender's health as the console shows it (DESIGN.md
+// §11.3): down after consecutive failures of the target, with the last
+// target error and when it changed.
+type SenderState struct {
+	Sender    string    `json:"sender"`
+	Up        bool      `json:"up"`
+	LastError string    `json:"last_error,omitempty"`
+	Since     time.Time `json:"since"`
 }
 
 type routeJournal struct {
@@ -99,8 +110,37 @@ func NewJournal(size int) *Journal {
 	if size <= 0 {
 		size = DefaultJournalSize
 	}
-	return &Journal{size: size, now: time.Now, routes: map[string]*routeJournal{}, lastSent: map[string]time.Time{}}
+	return &Journal{size: size, now: time.Now, routes: map[string]*routeJournal{}, lastSent: map[string]time.Time{},
+		senders: map[string]SenderState{}}
 }
+
+// SenderState records a sender's transition between up and down.
+func (j *Journal) SenderState(sender string, up bool, lastErr string) {
+	if len(lastErr) > maxErrLen {
+		lastErr = lastErr[:maxErrLen]
+	}
+	j.mu.Lock()
+	j.senders[sender] = SenderState{Sender: sender, Up: up, LastError: lastErr, Since: j.now()}
+	j.mu.Unlock()
+}
+
+// Senders returns the senders that changed state since the journal started
+// (the others are up), by name.
+func (j *Journal) Senders() []SenderState {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]SenderState, 0, len(j.senders))
+	for _, s := range j.senders {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Sender < out[b].Sender })
+	return out
+}
+
+// Abandoned implements drainer.Observer; abandoned sends show as transient
+// outcomes already.
+func (j *Journal) Abandoned(string) {}
+
 
 // Register makes a route known before its first outcome, so the console
 // lists it (with its session) from the start.

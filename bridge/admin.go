@@ -19,7 +19,7 @@ import (
 // adminServer serves /healthz, /readyz and /metrics, plus what other parts
 // register with Handle and HandleMutating.
 type adminServer struct {
-	rt    *Runtime
+	b     *Bridge
 	mux   *http.ServeMux
 	ln    net.Listener // nil when disabled
 	srv   *http.Server
@@ -28,18 +28,15 @@ type adminServer struct {
 
 // newAdminServer builds the handler and, unless bridge.admin.listen is "",
 // opens its listener (so that AdminAddr is known before Run).
-func newAdminServer(rt *Runtime) (*adminServer, error) {
-	a := &adminServer{rt: rt, mux: http.NewServeMux(), token: rt.cfg.Bridge.Admin.Token.Reveal()}
+func newAdminServer(b *Bridge) (*adminServer, error) {
+	a := &adminServer{b: b, mux: http.NewServeMux(), token: b.cfg.Bridge.Admin.Token.Reveal()}
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = fmt.Fprintln(w, "ok")
 	})
 	a.mux.HandleFunc("GET /readyz", a.readyz)
-	a.mux.Handle("GET /metrics", promhttp.HandlerFor(rt.gather, promhttp.HandlerOpts{}))
-	listen := "127.0.0.1:9090"
-	if p := rt.cfg.Bridge.Admin.Listen; p != nil {
-		listen = *p
-	}
+	a.mux.Handle("GET /metrics", promhttp.HandlerFor(b.gather, promhttp.HandlerOpts{}))
+	listen := *b.cfg.Bridge.Admin.Listen
 	if listen == "" {
 		return a, nil
 	}
@@ -55,7 +52,7 @@ func newAdminServer(rt *Runtime) (*adminServer, error) {
 func (a *adminServer) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	res := a.rt.Ready(ctx)
+	res := a.b.Ready(ctx)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	if !res.Ready {
@@ -128,16 +125,16 @@ func (a *adminServer) requireToken(h http.Handler) http.Handler {
 
 // Handle registers a read-only admin endpoint (pattern as for
 // http.ServeMux). Call it before Run.
-func (rt *Runtime) Handle(pattern string, h http.Handler) { rt.admin.mux.Handle(pattern, h) }
+func (b *Bridge) Handle(pattern string, h http.Handler) { b.admin.mux.Handle(pattern, h) }
 
 // HandleMutating registers an admin endpoint that changes state: when
 // bridge.admin.token is set, it requires "Authorization: Bearer TOKEN".
 // Call it before Run.
-func (rt *Runtime) HandleMutating(pattern string, h http.Handler) {
-	rt.admin.mux.Handle(pattern, rt.admin.requireToken(h))
+func (b *Bridge) HandleMutating(pattern string, h http.Handler) {
+	b.admin.mux.Handle(pattern, b.admin.requireToken(h))
 }
 
 // Store returns the outbox store the bridge opened (nil when the config has
 // none), for admin endpoints registered with Handle and HandleMutating. It
 // is closed when Run returns.
-func (rt *Runtime) Store() stores.Store { return rt.outbox }
+func (b *Bridge) Store() stores.Store { return b.store }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 
 	"github.com/gobridge/gobridge/message"
 
@@ -19,75 +17,23 @@ import (
 	"github.com/gobridge/gobridge/senders/sqs"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/dynamodb"
+	"github.com/gobridge/gobridge/stores/memory"
 	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
 // This file maps config types to the backend packages.
 
-// sqliteStores shares one *sqlite.Store per database file between the
-// outbox and the lease store.
-type sqliteStores map[string]*sqlite.Store
-
-// openSQLite opens the store file of c once; the bridge closes it.
-func (rt *Runtime) openSQLite(c routes.StoreConfig) (*sqlite.Store, error) {
-	s, opened, err := rt.sqlite.open(c)
-	if err != nil {
-		return nil, err
-	}
-	if opened {
-		rt.closers = append(rt.closers, s.Close)
-	}
-	return s, nil
-}
-
-func (ss sqliteStores) open(c routes.StoreConfig) (*sqlite.Store, bool, error) {
-	path := c.Options.Path
-	if path == "" {
-		path = "./data/outbox.db"
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		abs = path
-	}
-	if s := ss[abs]; s != nil {
-		return s, false, nil
-	}
-	if err := ensureDir(filepath.Dir(abs)); err != nil {
-		return nil, false, err
-	}
-	s, err := sqlite.Open(path, sqlite.Options{Sync: c.Options.Sync, DoneRetention: c.Options.DoneRetention})
-	if err != nil {
-		return nil, false, err
-	}
-	ss[abs] = s
-	return s, true, nil
-}
-
-func (rt *Runtime) openOutboxBackend(c routes.StoreConfig) (stores.Store, bool, error) {
+// openStoreBackend opens the outbox store c names.
+func openStoreBackend(c routes.StoreConfig) (stores.Store, error) {
 	switch c.Type {
+	case "memory":
+		return memory.New(memory.Options{}), nil
 	case "sqlite":
-		st, err := rt.openSQLite(c)
-		return st, false, err
+		return sqlite.Open(c.Options.Path, sqlite.Options{Sync: c.Options.Sync, DoneRetention: c.Options.DoneRetention})
 	case "dynamodb":
-		st, err := dynamodb.Open(context.Background(), dynamoOptions(c))
-		return st, true, err
+		return dynamodb.Open(context.Background(), dynamoOptions(c))
 	}
-	return nil, false, fmt.Errorf("outbox store type %q is not available in this build", c.Type)
-}
-
-func (rt *Runtime) openLeasesBackend(c routes.StoreConfig) (stores.Leases, bool, error) {
-	switch c.Type {
-	case "sqlite":
-		st, err := rt.openSQLite(c)
-		if err != nil {
-			return nil, false, err
-		}
-		return st.Leases(), false, nil
-	case "dynamodb":
-		ls, err := dynamodb.OpenLeases(context.Background(), dynamoOptions(c))
-		return ls, true, err
-	}
-	return nil, false, fmt.Errorf("lease store type %q is not available in this build", c.Type)
+	return nil, fmt.Errorf("outbox store type %q is not available in this build", c.Type)
 }
 
 // dynamoOptions maps store options to the DynamoDB backend. Tables are
@@ -95,7 +41,7 @@ func (rt *Runtime) openLeasesBackend(c routes.StoreConfig) (stores.Leases, bool,
 // AWS they are created by infrastructure code (README "dynamodb").
 func dynamoOptions(c routes.StoreConfig) dynamodb.Options {
 	return dynamodb.Options{
-		Table: c.Options.Table, LeaseTable: c.Options.Table, Region: c.Options.Region,
+		Table: c.Options.Table, Region: c.Options.Region,
 		Endpoint: c.Options.Endpoint, CreateTables: c.Options.Endpoint != "",
 	}
 }
@@ -112,7 +58,7 @@ func newSenderBackend(c routes.SenderConfig, maxInFlight int, log *slog.Logger) 
 
 // compileProcessors compiles the route's processors and ordering key; the
 // chain sets env.Key from ordering_key.
-func compileProcessors(rc routes.RouteConfig) (processFunc, error) {
+func compileProcessors(rc routes.RouteConfig) (func(*message.Envelope) (bool, string, error), error) {
 	if len(rc.Processors) == 0 && rc.OrderingKey == "" {
 		return nil, nil
 	}
@@ -134,11 +80,4 @@ func newReceiverBackend(c routes.ReceiverConfig, bridgeID string, sink receivers
 		return listener.New(c, sink, log)
 	}
 	return nil, fmt.Errorf("unknown receiver type %q", c.Type)
-}
-
-func ensureDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create store directory: %w", err)
-	}
-	return nil
 }

@@ -1,16 +1,18 @@
 package bridge
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/drainer"
-	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/stores"
 )
 
 // This file wires the operator tools (package admin): the delivery journal
 // that the drainers report to, and the admin API (/api/) and console
-// (/console) on the admin server.
+// (/console) on the admin server, over the bridge's outbox (Outbox).
 
 // journalObserver reports drainer events to the bridge's observer
 // (metrics, stall detection) and to the delivery journal.
@@ -39,40 +41,74 @@ func (o journalObserver) Sent(session string, at time.Time) {
 	o.j.Sent(session, at)
 }
 
-// drainObserver is the observer every drainer group reports to. It creates
-// the journal on first use and registers the outbox routes in it.
-func (rt *Runtime) drainObserver() drainer.Observer {
-	if rt.journal == nil {
-		rt.journal = admin.NewJournal(0)
-		for _, r := range rt.routes {
-			if r.mode == routes.SharedOutbox {
-				rt.journal.Register(r.session, r.id)
-			}
-		}
-	}
-	return journalObserver{observer: &observer{rt: rt}, j: rt.journal}
+// drainObserver is the observer every drainer group reports to.
+func (b *Bridge) drainObserver() drainer.Observer {
+	return journalObserver{observer: &observer{b: b}, j: b.journal}
 }
 
 // mountOperatorTools mounts the admin API and console on the admin server.
-// Reads are open; mutations need bridge.admin.token when it is set, and come
-// only from loopback when it is not (package admin).
-func (rt *Runtime) mountOperatorTools() {
-	_ = rt.drainObserver() // make sure the journal exists (no outbox routes: empty)
-	h := admin.New(admin.Options{
-		Store:   rt.outbox,
-		Journal: rt.journal,
-		Token:   rt.cfg.Bridge.Admin.Token.Reveal(),
-		Logger:  rt.log,
-		Wake: func(session string, partition int) {
-			if g := rt.groups[session]; g != nil {
-				g.Wake(partition)
-			}
-		},
-	})
-	rt.admin.mux.Handle("/api/", h)
-	rt.admin.mux.Handle("/console", h)
-	rt.admin.mux.Handle("/console/", h)
+func (b *Bridge) mountOperatorTools() {
+	for _, r := range b.routes {
+		if r.session != "" {
+			b.journal.Register(r.session, r.id)
+		}
+	}
+	opts := admin.Options{Journal: b.journal, Token: b.cfg.Bridge.Admin.Token.Reveal(), Logger: b.log}
+	if b.store != nil {
+		opts.Store = (*Outbox)(b)
+	}
+	h := admin.New(opts)
+	b.admin.mux.Handle("/api/", h)
+	b.admin.mux.Handle("/console", h)
+	b.admin.mux.Handle("/console/", h)
 }
 
-// Journal returns the delivery journal (outcomes of the outbox drainers).
-func (rt *Runtime) Journal() *admin.Journal { return rt.journal }
+// Journal returns the delivery journal.
+func (b *Bridge) Journal() *admin.Journal { return b.journal }
+
+// Outbox is the running bridge's outbox as the admin API and the CLI use
+// it: reads go to the store; a requeue is placed where the route's records
+// go now and handed to its drainer at once.
+type Outbox Bridge
+
+// Dead implements admin.Outbox.
+func (o *Outbox) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
+	return o.store.Dead(ctx, q)
+}
+
+// Stats implements admin.Outbox.
+func (o *Outbox) Stats(ctx context.Context) ([]stores.SessionStats, error) { return o.store.Stats(ctx) }
+
+// Requeue implements admin.Outbox.
+func (o *Outbox) Requeue(ctx context.Context, id, route string) (stores.Record, error) {
+	b := (*Bridge)(o)
+	r, err := stores.Requeue(ctx, b.store, id, route, b.place, time.Now())
+	if err != nil {
+		return r, err
+	}
+	if s := b.sessions[r.Session]; s != nil {
+		s.group.Delivered(&r, 0) // the store holds work for its partition
+	}
+	b.limits.refresh(ctx)
+	return r, nil
+}
+
+// Drop implements admin.Outbox.
+func (o *Outbox) Drop(ctx context.Context, id string) error {
+	b := (*Bridge)(o)
+	err := stores.DropDead(ctx, b.store, id)
+	if err == nil {
+		b.limits.refresh(ctx)
+	}
+	return err
+}
+
+// place says where a route's records go in this configuration.
+func (b *Bridge) place(route string) (string, int, error) {
+	for _, r := range b.routes {
+		if r.id == route {
+			return r.home, r.homePartitions, nil
+		}
+	}
+	return "", 0, fmt.Errorf("route %q is not in this bridge's configuration (requeue it under its new route id)", route)
+}

@@ -2,9 +2,9 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/receivers"
@@ -12,15 +12,17 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// ingest is the receivers.Sink of one receiver: it matches the message
-// against the receiver's routes, runs each route's processors and hands the
-// route's own envelope to its delivery mode. done is called once every
-// matched route has settled its message.
+// ingest is the receivers.Sink of one receiver: it matches each message
+// against the receiver's routes, runs each route's processors on the
+// route's own envelope and hands it to the route's delivery mode. done is
+// called once every matched route has settled the message.
 type ingest struct {
-	rt       *Runtime
+	b        *Bridge
 	receiver string
 	routes   []*route
 }
+
+var _ receivers.Sink = (*ingest)(nil)
 
 // settler calls done when the last of n deliveries settles.
 type settler struct {
@@ -34,16 +36,16 @@ func (s *settler) settle() {
 	}
 }
 
-// Accept implements receivers.Sink. It blocks while a shared_outbox session
-// is at max_outbox_depth or a direct_hold route has max_in_flight sends
-// outstanding, and returns early (without calling done, so the message is
-// never acknowledged and the broker redelivers it) when ctx is done.
+// Accept implements receivers.Sink. It blocks while a route's session is
+// at its limits or a direct_hold route has max_in_flight sends out, and
+// returns early, without calling done (so the message is not acknowledged
+// and the broker redelivers it), when ctx is done.
 func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) {
-	mt := in.rt.metrics
+	mt := in.b.metrics
 	mt.received.WithLabelValues(in.receiver).Inc()
 	var matched []*route
 	for _, r := range in.routes {
-		if routes.Match(r.cfg.Topic, m.Topic) {
+		if routes.Match(r.topic, m.Topic) {
 			matched = append(matched, r)
 		}
 	}
@@ -59,55 +61,39 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 	s := &settler{done: acked}
 	s.left.Store(int32(len(matched)))
 	for _, r := range matched {
-		env := message.Envelope{
-			ID: message.NewID(), Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, ReceivedAt: m.ReceivedAt,
+		env := message.Envelope{ID: message.NewID(), Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, ReceivedAt: m.ReceivedAt}
+		var ok bool
+		if m.Truncated {
+			mt.rejected.WithLabelValues(in.receiver, "payload_too_large").Inc()
+			reason := fmt.Sprintf("payload_too_large (payload %d bytes, sha256 %s; first %d bytes kept)",
+				m.Size, m.SHA256, len(m.Payload))
+			ok = in.b.failAtIngest(ctx, r, env, reason, true, s.settle)
+		} else {
+			ok = in.b.dispatch(ctx, r, env, s.settle)
 		}
-		if !in.rt.dispatch(ctx, r, newMessage(env, nil), s.settle) {
+		if !ok {
 			return
 		}
 	}
 }
 
-// message is one route's copy of a message on its way through the route.
-type routed struct {
-	// env is the route's envelope (own, for one allocation per message);
-	// its processors change it.
-	env *message.Envelope
-	own message.Envelope
-	// received is the envelope as it arrived, before processors: what an
-	// ingest dead letter keeps, so that a requeue runs it through the route
-	// again. (Processors never write into a payload and copy headers before
-	// changing them, so sharing them is safe.)
-	received message.Envelope
-	// replay is the requeued ingest dead letter this message replays,
-	// claimed by the replayer; nil for a message from a receiver. A
-	// permanent failure dead-letters it again, and then sets dead.
-	replay *stores.Record
-	dead   bool
-}
-
-func newMessage(env message.Envelope, replay *stores.Record) *routed {
-	m := &routed{own: env, received: env, replay: replay}
-	m.env = &m.own
-	return m
-}
-
-// dispatch runs m through route r (processors, then its delivery mode) and
-// arranges for settle to be called when its delivery has settled. It returns
-// false when ctx ended before the delivery was accepted (settle will not be
-// called).
-func (rt *Runtime) dispatch(ctx context.Context, r *route, m *routed, settle func()) bool {
-	mt, env := rt.metrics, m.env
+// dispatch runs env through route r (processors, then its delivery mode)
+// and arranges for settle to be called once its delivery has settled. It
+// returns false when ctx ended before the delivery was accepted (settle
+// will not be called).
+func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, settle func()) bool {
+	mt := b.metrics
 	mt.routeReceived.WithLabelValues(r.id).Inc()
 	settleRoute := func() {
 		mt.routeAcked.WithLabelValues(r.id).Inc()
 		settle()
 	}
+	received := env // an ingest dead letter keeps the message as it arrived
 	var coalesceKey string
 	if r.process != nil {
-		drop, ck, err := r.process(env)
+		drop, ck, err := r.process(&env)
 		if err != nil {
-			return rt.failAtIngest(ctx, r, m, fmt.Sprintf("processor: %v", err), settleRoute)
+			return b.failAtIngest(ctx, r, received, "processor: "+err.Error(), false, settleRoute)
 		}
 		if drop {
 			mt.filtered.WithLabelValues(r.id).Inc()
@@ -116,23 +102,35 @@ func (rt *Runtime) dispatch(ctx context.Context, r *route, m *routed, settle fun
 		}
 		coalesceKey = ck
 	}
-	if env.ID == "" {
-		return rt.failAtIngest(ctx, r, m, "processor: empty envelope id", settleRoute)
-	}
 	if r.mode == routes.DirectHold {
-		return r.hold.submit(ctx, m, settleRoute)
+		return r.hold.submit(ctx, &env, received, settleRoute)
 	}
 	rec := stores.Record{
-		Session:     r.session,
-		Partition:   stores.PartitionOf(partitionKey(env), r.partitions),
-		Route:       r.id,
-		Envelope:    *env,
-		CoalesceKey: coalesceKey,
+		Session: r.session, Route: r.id, Envelope: env, CoalesceKey: coalesceKey,
+		Partition: stores.PartitionOf(partitionKey(&env), r.partitions),
 	}
-	if ttl := r.cfg.Policy.TTL.D(); ttl > 0 {
-		rec.ExpiresAt = env.ReceivedAt.Add(ttl)
+	if r.ttl > 0 {
+		rec.ExpiresAt = env.ReceivedAt.Add(r.ttl)
 	}
-	return rt.commit.submit(ctx, r, rec, settleRoute)
+	return b.persist(ctx, rec, settleRoute)
+}
+
+// persist admits rec (waiting while its limits are reached) and queues it
+// for the group commit; settle is called once it is durable.
+func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle func()) bool {
+	start := time.Now()
+	if !b.limits.admit(ctx, &rec) {
+		return false
+	}
+	if waited := time.Since(start); waited > refreshWhileBlocked {
+		b.metrics.backpressure.WithLabelValues(rec.Session).Add(waited.Seconds())
+	}
+	b.writer.add(rec, func(err error) {
+		if err == nil {
+			settle()
+		}
+	})
+	return true
 }
 
 func partitionKey(env *message.Envelope) string {
@@ -142,54 +140,28 @@ func partitionKey(env *message.Envelope) string {
 	return env.ID
 }
 
-// failAtIngest settles a message that failed permanently before delivery (a
-// processor or ordering-key error) by the route's on_permanent_failure: dead
-// letter (retried until durable, or until ctx ends) or drop.
-func (rt *Runtime) failAtIngest(ctx context.Context, r *route, m *routed, reason string, settle func()) bool {
-	if m.env.ID == "" {
-		m.env.ID = message.NewID()
-	}
-	if !rt.settleFailure(ctx, r, m, reason) {
-		return false
-	}
-	settle()
-	return true
-}
-
-// settleFailure applies on_permanent_failure to m; it reports false only
-// when ctx ended before a dead letter was durable.
-func (rt *Runtime) settleFailure(ctx context.Context, r *route, m *routed, reason string) bool {
-	log := rt.log.With("route", r.id, "record_id", m.env.ID)
+// failAtIngest settles a message that cannot be delivered as it is (a
+// processor error, a payload over max_payload_bytes, a permanent failure
+// of a direct send) by the route's on_permanent_failure: an ingest dead
+// letter holding the message as it arrived (Raw: a requeue runs the route's
+// processors again; truncated: it cannot be requeued), or a drop when the
+// policy or the lack of an outbox store says so.
+func (b *Bridge) failAtIngest(ctx context.Context, r *route, received message.Envelope, reason string, truncated bool, settle func()) bool {
+	log := b.log.With("route", r.id, "record_id", received.ID)
 	if !r.dlq {
-		rt.metrics.dropped.WithLabelValues(r.id).Inc()
-		log.Warn("permanent failure: message dropped", "error", reason)
+		b.metrics.dropped.WithLabelValues(r.id).Inc()
+		log.Warn("message dropped", "error", reason)
+		settle()
 		return true
 	}
-	if reason == "" {
-		reason = "permanent failure"
+	rec := stores.Record{
+		Session: r.home, Route: r.id, Envelope: received, Raw: true, Truncated: truncated,
+		State: stores.Dead, DeadReason: reason, LastError: reason, DeadAt: time.Now(),
+		Partition: stores.PartitionOf(received.ID, r.homePartitions),
 	}
-	for attempt := 1; ; attempt++ {
-		err := rt.deadLetter(ctx, r, m, reason)
-		if err == nil {
-			rt.metrics.deadLettered.WithLabelValues(r.id).Inc()
-			log.Warn("permanent failure: message dead-lettered", "error", reason)
-			return true
-		}
-		if errors.Is(err, stores.ErrInvalid) {
-			rt.metrics.dropped.WithLabelValues(r.id).Inc()
-			log.Error("permanent failure: dead letter rejected by the store; message dropped", "error", err)
-			return true
-		}
-		if errors.Is(err, stores.ErrStaleToken) {
-			// A replay whose claim lapsed: another replayer owns the record
-			// now and settles it.
-			m.dead = true
-			log.Warn("permanent failure of a replay whose claim lapsed; left to its new claimer", "error", reason)
-			return true
-		}
-		log.Warn("dead letter failed; retrying", "error", err, "attempt", attempt)
-		if !sleepCtx(ctx, backoffDelay(attempt, r.cfg.Policy.Backoff, 0)) {
-			return false
-		}
-	}
+	log.Warn("message dead-lettered at ingest", "error", reason)
+	return b.persist(ctx, rec, func() {
+		b.metrics.deadLettered.WithLabelValues(r.id).Inc()
+		settle()
+	})
 }

@@ -15,6 +15,7 @@ import (
 type metrics struct {
 	// ingest (per receiver)
 	received  *prometheus.CounterVec // gobridge_ingest_received_total{receiver}
+	rejected  *prometheus.CounterVec // gobridge_ingest_rejected_total{receiver,reason}
 	acked     *prometheus.CounterVec // gobridge_ingest_acked_total{receiver}
 	unmatched *prometheus.CounterVec // gobridge_ingest_unmatched_total{receiver}
 
@@ -30,13 +31,16 @@ type metrics struct {
 	deadLettered *prometheus.CounterVec   // gobridge_delivery_dead_lettered_total{route}
 	dropped      *prometheus.CounterVec   // gobridge_delivery_dropped_total{route}
 	expired      *prometheus.CounterVec   // gobridge_delivery_expired_total{route}
-	stale        *prometheus.CounterVec   // gobridge_delivery_stale_total{route}
+	abandoned    *prometheus.CounterVec   // gobridge_delivery_abandoned_total{route}
+	senderUp     *prometheus.GaugeVec     // gobridge_sender_up{sender}
 	sendSeconds  *prometheus.HistogramVec // gobridge_delivery_send_seconds{route}
 	limit        *prometheus.GaugeVec     // gobridge_delivery_limit{route}
 	inFlight     *prometheus.GaugeVec     // gobridge_delivery_in_flight{route}
 
 	// outbox (per session)
 	pending       *prometheus.GaugeVec   // gobridge_outbox_pending{session}
+	bytes         *prometheus.GaugeVec   // gobridge_outbox_bytes{session}
+	deadLetters   *prometheus.GaugeVec   // gobridge_dead_letters{route}
 	oldestAge     *prometheus.GaugeVec   // gobridge_outbox_oldest_age_seconds{session}
 	backpressure  *prometheus.CounterVec // gobridge_outbox_backpressure_seconds_total{session}
 	appendSeconds prometheus.Histogram   // gobridge_outbox_append_seconds
@@ -58,6 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m := &metrics{
 		received:  counter("ingest", "received_total", "Messages handed to gobridge by a receiver.", "receiver"),
+		rejected:  counter("ingest", "rejected_total", "Messages refused at ingest, by reason (payload_too_large: kept as a truncated dead letter, or dropped without an outbox store).", "receiver", "reason"),
 		acked:     counter("ingest", "acked_total", "Messages settled on every matched route and released for acknowledgement.", "receiver"),
 		unmatched: counter("ingest", "unmatched_total", "Messages that matched no route (acknowledged at once).", "receiver"),
 
@@ -71,7 +76,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		deadLettered: counter("delivery", "dead_lettered_total", "Messages dead-lettered (permanent failure, poisoned, expired with on_expired: dlq).", "route"),
 		dropped:      counter("delivery", "dropped_total", "Messages dropped by policy (on_permanent_failure or on_expired: drop).", "route"),
 		expired:      counter("delivery", "expired_total", "Records past their ttl, settled by on_expired.", "route"),
-		stale:        counter("delivery", "stale_total", "Outcomes the store refused because the claim was lost.", "route"),
+		abandoned:    counter("delivery", "abandoned_total", "Sends abandoned for ignoring their context past send_timeout (their records are retried).", "route"),
+		senderUp:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gobridge", Name: "sender_up", Help: "1 when the sender is up, 0 while it is down (probed once per backoff step; DESIGN 11.3)."}, []string{"sender"}),
 		sendSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "gobridge", Subsystem: "delivery", Name: "send_seconds",
 			Help:    "Duration of one send to the target, in seconds.",
@@ -80,7 +86,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		limit:    gauge("delivery", "limit", "AIMD concurrency limit of the route's drainer.", "route"),
 		inFlight: gauge("delivery", "in_flight", "Sends in flight.", "route"),
 
-		pending:      gauge("outbox", "pending", "Records pending or claimed in the session.", "session"),
+		pending:      gauge("outbox", "pending", "Live records (waiting for delivery) in the session.", "session"),
+		bytes:        gauge("outbox", "bytes", "Bytes of the session's live records (payload, topic, headers).", "session"),
+		deadLetters:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gobridge", Name: "dead_letters", Help: "Dead letters the route holds now."}, []string{"route"}),
 		oldestAge:    gauge("outbox", "oldest_age_seconds", "Age of the oldest pending record of the session, in seconds (0: none).", "session"),
 		backpressure: counter("outbox", "backpressure_seconds_total", "Time ingest spent blocked because the session was at max_outbox_depth, in seconds.", "session"),
 		appendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -105,10 +113,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.received, m.acked, m.unmatched,
+		m.received, m.rejected, m.acked, m.unmatched,
 		m.routeReceived, m.routeAcked, m.filtered, m.persisted,
-		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.stale, m.sendSeconds, m.limit, m.inFlight,
-		m.pending, m.oldestAge, m.backpressure, m.appendSeconds, m.appendBatch, m.appendErrors,
+		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.abandoned, m.senderUp, m.sendSeconds, m.limit, m.inFlight,
+		m.pending, m.bytes, m.deadLetters, m.oldestAge, m.backpressure, m.appendSeconds, m.appendBatch, m.appendErrors,
 		m.connected, m.subscribed, m.ready,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -143,7 +151,7 @@ type receiverStats interface {
 }
 
 // receiverCollector exports the receivers' own counters at scrape time.
-type receiverCollector struct{ rt *Runtime }
+type receiverCollector struct{ b *Bridge }
 
 var (
 	descReconnects = prometheus.NewDesc("gobridge_receiver_reconnects_total",
@@ -167,7 +175,7 @@ func (c receiverCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, nr := range c.rt.receivers {
+	for _, nr := range c.b.receivers {
 		rs, ok := nr.r.(receiverStats)
 		if !ok {
 			continue
@@ -182,17 +190,17 @@ func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // observer turns drainer events into metrics and stall-detection state.
-type observer struct{ rt *Runtime }
+type observer struct{ b *Bridge }
 
 var _ drainer.Observer = (*observer)(nil)
 
 // Delivered implements drainer.Observer.
 func (o *observer) Delivered(out drainer.Outcome) {
-	m := o.rt.metrics
+	m := o.b.metrics
 	switch out.Result {
 	case drainer.ResultOK:
 		m.sent.WithLabelValues(out.Route).Inc()
-	case drainer.ResultRetried:
+	case drainer.ResultTransient:
 		m.retried.WithLabelValues(out.Route, "transient").Inc()
 	case drainer.ResultCapacity:
 		m.retried.WithLabelValues(out.Route, "capacity").Inc()
@@ -202,8 +210,6 @@ func (o *observer) Delivered(out drainer.Outcome) {
 		m.dropped.WithLabelValues(out.Route).Inc()
 	case drainer.ResultExpired:
 		m.expired.WithLabelValues(out.Route).Inc()
-	case drainer.ResultStale:
-		m.stale.WithLabelValues(out.Route).Inc()
 	}
 	if out.Latency > 0 {
 		m.sendSeconds.WithLabelValues(out.Route).Observe(out.Latency.Seconds())
@@ -212,13 +218,16 @@ func (o *observer) Delivered(out drainer.Outcome) {
 
 // Limit implements drainer.Observer.
 func (o *observer) Limit(route string, n int) {
-	o.rt.metrics.limit.WithLabelValues(route).Set(float64(n))
+	o.b.metrics.limit.WithLabelValues(route).Set(float64(n))
 }
 
 // InFlight implements drainer.Observer.
 func (o *observer) InFlight(route string, n int) {
-	o.rt.metrics.inFlight.WithLabelValues(route).Set(float64(n))
+	o.b.metrics.inFlight.WithLabelValues(route).Set(float64(n))
 }
 
+// Abandoned implements drainer.Observer.
+func (o *observer) Abandoned(route string) { o.b.metrics.abandoned.WithLabelValues(route).Inc() }
+
 // Sent implements drainer.Observer.
-func (o *observer) Sent(session string, at time.Time) { o.rt.noteSent(session, at) }
+func (o *observer) Sent(session string, at time.Time) { o.b.noteSent(session, at) }

@@ -3,15 +3,19 @@ package bridge
 import (
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
+
+	"github.com/gobridge/gobridge/stores"
 )
 
-// defaultStallAfter is session.stall_after when unset (DESIGN.md §1.8).
-const defaultStallAfter = 10 * time.Minute
-
-// monitorInterval is how often receiver states and outbox gauges are read.
+// monitorInterval is how often receiver states, outbox gauges and the
+// admission counts are refreshed.
 const monitorInterval = time.Second
+
+// appendFailingAfter is how long outbox writes may fail before /readyz
+// says so (DESIGN.md §11.1).
+const appendFailingAfter = 30 * time.Second
 
 // Readiness is the body of /readyz.
 type Readiness struct {
@@ -20,100 +24,152 @@ type Readiness struct {
 	Reasons []string `json:"reasons"`
 }
 
-// Ready evaluates readiness now (DESIGN.md §1.8): not ready when a receiver
-// is disconnected or has not all its subscriptions, or when a session's
-// oldest pending record is older than its stall_after and nothing was sent
-// successfully on the session within that window.
-func (rt *Runtime) Ready(ctx context.Context) Readiness {
+// Ready evaluates readiness now (DESIGN.md §1.8 and §11.1): not ready when
+// a receiver is disconnected or lacks a subscription it asked for; when a
+// session's oldest live record is older than its stall_after and nothing
+// was sent on it in that window; when a direct_hold route has held its
+// source longer than its stall_after; when outbox writes have failed for
+// 30s; when a session is at its limits or a route at max_dead_letters
+// (ingest pushes back); or when a record could not be stored at all.
+func (b *Bridge) Ready(ctx context.Context) Readiness {
 	reasons := []string{}
-	for _, nr := range rt.receivers {
+	add := func(format string, args ...any) { reasons = append(reasons, fmt.Sprintf(format, args...)) }
+	for _, nr := range b.receivers {
 		st := nr.r.Status()
 		switch {
 		case !st.Connected:
-			reasons = append(reasons, withReason(fmt.Sprintf("receiver %s: disconnected", nr.id), st.Reason))
+			add("receiver %s: disconnected%s", nr.id, withReason(st.Reason))
 		case !st.Subscribed:
-			reasons = append(reasons, withReason(fmt.Sprintf("receiver %s: not subscribed", nr.id), st.Reason))
+			add("receiver %s: not subscribed%s", nr.id, withReason(st.Reason))
 		}
 	}
 	now := time.Now()
-	for _, sid := range rt.sessionIDs() {
-		si := rt.sessions[sid]
-		st, err := rt.outbox.Stats(ctx, sid)
-		if err != nil {
-			reasons = append(reasons, fmt.Sprintf("session %s: read outbox stats: %v", sid, err))
+	for _, r := range b.routes {
+		if r.hold == nil {
 			continue
 		}
-		if st.Pending == 0 || st.OldestCreatedAt.IsZero() {
-			continue
+		if since := r.hold.heldSince(); !since.IsZero() && now.Sub(since) > r.stallAfter {
+			add("route %s: has held its source for %s (stall_after %s): its target does not accept%s",
+				r.id, now.Sub(since).Round(time.Second), r.stallAfter, withReason(r.health.LastError()))
 		}
-		age := now.Sub(st.OldestCreatedAt)
-		if age <= si.stallAfter {
-			continue
+	}
+	if b.store == nil {
+		return Readiness{Ready: len(reasons) == 0, Reasons: reasons}
+	}
+	if d := b.writer.failingFor(); d > appendFailingAfter {
+		add("outbox: writes have failed for %s", d.Round(time.Second))
+	}
+	stats, err := b.store.Stats(ctx)
+	if err != nil {
+		add("outbox: read stats: %v", err)
+	}
+	for _, st := range stats {
+		if s := b.sessions[st.Session]; s != nil {
+			if reason := b.stalled(s, st, now); reason != "" {
+				reasons = append(reasons, reason)
+			}
 		}
-		last, _ := rt.lastSent.Load(sid)
-		lastAt, _ := last.(time.Time)
-		if !lastAt.IsZero() && now.Sub(lastAt) <= si.stallAfter {
-			continue
+	}
+	sessions, routes := b.limits.full()
+	slices.Sort(sessions)
+	slices.Sort(routes)
+	for _, s := range sessions {
+		add("session %s: at max_outbox_depth or max_outbox_bytes: ingest is pushing back on the publishers", s)
+	}
+	for _, r := range routes {
+		add("route %s: holds max_dead_letters: records that would die are retried, ingest dead letters push back", r)
+	}
+	refused := b.limits.refusals()
+	for _, r := range slices.Sorted(func(yield func(string) bool) {
+		for k := range refused {
+			if !yield(k) {
+				return
+			}
 		}
-		sentDesc := "nothing sent since start"
-		if !lastAt.IsZero() {
-			sentDesc = fmt.Sprintf("last send %s ago", now.Sub(lastAt).Round(time.Second))
-		}
-		reasons = append(reasons, fmt.Sprintf("session %s: stalled: oldest pending record is %s old (stall_after %s), %s",
-			sid, age.Round(time.Second), si.stallAfter, sentDesc))
+	}) {
+		add("route %s: a record the store refused, also as a truncated dead letter, is left unacknowledged and holds its receiver: %s", r, refused[r])
 	}
 	return Readiness{Ready: len(reasons) == 0, Reasons: reasons}
 }
 
-func withReason(s, reason string) string {
+// stalled says why session s is stalled, or "" when it is not.
+func (b *Bridge) stalled(s *session, st stores.SessionStats, now time.Time) string {
+	if st.Live == 0 || st.Oldest.IsZero() || now.Sub(st.Oldest) <= s.stallAfter {
+		return ""
+	}
+	last, _ := b.lastSent.Load(s.id)
+	lastAt, _ := last.(time.Time)
+	if !lastAt.IsZero() && now.Sub(lastAt) <= s.stallAfter {
+		return ""
+	}
+	sent := "nothing sent since start"
+	if !lastAt.IsZero() {
+		sent = fmt.Sprintf("last send %s ago", now.Sub(lastAt).Round(time.Second))
+	}
+	return fmt.Sprintf("session %s: stalled: oldest pending record is %s old (stall_after %s), %s",
+		s.id, now.Sub(st.Oldest).Round(time.Second), s.stallAfter, sent)
+}
+
+func withReason(reason string) string {
 	if reason == "" {
-		return s
+		return ""
 	}
-	return s + ": " + reason
+	return ": " + reason
 }
 
-func (rt *Runtime) sessionIDs() []string {
-	ids := make([]string, 0, len(rt.sessions))
-	for id := range rt.sessions {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
-}
-
-// monitor refreshes the receiver and outbox gauges every monitorInterval
-// until ctx is done. Run owns the goroutine that calls it.
-func (rt *Runtime) monitor(ctx context.Context) {
+// monitor refreshes the receiver and outbox gauges and the admission
+// counts every monitorInterval until ctx is done. Run owns the goroutine
+// that calls it.
+func (b *Bridge) monitor(ctx context.Context) {
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
 	for {
-		for _, nr := range rt.receivers {
+		for _, nr := range b.receivers {
 			st := nr.r.Status()
-			rt.metrics.connected.WithLabelValues(nr.id).Set(b2f(st.Connected))
-			rt.metrics.subscribed.WithLabelValues(nr.id).Set(b2f(st.Subscribed))
+			b.metrics.connected.WithLabelValues(nr.id).Set(b2f(st.Connected))
+			b.metrics.subscribed.WithLabelValues(nr.id).Set(b2f(st.Subscribed))
 		}
-		now := time.Now()
-		for _, sid := range rt.sessionIDs() {
-			if rt.commit != nil {
-				rt.commit.refresh(ctx, sid)
+		if b.store != nil {
+			b.limits.refresh(ctx)
+			if stats, err := b.store.Stats(ctx); err == nil {
+				b.outboxGauges(stats, time.Now())
 			}
-			st, err := rt.outbox.Stats(ctx, sid)
-			if err != nil {
-				continue
-			}
-			rt.metrics.pending.WithLabelValues(sid).Set(float64(st.Pending))
-			age := 0.0
-			if st.Pending > 0 && !st.OldestCreatedAt.IsZero() {
-				age = now.Sub(st.OldestCreatedAt).Seconds()
-			}
-			rt.metrics.oldestAge.WithLabelValues(sid).Set(age)
 		}
-		rt.metrics.ready.Set(b2f(rt.Ready(ctx).Ready))
+		b.metrics.ready.Set(b2f(b.Ready(ctx).Ready))
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// outboxGauges sets the per-session and per-route outbox gauges.
+func (b *Bridge) outboxGauges(stats []stores.SessionStats, now time.Time) {
+	seen := map[string]bool{}
+	dead := map[string]int{}
+	for _, st := range stats {
+		seen[st.Session] = true
+		b.metrics.pending.WithLabelValues(st.Session).Set(float64(st.Live))
+		b.metrics.bytes.WithLabelValues(st.Session).Set(float64(st.Bytes))
+		age := 0.0
+		if st.Live > 0 && !st.Oldest.IsZero() {
+			age = now.Sub(st.Oldest).Seconds()
+		}
+		b.metrics.oldestAge.WithLabelValues(st.Session).Set(age)
+		for r, c := range st.Routes {
+			dead[r] += c.Dead
+		}
+	}
+	for id := range b.sessions {
+		if !seen[id] {
+			b.metrics.pending.WithLabelValues(id).Set(0)
+			b.metrics.bytes.WithLabelValues(id).Set(0)
+			b.metrics.oldestAge.WithLabelValues(id).Set(0)
+		}
+	}
+	for _, r := range b.routes {
+		b.metrics.deadLetters.WithLabelValues(r.id).Set(float64(dead[r.id]))
 	}
 }
 

@@ -23,6 +23,14 @@ type Message struct {
 	Retained   bool
 	Duplicate  bool
 	ReceivedAt time.Time
+	// Truncated is set when the payload was larger than the receiver's
+	// max_payload_bytes: Payload holds only its first KiB, Size the full
+	// size and SHA256 the hex digest of the whole payload. The sink keeps
+	// it as a truncated dead letter (reason payload_too_large) and never
+	// routes it.
+	Truncated bool
+	Size      int
+	SHA256    string
 }
 
 // Sink takes inbound messages. Accept may block to push back on the source

@@ -1,0 +1,199 @@
+package bridge
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/senders"
+)
+
+// holder delivers a direct_hold route's messages: it sends each one while
+// the source waits, at most max_in_flight at once and, with an ordering
+// key, one at a time per key in arrival order; it settles the message only
+// once the target accepted it (or on_permanent_failure settled it).
+//
+// Transient and capacity errors are retried with the route's backoff for
+// as long as the process runs, and while the sender is down (its Health)
+// only one probe per backoff step goes out: the source stays
+// unacknowledged meanwhile, so the broker keeps it and its flow control
+// pushes back on publishers. Nothing is poisoned here (only the drainer
+// poisons records). At shutdown the retries stop and the message is left
+// unacknowledged, so the broker redelivers it.
+type holder struct {
+	b   *Bridge
+	r   *route
+	sem chan struct{}
+
+	mu      sync.Mutex
+	keys    map[string][]chan struct{} // per ordering key: turns of the messages waiting, in arrival order
+	started map[*message.Envelope]time.Time
+}
+
+func newHolder(b *Bridge, r *route) *holder {
+	return &holder{b: b, r: r, sem: make(chan struct{}, r.policy.MaxInFlight),
+		keys: map[string][]chan struct{}{}, started: map[*message.Envelope]time.Time{}}
+}
+
+// submit waits for a send slot (or ctx) and starts the delivery of env;
+// settle is called when it has settled. It returns false when ctx ended
+// first.
+func (h *holder) submit(ctx context.Context, env *message.Envelope, received message.Envelope, settle func()) bool {
+	select {
+	case h.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	turn := h.queue(env.Key)
+	h.b.holds.Add(1)
+	h.b.metrics.inFlight.WithLabelValues(h.r.id).Set(float64(len(h.sem)))
+	go func() {
+		defer h.b.holds.Done()
+		defer func() {
+			<-h.sem
+			h.b.metrics.inFlight.WithLabelValues(h.r.id).Set(float64(len(h.sem)))
+		}()
+		defer h.next(env.Key)
+		select {
+		case <-turn:
+		case <-h.b.stopping:
+			return // left unacknowledged
+		}
+		h.mu.Lock()
+		h.started[env] = time.Now()
+		h.mu.Unlock()
+		ok := h.deliver(env, received)
+		h.mu.Lock()
+		delete(h.started, env)
+		h.mu.Unlock()
+		if ok {
+			settle()
+		}
+	}()
+	return true
+}
+
+// queue returns the channel that opens when a message of key may be sent:
+// at once without a key or when none of its key is ahead of it.
+func (h *holder) queue(key string) chan struct{} {
+	turn := make(chan struct{})
+	if key == "" {
+		close(turn)
+		return turn
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.keys[key]) == 0 {
+		close(turn)
+	}
+	h.keys[key] = append(h.keys[key], turn)
+	return turn
+}
+
+// next ends the turn of the message of key at the head and opens the next.
+func (h *holder) next(key string) {
+	if key == "" {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	q := h.keys[key][1:]
+	if len(q) == 0 {
+		delete(h.keys, key)
+		return
+	}
+	h.keys[key] = q
+	close(q[0])
+}
+
+// heldSince is when the oldest message in delivery started (zero: none).
+func (h *holder) heldSince() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var oldest time.Time
+	for _, t := range h.started {
+		if oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	return oldest
+}
+
+// deliver sends env until the target accepts it or it fails permanently;
+// it returns false when shutdown interrupted it (the source stays
+// unacknowledged).
+func (h *holder) deliver(env *message.Envelope, received message.Envelope) bool {
+	b, r, mt := h.b, h.r, h.b.metrics
+	log := b.log.With("route", r.id, "record_id", env.ID)
+	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	envs := []*message.Envelope{env}
+	for attempt := 1; ; attempt++ {
+		if !h.waitProbe() {
+			log.Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
+			return false
+		}
+		ctx, cancel := context.WithTimeout(b.holdCtx, r.policy.SendTimeout)
+		start := time.Now()
+		err := r.sender.Send(ctx, envs)[0]
+		cancel()
+		mt.sendSeconds.WithLabelValues(r.id).Observe(time.Since(start).Seconds())
+		r.health.Record(env.ID, err, time.Now(), r.policy.Backoff.Ceiling)
+		class, retryAfter := senders.Classify(err)
+		switch class {
+		case senders.OK:
+			mt.sent.WithLabelValues(r.id).Inc()
+			b.noteSent(r.home, time.Now())
+			return true
+		case senders.Fatal:
+			received.ID = env.ID
+			durable := make(chan struct{})
+			if !b.failAtIngest(b.holdCtx, r, received, err.Error(), false, func() { close(durable) }) {
+				return false
+			}
+			select {
+			case <-durable:
+				return true
+			case <-b.holdCtx.Done():
+				return false
+			}
+		}
+		mt.retried.WithLabelValues(r.id, class.String()).Inc()
+		wait := time.Until(r.policy.Backoff.Next(time.Now(), attempt, retryAfter, rnd))
+		log.Debug("send failed; retrying while holding the source", "attempt", attempt, "error", err, "retry_in", wait)
+		if !sleep(b.stopping, wait) {
+			log.Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
+			return false
+		}
+	}
+}
+
+// waitProbe waits while the route's sender is down until this message may
+// be its probe; it returns false at shutdown.
+func (h *holder) waitProbe() bool {
+	for {
+		ok, wait := h.r.health.Probe(time.Now())
+		if ok {
+			return true
+		}
+		if wait <= 0 || wait > time.Second {
+			wait = min(max(wait, 50*time.Millisecond), time.Second)
+		}
+		if !sleep(h.b.stopping, wait) {
+			return false
+		}
+	}
+}
+
+// sleep waits d or until stop is closed; it reports whether d passed.
+func sleep(stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+		return false
+	}
+}

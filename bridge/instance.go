@@ -1,0 +1,76 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// instanceLease names the lease that makes one live process per bridge.id
+// (DESIGN.md §11.2).
+func instanceLease(bridgeID string) string { return "instance/" + bridgeID }
+
+// ErrDuplicateInstance is returned by Run when another live process runs
+// with the same bridge.id on the same store.
+var ErrDuplicateInstance = errors.New("bridge: another instance with this bridge.id is running")
+
+// claimInstance takes this process's instance lease (keepInstance keeps
+// it). A lease held by another process is waited for up to
+// one TTL (the holder may be a process killed a moment ago, whose lease
+// lapses); when it is still renewed after that, a second live instance
+// runs with the same bridge.id and Run refuses to start.
+func (b *Bridge) claimInstance(ctx context.Context) (stores.Lease, error) {
+	name := instanceLease(b.cfg.Bridge.ID)
+	deadline := time.Now().Add(leaseTTL + leaseTTL/3)
+	for {
+		le, err := b.store.Acquire(ctx, name, b.owner, leaseTTL, time.Now())
+		if err == nil {
+			return le, nil
+		}
+		if !errors.Is(err, stores.ErrLeaseHeld) {
+			return le, fmt.Errorf("bridge: take the instance lease: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return le, fmt.Errorf("%w: bridge.id %q is held by %v; give every instance its own bridge.id",
+				ErrDuplicateInstance, b.cfg.Bridge.ID, err)
+		}
+		b.log.Warn("instance lease held by another process; waiting up to one lease TTL for it to lapse",
+			"lease", name, "error", err)
+		if !sleep(ctx.Done(), leaseTTL/6) {
+			return le, ctx.Err()
+		}
+	}
+}
+
+// keepInstance renews the instance lease every TTL/3 until ctx is done,
+// then releases it. A lost lease is logged: another process took the
+// bridge.id after this one could not renew for a whole TTL.
+func (b *Bridge) keepInstance(ctx context.Context, le stores.Lease) {
+	t := time.NewTicker(leaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = b.store.Release(rctx, le)
+			cancel()
+			return
+		case <-t.C:
+		}
+		nl, err := b.store.Renew(ctx, le, leaseTTL, time.Now())
+		switch {
+		case err == nil:
+			le = nl
+		case errors.Is(err, stores.ErrLeaseLost):
+			b.log.Error("instance lease lost: another process runs with this bridge.id", "error", err)
+			if nl, err = b.store.Acquire(ctx, le.Name, b.owner, leaseTTL, time.Now()); err == nil {
+				le = nl
+			}
+		default:
+			b.log.Warn("renew the instance lease", "error", err)
+		}
+	}
+}

@@ -1,0 +1,324 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gobridge/gobridge/drainer"
+	"github.com/gobridge/gobridge/stores"
+)
+
+// Group commit tuning.
+const (
+	// writeMaxAppends is the most records appended by one Write.
+	writeMaxAppends = 512
+	// writeLinger is how long a write waits for more records when the
+	// previous one carried several (under load); a lone record never waits.
+	writeLinger = 500 * time.Microsecond
+)
+
+// appendReq is one record waiting for the group commit. done is called
+// once, from the writer goroutine: with nil when the record is durable (or
+// was already there), with an error when the writer gave up on it.
+type appendReq struct {
+	rec  stores.Record
+	done func(error)
+}
+
+// writer is the single writer of the outbox store: every Write of the
+// process goes through it, one durable commit per batch. A batch carries
+// the records ingest appends (claimed under their partition's lease when
+// its drainer has room: Group.Reserve) and the settlements the drainers
+// made since the last one (drainer.Settler). After the commit it hands the
+// claimed records to their drainers and calls the appends' done callbacks
+// in order.
+type writer struct {
+	store   stores.Store
+	groups  map[string]*drainer.Group // by session
+	metrics *metrics
+	log     *slog.Logger
+	limits  *admission
+
+	mu       sync.Mutex
+	appends  []appendReq
+	settles  []stores.Settlement
+	flushed  uint64 // batches written
+	queued   uint64 // the batch the next write will be
+	waiters  map[uint64][]chan struct{}
+	kick     chan struct{}
+	quit     chan struct{} // closed by stop: write what is queued, then return
+	stopOnce sync.Once
+	failing  time.Time // when writes began failing; zero when the last one succeeded
+
+	// abortCtx is cancelled by abort: give up retrying writes.
+	abortCtx context.Context
+	abort    context.CancelFunc
+}
+
+func newWriter(store stores.Store, m *metrics, log *slog.Logger, limits *admission) *writer {
+	w := &writer{
+		store: store, groups: map[string]*drainer.Group{}, metrics: m, limits: limits,
+		log: log.With("component", "writer"), waiters: map[uint64][]chan struct{}{},
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), queued: 1,
+	}
+	w.abortCtx, w.abort = context.WithCancel(context.Background())
+	return w
+}
+
+// add queues one record for the next write.
+func (w *writer) add(rec stores.Record, done func(error)) {
+	w.mu.Lock()
+	w.appends = append(w.appends, appendReq{rec: rec, done: done})
+	w.mu.Unlock()
+	w.signal()
+}
+
+// Settle implements drainer.Settler.
+func (w *writer) Settle(s stores.Settlement) {
+	w.mu.Lock()
+	w.settles = append(w.settles, s)
+	w.mu.Unlock()
+	w.signal()
+}
+
+// Flush implements drainer.Settler: it returns once the batch that will
+// carry everything queued now is written.
+func (w *writer) Flush(ctx context.Context) error {
+	w.mu.Lock()
+	n := w.queued
+	if w.flushed >= n || (len(w.appends) == 0 && len(w.settles) == 0) {
+		w.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{})
+	w.waiters[n] = append(w.waiters[n], ch)
+	w.mu.Unlock()
+	w.signal()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *writer) signal() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// failingFor reports how long writes have been failing (0: they are not).
+func (w *writer) failingFor() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failing.IsZero() {
+		return 0
+	}
+	return time.Since(w.failing)
+}
+
+// run writes batches until stop (then it writes what is queued) or abort.
+// The bridge owns the goroutine that calls it.
+func (w *writer) run() {
+	last := 0
+	for {
+		select {
+		case <-w.kick:
+		case <-w.quit:
+			for w.writeOnce(false) > 0 {
+			}
+			return
+		case <-w.abortCtx.Done():
+			return
+		}
+		if last > 1 && writeLinger > 0 {
+			t := time.NewTimer(writeLinger)
+			select {
+			case <-t.C:
+			case <-w.abortCtx.Done():
+			}
+			t.Stop()
+		}
+		for {
+			n := w.writeOnce(true)
+			last = n
+			if n < writeMaxAppends {
+				break
+			}
+		}
+	}
+}
+
+// stop makes run write what is queued and return.
+func (w *writer) stop() { w.stopOnce.Do(func() { close(w.quit) }) }
+
+// writeOnce takes what is queued (up to writeMaxAppends records) and writes
+// it; it returns how many records and settlements it took.
+func (w *writer) writeOnce(reserve bool) int {
+	w.mu.Lock()
+	n := min(len(w.appends), writeMaxAppends)
+	reqs := w.appends[:n:n]
+	w.appends = w.appends[n:]
+	settles := w.settles
+	w.settles = nil
+	batch := w.queued
+	w.queued++
+	w.mu.Unlock()
+	if len(reqs) == 0 && len(settles) == 0 {
+		w.finish(batch)
+		return 0
+	}
+	b := stores.Batch{Settle: settles, Append: make([]stores.Record, len(reqs))}
+	tokens := make([]int64, len(reqs))
+	for i, req := range reqs {
+		b.Append[i] = req.rec
+		if g := w.groups[req.rec.Session]; reserve && g != nil && req.rec.State != stores.Dead {
+			tokens[i] = g.Reserve(req.rec.Partition)
+		}
+		b.Append[i].Token = tokens[i]
+	}
+	start := time.Now()
+	errs := w.write(&b)
+	if errs == nil { // aborted: nothing written, nothing acknowledged
+		return len(reqs) + len(settles)
+	}
+	w.metrics.appendSeconds.Observe(time.Since(start).Seconds())
+	w.metrics.appendBatch.Observe(float64(len(reqs)))
+	for i := range b.Append {
+		rec := &b.Append[i]
+		if g := w.groups[rec.Session]; g != nil {
+			g.Delivered(rec, tokens[i])
+		}
+		switch orig := &reqs[i].rec; {
+		case errs[i] != nil || rec.Seq == 0: // refused, or already there: no room taken
+			w.limits.release(orig)
+		case rec.State != orig.State: // kept as a truncated dead letter instead
+			w.limits.release(orig)
+			w.limits.add(rec)
+		default:
+			w.metrics.persisted.WithLabelValues(rec.Route).Inc()
+		}
+		reqs[i].done(errs[i])
+	}
+	w.limits.settled(settles)
+	w.finish(batch)
+	return len(reqs) + len(settles)
+}
+
+// finish wakes the Flush callers waiting for batch (and any before it).
+func (w *writer) finish(batch uint64) {
+	w.mu.Lock()
+	w.flushed = batch
+	var wake []chan struct{}
+	for n, chs := range w.waiters {
+		if n <= batch {
+			wake = append(wake, chs...)
+			delete(w.waiters, n)
+		}
+	}
+	w.mu.Unlock()
+	for _, ch := range wake {
+		close(ch)
+	}
+}
+
+// write commits b, retrying failures with backoff until it succeeds or the
+// writer is aborted (then it returns nil and nothing is settled). A batch
+// the store refuses as invalid is split (the settlements are written on
+// their own, the appends in halves) until the record at fault is alone; it
+// is then replaced by its truncated dead letter (stores.Truncate), and when
+// even that is refused it is left unacknowledged (errs[i] set) and
+// /readyz says why. It returns one error per appended record.
+func (w *writer) write(b *stores.Batch) []error {
+	errs := make([]error, len(b.Append))
+	err := w.retry(b)
+	switch {
+	case err == nil:
+		return errs
+	case !errors.Is(err, stores.ErrInvalid):
+		return nil // aborted
+	}
+	if len(b.Settle) > 0 {
+		s := stores.Batch{Settle: b.Settle}
+		if err := w.retry(&s); err != nil {
+			w.log.Error("settlements refused by the store; the records stay claimed", "error", err, "settlements", len(s.Settle))
+		}
+		copy(b.Settle, s.Settle)
+	}
+	w.bisect(b.Append, errs)
+	return errs
+}
+
+// bisect appends recs, splitting on ErrInvalid down to single records.
+func (w *writer) bisect(recs []stores.Record, errs []error) {
+	b := stores.Batch{Append: recs}
+	err := w.retry(&b)
+	switch {
+	case err == nil:
+		return
+	case !errors.Is(err, stores.ErrInvalid): // aborted: nothing of it is durable
+		for i := range errs {
+			errs[i] = err
+		}
+		return
+	}
+	if len(recs) > 1 {
+		h := len(recs) / 2
+		w.bisect(recs[:h], errs[:h])
+		w.bisect(recs[h:], errs[h:])
+		return
+	}
+	rec := &recs[0]
+	log := w.log.With("route", rec.Route, "record_id", rec.Envelope.ID)
+	dl := stores.Truncate(*rec, "store refused the record: "+err.Error(), time.Now())
+	dl.Raw = true
+	b = stores.Batch{Append: []stores.Record{dl}}
+	if derr := w.retry(&b); derr != nil {
+		errs[0] = fmt.Errorf("store refused the record (%v) and its truncated dead letter (%w)", err, derr)
+		log.Error("record refused by the store, also as a truncated dead letter: left unacknowledged", "error", errs[0])
+		w.limits.refusedRecord(rec.Route, errs[0])
+		return
+	}
+	log.Warn("record refused by the store: kept as a truncated dead letter", "error", err)
+	w.metrics.deadLettered.WithLabelValues(rec.Route).Inc()
+	*rec = b.Append[0]
+	rec.Token = 0
+}
+
+// retry writes b until it succeeds, fails with ErrInvalid, or the writer is
+// aborted.
+func (w *writer) retry(b *stores.Batch) error {
+	for attempt := 1; ; attempt++ {
+		err := w.store.Write(w.abortCtx, b)
+		w.mu.Lock()
+		if err == nil || errors.Is(err, stores.ErrInvalid) {
+			w.failing = time.Time{}
+		} else if w.failing.IsZero() {
+			w.failing = time.Now()
+		}
+		w.mu.Unlock()
+		if err == nil || errors.Is(err, stores.ErrInvalid) {
+			return err
+		}
+		w.metrics.appendErrors.Inc()
+		wait := min(10*time.Millisecond<<min(attempt-1, 8), 2*time.Second)
+		if attempt == 1 || attempt%50 == 0 {
+			w.log.Warn("outbox write failed; retrying", "error", err, "attempt", attempt,
+				"records", len(b.Append), "settlements", len(b.Settle), "retry_in", wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-w.abortCtx.Done():
+			t.Stop()
+			w.log.Error("shutdown deadline: records not written are left unacknowledged", "records", len(b.Append))
+			return w.abortCtx.Err()
+		}
+	}
+}
