@@ -1,14 +1,33 @@
-// Package sqlite is the single-node durable backend of the stores contracts:
-// one SQLite file (modernc.org/sqlite, pure Go, WAL) holds the outbox, its
-// dead letters, the per-session depth counters and the lease table. *Store
-// implements stores.Store; its Leases method (or OpenLeases) gives the
-// stores.Leases of the same file.
+// Package sqlite is the single-node durable backend of the stores contract:
+// one SQLite file (modernc.org/sqlite, pure Go, WAL) owned by one process
+// holds the outbox, its dead letters and the lease table.
 //
-// Writes go through one connection (SQLite allows one writer at a time) in
-// BEGIN IMMEDIATE transactions; each Append call is one transaction and one
-// durable commit, so callers group-commit by passing many records at once.
-// Reads that do not change state (Stats, dead-letter listing) use a separate
-// pool of read-only connections and never wait for a write.
+// Schema: one outbox table whose rowid is Record.Seq (commit order, from a
+// counter that only grows), with a state column (0 live, 1 dead, 2
+// tombstone) and a token column (the claim; 0 unclaimed). Partial indexes
+// serve the claim (session, part, seq) of live rows, coalescing, the age of
+// the oldest live row, dead-letter listing and tombstone compaction; a
+// unique index on (session, route, id) makes appends idempotent in every
+// state. A delivered or dropped record becomes a tombstone: the same row
+// with its payload, topic and headers cleared, numbered in the order it was
+// made; the oldest beyond Options.DoneRetention are deleted inside Write, a
+// bounded number per call. Beside it, the lease table and one meta row (the
+// fencing-token counter, the seq counter and the epoch).
+//
+// Each Write is one BEGIN IMMEDIATE transaction on the store's single
+// connection, with one durable commit: the settlements, then the appends (a
+// claimed append is checked against the lease table in that transaction),
+// then a compaction step. The session and route counters Stats reports are
+// kept in memory under the same lock, counted from the file at Open.
+//
+// Single ownership: Open takes an exclusive flock on <path>.lock (holding
+// the owner's host name and pid) for the life of the Store; a second Open of
+// the file fails at once with a *LockedError, and the lock dies with the
+// process. Opening under the lock starts a new epoch: every lease in the
+// file ends, so the claims of the previous process are void as soon as this
+// one acquires the partitions' leases (tokens keep growing). Options.ReadOnly
+// opens without the lock for the command line, which may read a file a
+// running process owns.
 package sqlite
 
 import (
@@ -17,12 +36,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	sqlite "modernc.org/sqlite"
@@ -30,161 +48,361 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Interface guards.
-var (
-	_ stores.Store  = (*Store)(nil)
-	_ stores.Leases = (*Leases)(nil)
-)
+// Interface guard.
+var _ stores.Store = (*Store)(nil)
 
-// DefaultDoneRetention is how many done tombstones a store keeps by default.
+// DefaultDoneRetention is how many tombstones a store keeps by default.
 const DefaultDoneRetention = 100_000
+
+// cacheKiB is SQLite's page cache of the store's connection: the indexes
+// the hot path touches are at their right-hand ends, so a few MiB keep them
+// in memory whatever the backlog.
+const cacheKiB = 4096
+
+// ErrReadOnly is returned by the calls that change a store opened with
+// Options.ReadOnly.
+var ErrReadOnly = errors.New("sqlite: store opened read-only (another process may own it)")
+
+var errClosed = errors.New("sqlite: store closed")
 
 // Options tunes a Store.
 type Options struct {
-	// Sync is the durability of a commit: "full" (default) fsyncs the WAL on
-	// every commit, so a committed Append survives a power loss; "normal"
-	// fsyncs only at checkpoints, so a power loss (not a process crash) may
-	// lose the last commits. Both are safe against kill -9.
+	// Sync is the durability of a commit: "full" (the default) fsyncs the
+	// WAL on every commit, so a Write that returned survives a power loss;
+	// "normal" fsyncs only at checkpoints, so a power loss (not a process
+	// crash) may lose the last commits.
 	Sync string
-	// BusyTimeout is how long a connection waits for a lock held by
-	// another process before failing. Defaults to 5s.
-	BusyTimeout time.Duration
-	// DoneRetention is how many done records (delivered, dropped, requeued
-	// or coalesced away) are kept as tombstones so that re-appending them
-	// is a no-op; older ones are deleted in batches. A delivered record's
-	// tombstone is its outbox row as it was, payload included (the others
-	// lose theirs). Defaults to DefaultDoneRetention; negative keeps none.
+	// DoneRetention is how many tombstones (keys of delivered, dropped or
+	// coalesced-away records, without their payload) the store keeps so
+	// that appending such a record again is a no-op; older ones are
+	// deleted. Defaults to DefaultDoneRetention; negative keeps none.
 	DoneRetention int
-	// ReadConns is the size of the read-only pool. Defaults to 4.
-	ReadConns int
-	// CacheKiB is SQLite's page cache per connection, in KiB. Defaults to
-	// 32768 (32 MiB); SQLite's own default of 2 MiB makes claims slower as
-	// the backlog grows.
-	CacheKiB int
+	// ReadOnly opens an existing file without taking the lock, for
+	// reading (Dead, Stats, List) while another process owns it: Write,
+	// Claim and the lease changes fail with ErrReadOnly. Stats counts the
+	// file at each call.
+	ReadOnly bool
+	// Now is the store's clock (CreatedAt, DeadAt). Defaults to time.Now.
+	Now func() time.Time
 }
 
-// Store is a SQLite outbox, dead-letter store and lease table. It is safe
-// for concurrent use; writes are serialised on one connection.
+// Store is a SQLite stores.Store. It is safe for concurrent use; every call
+// runs on one connection under one lock.
 type Store struct {
 	path string
 	opts Options
-	w    *sql.DB // one connection, BEGIN IMMEDIATE
-	r    *sql.DB // read-only pool
+	db   *sql.DB
+	lock *os.File // nil when read-only
 
-	stmts stmts
-
-	// liveLater are the seqs of the pending rows that insertRow added in
-	// the running write transaction; only writeTx's fn touches it, and
-	// write transactions run one at a time on the single writer
-	// connection.
-	liveLater []liveRow
-	pids      pids
-	pidMu     sync.RWMutex
-
-	doneCount  atomic.Int64 // done tombstones in the table
-	donePruned atomic.Int64 // the minute done_count was last pruned in
-	compactMu  sync.Mutex
-
-	closeOnce sync.Once
-	closeErr  error
+	mu     sync.Mutex
+	conn   *sql.Conn
+	stmts  map[string]*sql.Stmt
+	closed bool
+	seq    int64 // the last Seq given
+	tombLo int64 // the oldest tombstone's number
+	tombHi int64 // the next tombstone's number
+	counts map[pair]*counts
 }
 
-// Open opens (creating it and its directory if needed) the store at path and
-// brings its schema up to date.
+// pair is a session and route.
+type pair struct{ session, route string }
+
+// counts are one session and route's records.
+type counts struct {
+	live, dead int
+	bytes      int64
+}
+
+// schemaVersion is PRAGMA user_version of this layout; 1 to 4 were the
+// layouts before it, which nothing reads any more.
+const schemaVersion = 5
+
+const schema = `
+CREATE TABLE outbox (
+	seq         INTEGER PRIMARY KEY,
+	session     TEXT    NOT NULL,
+	part        INTEGER NOT NULL,
+	route       TEXT    NOT NULL,
+	id          TEXT    NOT NULL,
+	state       INTEGER NOT NULL, -- 0 live, 1 dead, 2 tombstone
+	token       INTEGER NOT NULL, -- claim token of a live record, 0 unclaimed
+	tomb        INTEGER NOT NULL, -- tombstone number, in the order they were made
+	size        INTEGER NOT NULL, -- stores.Record.Size
+	created_at  INTEGER NOT NULL, -- times are Unix nanoseconds, 0 for none
+	ckey        TEXT    NOT NULL,
+	received_at INTEGER NOT NULL,
+	topic       TEXT    NOT NULL,
+	payload     BLOB,
+	headers     TEXT,             -- JSON object
+	qos         INTEGER NOT NULL,
+	okey        TEXT    NOT NULL,
+	causation   TEXT    NOT NULL,
+	raw         INTEGER NOT NULL,
+	truncated   INTEGER NOT NULL,
+	expires_at  INTEGER NOT NULL,
+	attempts    INTEGER NOT NULL,
+	first_at    INTEGER NOT NULL,
+	next_at     INTEGER NOT NULL,
+	last_error  TEXT    NOT NULL,
+	dead_at     INTEGER NOT NULL,
+	dead_reason TEXT    NOT NULL
+);
+-- SQLite uses a partial index only when the query repeats its predicate
+-- literally (DESIGN §9): every query below spells out state=0, 1 or 2.
+CREATE UNIQUE INDEX outbox_key ON outbox (session, route, id);
+CREATE INDEX outbox_claim ON outbox (session, part, seq) WHERE state=0;
+CREATE INDEX outbox_age ON outbox (session, created_at) WHERE state=0;
+CREATE INDEX outbox_coalesce ON outbox (session, route, ckey) WHERE state=0 AND token=0 AND ckey<>'';
+CREATE INDEX outbox_dead ON outbox (dead_at, seq) WHERE state=1;
+CREATE INDEX outbox_dead_route ON outbox (route, dead_at, seq) WHERE state=1;
+CREATE INDEX outbox_dead_id ON outbox (id) WHERE state=1;
+CREATE INDEX outbox_tomb ON outbox (tomb) WHERE state=2;
+CREATE TABLE lease (
+	name  TEXT PRIMARY KEY,
+	owner TEXT    NOT NULL,
+	token INTEGER NOT NULL,
+	until INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE meta (
+	id    INTEGER PRIMARY KEY CHECK (id = 1),
+	token INTEGER NOT NULL, -- the last fencing token issued
+	seq   INTEGER NOT NULL, -- the last Seq given
+	epoch INTEGER NOT NULL  -- how many times an owner opened the file
+);
+INSERT INTO meta VALUES (1, 0, 0, 0);`
+
+// Open opens the store at path, creating it (and its directory, 0700; the
+// files are 0600) unless opts.ReadOnly. It fails with a *LockedError when
+// another Store, in any process, has the file open, and refuses a file on a
+// network filesystem.
 func Open(path string, opts Options) (*Store, error) {
 	switch opts.Sync {
 	case "":
 		opts.Sync = "full"
 	case "full", "normal":
 	default:
-		return nil, fmt.Errorf("open sqlite store: %w: sync %q is not full or normal", stores.ErrInvalid, opts.Sync)
-	}
-	if opts.BusyTimeout <= 0 {
-		opts.BusyTimeout = 5 * time.Second
+		return nil, fmt.Errorf("sqlite: open %s: %w: sync %q is not full or normal", path, stores.ErrInvalid, opts.Sync)
 	}
 	if opts.DoneRetention == 0 {
 		opts.DoneRetention = DefaultDoneRetention
 	}
-	if opts.ReadConns <= 0 {
-		opts.ReadConns = 4
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
-	if opts.CacheKiB <= 0 {
-		opts.CacheKiB = 32768
-	}
-	s := &Store{path: path, opts: opts, pids: pids{committed: map[partKey]int64{}, added: map[partKey]int64{}}}
-	ctx := context.Background()
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
-	}
-	var err error
-	if s.w, err = sql.Open("sqlite", s.dsn(false)); err != nil {
-		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
-	}
-	s.w.SetMaxOpenConns(1)
-	s.w.SetMaxIdleConns(1)
-	s.w.SetConnMaxLifetime(0)
-	s.w.SetConnMaxIdleTime(0)
-	if err := migrate(ctx, s.w); err != nil {
-		_ = s.w.Close()
-		return nil, fmt.Errorf("open sqlite store %s: %w", path, mapErr(err))
-	}
-	if s.r, err = sql.Open("sqlite", s.dsn(true)); err != nil {
-		_ = s.w.Close()
-		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
-	}
-	s.r.SetMaxOpenConns(opts.ReadConns)
-	s.r.SetMaxIdleConns(opts.ReadConns)
-	if err := s.prepare(ctx); err != nil {
+	s := &Store{path: path, opts: opts, stmts: map[string]*sql.Stmt{}, counts: map[pair]*counts{}}
+	if err := s.open(); err != nil {
 		_ = s.Close()
-		return nil, fmt.Errorf("open sqlite store %s: %w", path, mapErr(err))
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, mapErr(err))
 	}
-	var done int64
-	if err := s.w.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM completed) + (SELECT count(*) FROM outbox WHERE state='done')`).Scan(&done); err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("open sqlite store %s: %w", path, mapErr(err))
-	}
-	s.doneCount.Store(done)
 	return s, nil
 }
 
-func (s *Store) dsn(readOnly bool) string {
+func (s *Store) open() error {
 	q := url.Values{}
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", s.opts.BusyTimeout.Milliseconds()))
-	q.Add("_pragma", "synchronous("+s.opts.Sync+")")
-	q.Add("_pragma", fmt.Sprintf("cache_size(-%d)", s.opts.CacheKiB))
-	if readOnly {
+	q.Add("_pragma", "busy_timeout(5000)")
+	q.Add("_pragma", fmt.Sprintf("cache_size(-%d)", cacheKiB))
+	if s.opts.ReadOnly {
+		if _, err := os.Stat(s.path); err != nil {
+			return err
+		}
+		q.Set("mode", "ro")
 		q.Add("_pragma", "query_only(1)")
 	} else {
+		var err error
+		if s.lock, err = own(s.path); err != nil {
+			return err
+		}
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous("+s.opts.Sync+")")
 		q.Set("_txlock", "immediate")
 	}
-	return "file:" + uriPath.Replace(s.path) + "?" + q.Encode()
+	var err error
+	if s.db, err = sql.Open("sqlite", "file:"+uriPath.Replace(s.path)+"?"+q.Encode()); err != nil {
+		return err
+	}
+	s.db.SetMaxOpenConns(1)
+	ctx := context.Background()
+	if s.conn, err = s.db.Conn(ctx); err != nil {
+		return err
+	}
+	var version int
+	if err := s.conn.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return err
+	}
+	switch {
+	case version == 0 && !s.opts.ReadOnly:
+		err = s.tx(ctx, func() error {
+			if _, err := s.conn.ExecContext(ctx, schema); err != nil {
+				return err
+			}
+			_, err := s.conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion))
+			return err
+		})
+	case version != schemaVersion:
+		return fmt.Errorf("the file has schema version %d, this gobridge reads %d: "+
+			"move the file away (nothing migrates it)", version, schemaVersion)
+	}
+	if err != nil || s.opts.ReadOnly {
+		return err
+	}
+	// A new epoch: the previous owner is gone, and so are its leases.
+	if err := s.tx(ctx, func() error {
+		_, err := s.conn.ExecContext(ctx, `DELETE FROM lease; UPDATE meta SET epoch = epoch + 1`)
+		return err
+	}); err != nil {
+		return err
+	}
+	var lo, hi sql.NullInt64
+	err = s.conn.QueryRowContext(ctx, `SELECT max((SELECT seq FROM meta), (SELECT coalesce(max(seq), 0) FROM outbox)),
+		(SELECT min(tomb) FROM outbox WHERE state=2), (SELECT max(tomb) FROM outbox WHERE state=2)`).Scan(&s.seq, &lo, &hi)
+	if err != nil {
+		return err
+	}
+	s.tombLo, s.tombHi = lo.Int64, hi.Int64+1
+	if !lo.Valid {
+		s.tombLo, s.tombHi = 1, 1
+	}
+	s.counts, err = s.count(ctx)
+	return err
 }
 
 // uriPath escapes what SQLite's URI file names would otherwise read as a
 // query ("?"), a fragment ("#") or an escape ("%").
 var uriPath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
 
+// count counts the live and dead records of each session and route.
+func (s *Store) count(ctx context.Context) (map[pair]*counts, error) {
+	rows, err := s.conn.QueryContext(ctx, `SELECT session, route, state, count(*), sum(size) FROM outbox
+		WHERE state IN (0, 1) GROUP BY session, route, state`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[pair]*counts{}
+	for rows.Next() {
+		var (
+			p        pair
+			state, n int
+			bytes    int64
+		)
+		if err := rows.Scan(&p.session, &p.route, &state, &n, &bytes); err != nil {
+			return nil, err
+		}
+		c := m[p]
+		if c == nil {
+			c = &counts{}
+			m[p] = c
+		}
+		if state == 0 {
+			c.live, c.bytes = n, bytes
+		} else {
+			c.dead = n
+		}
+	}
+	return m, rows.Err()
+}
+
 // Path returns the file the store lives in.
 func (s *Store) Path() string { return s.path }
 
-// Close closes both connection pools. It is idempotent, so a *Store used as
-// both stores.Store and stores.Leases may be closed through either.
+// Close closes the file and releases its lock. It is idempotent.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.stmts.close()
-		var errs []error
-		if s.r != nil {
-			errs = append(errs, s.r.Close())
-		}
-		errs = append(errs, s.w.Close())
-		s.closeErr = errors.Join(errs...)
-	})
-	return s.closeErr
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	for _, st := range s.stmts {
+		errs = append(errs, st.Close())
+	}
+	if s.conn != nil {
+		errs = append(errs, s.conn.Close())
+	}
+	if s.db != nil {
+		errs = append(errs, s.db.Close())
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close()) // releases the flock
+	}
+	return errors.Join(errs...)
 }
 
-// mapErr translates SQLite errors into stores sentinels: a full disk or
-// database (SQLITE_FULL) becomes stores.ErrFull. The original stays wrapped.
+// enter takes the store's lock for a call; write calls fail on a read-only
+// store. The caller unlocks s.mu when enter returns nil.
+func (s *Store) enter(ctx context.Context, write bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if write && s.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errClosed
+	}
+	return nil
+}
+
+// tx runs fn in a transaction on s.conn: BEGIN IMMEDIATE, then COMMIT (one
+// durable commit) when fn returns nil, else ROLLBACK.
+func (s *Store) tx(ctx context.Context, fn func() error) error {
+	if _, err := s.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return err
+	}
+	err := fn()
+	if err == nil {
+		if _, err = s.conn.ExecContext(ctx, `COMMIT`); err == nil {
+			return nil
+		}
+	}
+	_, _ = s.conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`) // fails when SQLite rolled back already
+	return err
+}
+
+// stmt returns the prepared statement of query on s.conn.
+func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st := s.stmts[query]; st != nil {
+		return st, nil
+	}
+	st, err := s.conn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("prepare %q: %w", query, err)
+	}
+	s.stmts[query] = st
+	return st, nil
+}
+
+func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return 0, err
+	}
+	res, err := st.ExecContext(ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// queryRow scans the row of query into dest; ok is false when there is
+// none.
+func (s *Store) queryRow(ctx context.Context, query string, args []any, dest ...any) (ok bool, err error) {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return false, err
+	}
+	err = st.QueryRowContext(ctx, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// mapErr translates a full disk or database (SQLITE_FULL) into
+// stores.ErrFull, keeping the original wrapped.
 func mapErr(err error) error {
 	var se *sqlite.Error
 	if errors.As(err, &se) && se.Code()&0xff == 13 { // SQLITE_FULL
@@ -193,10 +411,16 @@ func mapErr(err error) error {
 	return err
 }
 
-// nanos and fromNanos store times as Unix nanoseconds, zero as 0.
+// nanos stores a time as Unix nanoseconds (0 for the zero time), clamped to
+// what an int64 holds.
 func nanos(t time.Time) int64 {
-	if t.IsZero() {
+	switch {
+	case t.IsZero():
 		return 0
+	case t.Year() < 1678:
+		return math.MinInt64 + 1
+	case t.Year() > 2261:
+		return math.MaxInt64
 	}
 	return t.UnixNano()
 }
@@ -208,66 +432,23 @@ func fromNanos(n int64) time.Time {
 	return time.Unix(0, n).UTC()
 }
 
-// columns is the column list scanRecord reads.
-const columns = `seq, session, part, route, id, topic, payload, headers, qos, received_at, okey, ckey,
-	causation_id, state, attempts, first_attempt_at, next_at, last_error, created_at, expires_at,
-	token, claim_until, dead_at, dead_reason`
-
-// scanClaimed reads a row of sqlClaim as claimed by req at now (sqlClaimMark
-// adds the attempt and stamps the first one).
-func scanClaimed(sc scanner, req *stores.ClaimRequest, now int64) (stores.Record, error) {
-	r := stores.Record{Session: req.Session, Partition: req.Partition, State: stores.Claimed,
-		Token: req.Token, ClaimUntil: fromNanos(nanos(req.Until))}
-	var (
-		rare                           sql.NullString
-		received, first, next, created int64
-		expires                        int64
-	)
-	err := sc.Scan(&r.Seq, &r.Attempts, &first, &next, &r.Route, &r.Envelope.ID, &r.Envelope.Topic,
-		&r.Envelope.Payload, &r.Envelope.QoS, &received, &created, &rare)
-	if err != nil {
-		return r, err
-	}
-	if rare.Valid {
-		// The columns that are usually empty come as one JSON array:
-		// headers, last error, ordering key, coalesce key, causation ID,
-		// expiry.
-		var headers *string
-		v := []any{&headers, &r.LastError, &r.Envelope.Key, &r.CoalesceKey, &r.CausationID, &expires}
-		if err := json.Unmarshal([]byte(rare.String), &v); err != nil {
-			return r, fmt.Errorf("decode columns of %s: %w", r.Envelope.ID, err)
-		}
-		if headers != nil {
-			if err := json.Unmarshal([]byte(*headers), &r.Envelope.Headers); err != nil {
-				return r, fmt.Errorf("decode headers of %s: %w", r.Envelope.ID, err)
-			}
-		}
-	}
-	r.Attempts++
-	if first == 0 {
-		first = now
-	}
-	r.Envelope.ReceivedAt = fromNanos(received)
-	r.FirstAttemptAt = fromNanos(first)
-	r.NextAttemptAt = fromNanos(next)
-	r.CreatedAt = fromNanos(created)
-	r.ExpiresAt = fromNanos(expires)
-	return r, nil
-}
+// columns are what scanRecord reads.
+const columns = `seq, session, part, route, id, state, token, created_at, ckey, received_at, topic, payload,
+	headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error, dead_at, dead_reason`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanRecord(sc scanner) (stores.Record, error) {
 	var (
-		r                                                      stores.Record
-		headers                                                sql.NullString
-		state                                                  string
-		received, first, next, created, expires, until, deadAt int64
+		r                                               stores.Record
+		headers                                         sql.NullString
+		state                                           int
+		created, received, expires, first, next, deadAt int64
 	)
-	err := sc.Scan(&r.Seq, &r.Session, &r.Partition, &r.Route, &r.Envelope.ID, &r.Envelope.Topic,
-		&r.Envelope.Payload, &headers, &r.Envelope.QoS, &received, &r.Envelope.Key, &r.CoalesceKey,
-		&r.CausationID, &state, &r.Attempts, &first, &next, &r.LastError, &created, &expires,
-		&r.Token, &until, &deadAt, &r.DeadReason)
+	err := sc.Scan(&r.Seq, &r.Session, &r.Partition, &r.Route, &r.Envelope.ID, &state, &r.Token, &created,
+		&r.CoalesceKey, &received, &r.Envelope.Topic, &r.Envelope.Payload, &headers, &r.Envelope.QoS,
+		&r.Envelope.Key, &r.CausationID, &r.Raw, &r.Truncated, &expires, &r.Attempts, &first, &next,
+		&r.LastError, &deadAt, &r.DeadReason)
 	if err != nil {
 		return r, err
 	}
@@ -276,24 +457,11 @@ func scanRecord(sc scanner) (stores.Record, error) {
 			return r, fmt.Errorf("decode headers of %s: %w", r.Envelope.ID, err)
 		}
 	}
-	r.State = stores.State(state)
-	r.Envelope.ReceivedAt = fromNanos(received)
-	r.FirstAttemptAt = fromNanos(first)
-	r.NextAttemptAt = fromNanos(next)
-	r.CreatedAt = fromNanos(created)
-	r.ExpiresAt = fromNanos(expires)
-	r.ClaimUntil = fromNanos(until)
-	r.DeadAt = fromNanos(deadAt)
+	r.State = stores.Live
+	if state == 1 {
+		r.State = stores.Dead
+	}
+	r.CreatedAt, r.Envelope.ReceivedAt, r.ExpiresAt = fromNanos(created), fromNanos(received), fromNanos(expires)
+	r.FirstAttemptAt, r.NextAttemptAt, r.DeadAt = fromNanos(first), fromNanos(next), fromNanos(deadAt)
 	return r, nil
-}
-
-func encodeHeaders(h map[string]string) (any, error) {
-	if len(h) == 0 {
-		return nil, nil
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return nil, err
-	}
-	return string(b), nil
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/gobridge/gobridge/stores/storetest"
 )
 
-func open(t *testing.T, path string, sync string) *sqlite.Store {
+func open(t *testing.T, path string, opts sqlite.Options) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(path, sqlite.Options{Sync: sync})
+	s, err := sqlite.Open(path, opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -21,55 +21,33 @@ func open(t *testing.T, path string, sync string) *sqlite.Store {
 	return s
 }
 
-func reopen(t *testing.T, s *sqlite.Store) *sqlite.Store {
-	t.Helper()
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
+func features(sync string) storetest.Features {
+	return storetest.Features{
+		Reopen: func(t *testing.T, s stores.Store) stores.Store {
+			t.Helper()
+			if err := s.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			return open(t, s.(*sqlite.Store).Path(), sqlite.Options{Sync: sync})
+		},
+		ReopenReleasesLeases: true,
 	}
-	return open(t, s.Path(), "full")
-}
-
-var features = storetest.Features{
-	Reopen: func(t *testing.T, s stores.Store) stores.Store { return reopen(t, s.(*sqlite.Store)) },
-	ReopenLeases: func(t *testing.T, l stores.Leases) stores.Leases {
-		return reopen(t, l.(*sqlite.Leases).Store()).Leases()
-	},
 }
 
 func TestStore_Conformance(t *testing.T) {
-	storetest.RunWith(t, features, func(t *testing.T) stores.Store {
-		return open(t, filepath.Join(t.TempDir(), "outbox.db"), "full")
-	})
-}
-
-func TestStore_ConformanceSyncNormal(t *testing.T) {
-	storetest.RunWith(t, features, func(t *testing.T) stores.Store {
-		return open(t, filepath.Join(t.TempDir(), "outbox.db"), "normal")
-	})
-}
-
-func TestLeases_Conformance(t *testing.T) {
-	storetest.RunLeasesWith(t, features, func(t *testing.T) stores.Leases {
-		return open(t, filepath.Join(t.TempDir(), "outbox.db"), "full").Leases()
-	})
-}
-
-func TestOpenLeases_Conformance(t *testing.T) {
-	storetest.RunLeases(t, func(t *testing.T) stores.Leases {
-		l, err := sqlite.OpenLeases(filepath.Join(t.TempDir(), "leases.db"), sqlite.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-		return l
-	})
+	for _, sync := range []string{"full", "normal"} {
+		t.Run("sync="+sync, func(t *testing.T) {
+			storetest.Run(t, features(sync), func(t *testing.T) stores.Store {
+				return open(t, filepath.Join(t.TempDir(), "outbox.db"), sqlite.Options{Sync: sync})
+			})
+		})
+	}
 }
 
 func TestOpen_PathWithURICharacters(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "a #b?c%20d")
-	path := filepath.Join(dir, "out box.db")
-	s := open(t, path, "full")
+	path := filepath.Join(t.TempDir(), "a #b?c%20d", "out box.db")
+	s := open(t, path, sqlite.Options{})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

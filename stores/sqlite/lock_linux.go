@@ -1,0 +1,90 @@
+package sqlite
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// own prepares path for its owner: the directory (0700) and the database
+// file (0600), on a local filesystem, and the exclusive lock on path.lock,
+// whose file it returns. Closing that file releases the lock.
+func own(path string) (*os.File, error) {
+	dir := filepath.Dir(path)
+	if err := ensureDir(dir); err != nil {
+		return nil, err
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return nil, err
+	}
+	if name := networkFS(int64(st.Type)); name != "" {
+		return nil, fmt.Errorf("%w (%s)", ErrNetworkFS, name)
+	}
+	f, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		le := &LockedError{Path: path}
+		if b, rerr := os.ReadFile(f.Name()); rerr == nil {
+			host, pid, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+			le.Host, le.PID = host, atoi(pid)
+		}
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, le
+		}
+		return nil, fmt.Errorf("lock %s.lock: %w", path, err)
+	}
+	host, _ := os.Hostname()
+	err = errors.Join(f.Chmod(0o600), f.Truncate(0))
+	if err == nil {
+		_, err = f.WriteAt([]byte(host+" "+strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	if err == nil {
+		err = createFile(path)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// networkFS names the network filesystem whose statfs magic number is
+// magic, or returns "" for any other.
+func networkFS(magic int64) string {
+	switch uint32(magic) {
+	case 0x6969:
+		return "nfs"
+	case 0x517b:
+		return "smb"
+	case 0xff534d42:
+		return "cifs"
+	case 0xfe534d42:
+		return "smb2"
+	case 0x01021997:
+		return "9p"
+	case 0x5346414f:
+		return "afs"
+	case 0x73757245:
+		return "coda"
+	case 0x00c36400:
+		return "ceph"
+	case 0x564c:
+		return "ncp"
+	case 0x0bd00bd0:
+		return "lustre"
+	}
+	return ""
+}

@@ -1,0 +1,151 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// Claim implements stores.Store: one transaction that checks the lease and
+// claims with one statement, starting after req.After (Seqs follow commit
+// order).
+func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if err := s.enter(ctx, true); err != nil {
+		return nil, fmt.Errorf("sqlite: claim: %w", err)
+	}
+	defer s.mu.Unlock()
+	var out []stores.Record
+	err := s.tx(ctx, func() error {
+		var cur int64
+		if _, err := s.queryRow(ctx, `SELECT token FROM lease WHERE name = ?`,
+			[]any{stores.PartitionLease(req.Session, req.Partition)}, &cur); err != nil {
+			return err
+		}
+		if cur != req.Token {
+			return stores.ErrLeaseLost
+		}
+		st, err := s.stmt(ctx, `UPDATE outbox SET token=?1 WHERE seq IN (SELECT seq FROM outbox
+			WHERE session=?2 AND part=?3 AND state=0 AND seq>?4 AND token<>?1 ORDER BY seq LIMIT ?5)
+			RETURNING `+columns)
+		if err != nil {
+			return err
+		}
+		rows, err := st.QueryContext(ctx, req.Token, req.Session, req.Partition, req.After, req.Limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r, err := scanRecord(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim: %w", mapErr(err))
+	}
+	slices.SortFunc(out, func(a, b stores.Record) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out, nil
+}
+
+// Dead implements stores.Store.
+func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
+	var afterAt, afterSeq int64 = -1 << 63, 0
+	if q.After != "" {
+		var err error
+		if afterAt, afterSeq, err = stores.ParseDeadCursor(q.After); err != nil {
+			return nil, "", err
+		}
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	// One query per index: by ID, by route, all.
+	query, args := `SELECT `+columns+` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?)`, []any{afterAt, afterSeq}
+	if q.ID != "" {
+		query, args = query+` AND id=?`, append(args, q.ID)
+	}
+	if q.Route != "" {
+		query, args = query+` AND route=?`, append(args, q.Route)
+	}
+	query, args = query+` ORDER BY dead_at, seq LIMIT ?`, append(args, limit+1)
+	if err := s.enter(ctx, false); err != nil {
+		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
+	}
+	defer s.mu.Unlock()
+	rows, err := s.conn.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
+	}
+	defer rows.Close()
+	var out []stores.Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
+	}
+	if q.ID != "" && len(out) == 0 {
+		return nil, "", stores.ErrNotFound
+	}
+	if len(out) > limit {
+		return out[:limit], stores.DeadCursor(&out[limit-1]), nil
+	}
+	return out, "", nil
+}
+
+// Stats implements stores.Store: the counters in memory and, per session
+// with live records, one search of the age index. A read-only store counts
+// the file instead.
+func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
+	if err := s.enter(ctx, false); err != nil {
+		return nil, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	defer s.mu.Unlock()
+	all := s.counts
+	if s.opts.ReadOnly {
+		var err error
+		if all, err = s.count(ctx); err != nil {
+			return nil, fmt.Errorf("sqlite: stats: %w", err)
+		}
+	}
+	by := map[string]*stores.SessionStats{}
+	for p, c := range all {
+		st := by[p.session]
+		if st == nil {
+			st = &stores.SessionStats{Session: p.session, Routes: map[string]stores.RouteCounts{}}
+			by[p.session] = st
+		}
+		st.Live += c.live
+		st.Bytes += c.bytes
+		st.Routes[p.route] = stores.RouteCounts{Live: c.live, Dead: c.dead}
+	}
+	out := make([]stores.SessionStats, 0, len(by))
+	for _, st := range by {
+		if st.Live > 0 {
+			var oldest int64
+			if _, err := s.queryRow(ctx, `SELECT min(created_at) FROM outbox WHERE session=? AND state=0`,
+				[]any{st.Session}, &oldest); err != nil {
+				return nil, fmt.Errorf("sqlite: stats: %w", err)
+			}
+			st.Oldest = fromNanos(oldest)
+		}
+		out = append(out, *st)
+	}
+	slices.SortFunc(out, func(a, b stores.SessionStats) int { return cmp.Compare(a.Session, b.Session) })
+	return out, nil
+}
