@@ -68,8 +68,8 @@ func (s *Store) claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	}
 	var found []map[string]types.AttributeValue
 	err = s.query(ctx, &dynamodb.QueryInput{
-		KeyConditionExpression: aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
-		FilterExpression:       aws.String("#tok <> :tok"),
+		KeyConditionExpression:   aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
+		FilterExpression:         aws.String("#tok <> :tok"),
 		ExpressionAttributeNames: map[string]string{"#pk": aPK, "#sk": aSK, "#tok": aToken},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":pk": vS(pk), ":from": vS(seqSK(from)), ":to": vS(seqSK(last)), ":tok": vN(req.Token),

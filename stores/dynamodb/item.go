@@ -86,12 +86,12 @@ func bound(s string) string {
 }
 
 func partPK(session string, part int) string { return "p#" + bound(session) + "#" + strconv.Itoa(part) }
-func seqSK(seq int64) string                { return fmt.Sprintf("%019d", seq) }
-func keyPK(id string) string                { return "k#" + digest(id) }
-func keySK(session, route string) string    { return digest(session, route) }
-func deadPK(route string) string            { return "d#" + bound(route) }
-func statsPK(session string) string         { return "s#" + bound(session) }
-func leasePK(name string) string            { return "l#" + bound(name) }
+func seqSK(seq int64) string                 { return fmt.Sprintf("%019d", seq) }
+func keyPK(id string) string                 { return "k#" + digest(id) }
+func keySK(session, route string) string     { return digest(session, route) }
+func deadPK(route string) string             { return "d#" + bound(route) }
+func statsPK(session string) string          { return "s#" + bound(session) }
+func leasePK(name string) string             { return "l#" + bound(name) }
 func ptrPK(session, route, ck string) string {
 	return "c#" + digest(session, route, ck)
 }
@@ -109,7 +109,9 @@ func key(pk, sk string) map[string]types.AttributeValue {
 }
 
 func vS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
-func vN(n int64) types.AttributeValue  { return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)} }
+func vN(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
 func vT(t time.Time) types.AttributeValue {
 	return vN(nanos(t))
 }
