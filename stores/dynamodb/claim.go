@@ -2,9 +2,8 @@ package dynamodb
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -13,259 +12,120 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// maxReadyPages bounds how many pages of the ready index one Claim reads
-// when ordering keys hold back the records it found.
-const maxReadyPages = 4
+// errReplan: a record changed between the claim's read and its write.
+var errReplan = errors.New("dynamodb: claim: a record changed meanwhile")
 
-// candidate is a record read from the ready or timer index.
-type candidate struct {
-	rec  stores.Record
-	item map[string]types.AttributeValue
-}
-
-// Claim implements stores.Outbox.
-//
-// It reads the partition's ready index (pending records due at append, in
-// Seq order) and the due part of its timer index (released records and
-// claims whose time has come), both up to req.Limit items. A record is
-// handed out only when every older live record of its ordering key is
-// handed out with it: when ready records carry ordering keys, Claim reads
-// the not-due part of the timer index (claims not lapsed, releases waiting)
-// once, which names every key held back; only when more than 1,000 records
-// wait does it fall back to one okey-index query per distinct key. Keys
-// found held back are skipped with filtered read-ahead pages (up to
-// maxReadyPages). The chosen records are claimed with one conditional
-// TransactWriteItems per 100 records; a record whose index copy was stale
-// (claimed, settled or changed meanwhile) is skipped with the later records
-// of its key.
-//
-// Cost: 2 or 3 queries + 1 transaction per 100 records, independent of the
-// backlog. Records released with a backoff are found by the timer index, so
-// when more than req.Limit released records are due at once a Claim may
-// take fresh records before a released one of lower Seq; records of one
-// ordering key still go out in Seq order.
+// Claim implements stores.Store: one BatchGetItem of the partition's
+// counter and lease (ErrLeaseLost at once when req.Token is not current),
+// one strongly consistent Query of the partition from req.After up to the
+// counter (records held under req.Token are filtered out, so they cost
+// reads only when they lie above After), then one TransactWriteItems per
+// 99 records that sets their token, each with a check that the lease is
+// still held under req.Token. Seqs follow commit order within a partition
+// (package doc), so the Query sees every record below the counter and
+// starting at After skips none.
 func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
-	if s.closed.Load() {
-		return nil, errClosed
-	}
 	if err := req.Validate(); err != nil {
-		return nil, fmt.Errorf("dynamodb: %w", err)
+		return nil, err
 	}
-	chosen, err := s.choose(ctx, req)
+	if req.Partition >= maxParts {
+		return nil, fmt.Errorf("%w: partition %d", stores.ErrInvalid, req.Partition)
+	}
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		out, err := s.claim(ctx, req)
+		if errors.Is(err, errReplan) && len(out) == 0 && attempt < maxAttempts {
+			continue
+		}
+		if errors.Is(err, errReplan) {
+			err = nil // a prefix in Seq order was claimed: the rest waits for the next claim
+		}
+		if err != nil && !errors.Is(err, stores.ErrLeaseLost) {
+			err = fmt.Errorf("dynamodb: claim: %w", err)
+		}
+		return out, err
+	}
+}
+
+func (s *Store) claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
+	pk := partPK(req.Session, req.Partition)
+	lease := stores.PartitionLease(req.Session, req.Partition)
+	items, err := s.getItems(ctx, []map[string]types.AttributeValue{key(pk, metaSK), key(leasePK(lease), leaseSK)})
 	if err != nil {
-		return nil, fmt.Errorf("dynamodb: claim: %w", err)
+		return nil, err
 	}
-	out, err := s.claimChosen(ctx, req, chosen)
-	if err != nil {
-		return nil, fmt.Errorf("dynamodb: claim: %w", err)
+	le := items[itemID(key(leasePK(lease), leaseSK))]
+	if le == nil || getN(le, aToken) != req.Token || getS(le, aOwner) == "" {
+		return nil, stores.ErrLeaseLost
 	}
-	return out, nil
-}
-
-// choose picks up to req.Limit claimable records in Seq order, respecting
-// ordering keys.
-func (s *Store) choose(ctx context.Context, req stores.ClaimRequest) ([]*candidate, error) {
-	pp := partPK(req.Session, req.Partition)
-	now := nanos(req.Now)
-	byID := make(map[string]*candidate)
-	add := func(items []map[string]types.AttributeValue) {
-		for _, it := range items {
-			id := itemID(it)
-			if _, ok := byID[id]; !ok {
-				byID[id] = &candidate{rec: decode(it), item: it}
-			}
-		}
+	n := getN(items[itemID(key(pk, metaSK))], aCounter)
+	last := n<<partBits | int64(maxParts-1)
+	from := max(req.After+1, 1)
+	if n == 0 || from > last {
+		return nil, nil
 	}
-	timer, timerNext, err := s.queryPage(ctx, &dynamodb.QueryInput{
-		TableName:                 aws.String(s.table),
-		IndexName:                 aws.String(idxTimer),
-		KeyConditionExpression:    aws.String("#p = :p AND #t <= :now"),
-		ExpressionAttributeNames:  map[string]string{"#p": aTimerPK, "#t": aTimerAt},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":p": vS(pp), ":now": vN(now)},
-	}, req.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("query timer index: %w", err)
-	}
-	add(timer)
-	view := &keyView{timerComplete: timerNext == nil}
-	keys := make(keyLists)
-	var start map[string]types.AttributeValue
-	var blocked []string
-	for page := 0; ; page++ {
-		in := &dynamodb.QueryInput{
-			TableName:                 aws.String(s.table),
-			IndexName:                 aws.String(idxReady),
-			KeyConditionExpression:    aws.String("#p = :p"),
-			ExpressionAttributeNames:  map[string]string{"#p": aReadyPK},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":p": vS(pp)},
-			ExclusiveStartKey:         start,
-		}
-		var ready []map[string]types.AttributeValue
-		if page == 0 || len(blocked) == 0 {
-			ready, start, err = s.queryPage(ctx, in, req.Limit)
-		} else {
-			// Later pages skip the keys found held back, reading up to
-			// readAhead items in one request.
-			skipKeys(in, blocked)
-			in.Limit = aws.Int32(readAhead)
-			var out *dynamodb.QueryOutput
-			if out, err = s.db.Query(ctx, in); err == nil {
-				ready, start = out.Items, out.LastEvaluatedKey
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("query ready index: %w", err)
-		}
-		add(ready)
-		view.readyBound = 1<<63 - 1
-		if start != nil {
-			view.readyBound = getN(start, aSeq)
-		}
-		if view.timerComplete && view.held == nil && !s.perKeyOnly && hasKeys(ready) {
-			if err := s.loadHeld(ctx, pp, now, view); err != nil {
-				return nil, err
-			}
-		}
-		cands := slices.SortedFunc(maps.Values(byID), func(a, b *candidate) int { return int64Cmp(a.rec.Seq, b.rec.Seq) })
-		var chosen []*candidate
-		for {
-			var missing []string
-			chosen, missing, blocked = pick(cands, keys, view, now, req.Limit)
-			if len(missing) == 0 {
-				break
-			}
-			if err := s.loadKeys(ctx, req.Session, cands, missing, keys); err != nil {
-				return nil, err
-			}
-		}
-		if len(chosen) >= req.Limit || start == nil || page+1 == maxReadyPages {
-			return chosen, nil
-		}
-	}
-}
-
-func claimable(r *stores.Record, now int64) bool {
-	switch r.State {
-	case stores.Pending:
-		return nanos(r.NextAttemptAt) <= now
-	case stores.Claimed:
-		return nanos(r.ClaimUntil) <= now
-	}
-	return false
-}
-
-// queryPage runs a query until it has n items or the index is exhausted,
-// and returns the key to continue from (nil when exhausted).
-func (s *Store) queryPage(ctx context.Context, in *dynamodb.QueryInput, n int) ([]map[string]types.AttributeValue, map[string]types.AttributeValue, error) {
-	var items []map[string]types.AttributeValue
-	for {
-		in.Limit = aws.Int32(int32(min(n-len(items), 1000)))
-		out, err := s.db.Query(ctx, in)
-		if err != nil {
-			return nil, nil, err
-		}
-		items = append(items, out.Items...)
-		if out.LastEvaluatedKey == nil || len(items) >= n {
-			return items, out.LastEvaluatedKey, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
-}
-
-// claimChosen stamps the chosen records in transactions of up to 100 items.
-// Records whose index copy was stale are skipped, with the later records of
-// their ordering key.
-func (s *Store) claimChosen(ctx context.Context, req stores.ClaimRequest, chosen []*candidate) ([]stores.Record, error) {
-	var out []stores.Record
-	skipKey := make(map[string]bool)
-	for len(chosen) > 0 {
-		n := min(len(chosen), maxTxItems)
-		chunk := slices.DeleteFunc(slices.Clone(chosen[:n]), func(c *candidate) bool {
-			return c.rec.Envelope.Key != "" && skipKey[c.rec.Envelope.Key]
-		})
-		chosen = chosen[n:]
-		for len(chunk) > 0 {
-			items := make([]types.TransactWriteItem, len(chunk))
-			for i, c := range chunk {
-				items[i] = s.claimItem(req, c)
-			}
-			err := s.transact(ctx, items)
-			if err == nil {
-				for _, c := range chunk {
-					out = append(out, claimedRecord(req, c))
-				}
-				break
-			}
-			rs, ok := cancelReasons(err)
-			if !ok || len(rs) != len(chunk) {
-				return nil, err
-			}
-			failed := make(map[*candidate]bool)
-			for i, r := range rs {
-				if code := reasonCode(r); code != "" && code != codeNone {
-					failed[chunk[i]] = true
-					if k := chunk[i].rec.Envelope.Key; k != "" {
-						skipKey[k] = true
-					}
-				}
-			}
-			if len(failed) == 0 {
-				return nil, err
-			}
-			chunk = slices.DeleteFunc(chunk, func(c *candidate) bool {
-				return failed[c] || (c.rec.Envelope.Key != "" && skipKey[c.rec.Envelope.Key] && !failed[c])
-			})
-		}
-	}
-	slices.SortFunc(out, func(a, b stores.Record) int { return int64Cmp(a.Seq, b.Seq) })
-	return out, nil
-}
-
-// claimItem is the conditional update that claims c: it holds only if the
-// record is still in the state (and attempt) its index copy shows.
-func (s *Store) claimItem(req stores.ClaimRequest, c *candidate) types.TransactWriteItem {
-	r := &c.rec
-	cond := "#state = :was AND attempts = :a AND next_at <= :now"
-	if r.State == stores.Claimed {
-		cond = "#state = :was AND attempts = :a AND claim_until <= :now"
-	}
-	first := r.FirstAttemptAt
-	if first.IsZero() {
-		first = req.Now
-	}
-	return types.TransactWriteItem{Update: &types.Update{
-		TableName: aws.String(s.table),
-		Key:       map[string]types.AttributeValue{aPK: c.item[aPK], aSK: c.item[aSK]},
-		UpdateExpression: aws.String("SET #state = :claimed, #token = :t, claim_until = :u, attempts = :a1, " +
-			"first_at = :first, timer_pk = part_pk, timer_at = :u REMOVE ready_pk, co_pk"),
-		ConditionExpression:      aws.String(cond),
-		ExpressionAttributeNames: map[string]string{"#state": aState, "#token": aToken},
+	var found []map[string]types.AttributeValue
+	err = s.query(ctx, &dynamodb.QueryInput{
+		KeyConditionExpression:   aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
+		FilterExpression:         aws.String("#tok <> :tok"),
+		ExpressionAttributeNames: map[string]string{"#pk": aPK, "#sk": aSK, "#tok": aToken},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":was": vS(string(r.State)), ":claimed": vS(string(stores.Claimed)),
-			":t": vN(req.Token), ":u": vT(req.Until), ":a": vN(int64(r.Attempts)),
-			":a1": vN(int64(r.Attempts + 1)), ":first": vT(first), ":now": vN(nanos(req.Now)),
+			":pk": vS(pk), ":from": vS(seqSK(from)), ":to": vS(seqSK(last)), ":tok": vN(req.Token),
 		},
-	}}
-}
-
-func claimedRecord(req stores.ClaimRequest, c *candidate) stores.Record {
-	r := c.rec
-	r.State = stores.Claimed
-	r.Token = req.Token
-	r.ClaimUntil = fromNanos(nanos(req.Until))
-	r.Attempts++
-	if r.FirstAttemptAt.IsZero() {
-		r.FirstAttemptAt = fromNanos(nanos(req.Now))
+		ConsistentRead: aws.Bool(true),
+		Limit:          aws.Int32(int32(min(max(req.Limit, 100), 1000))),
+	}, func(it map[string]types.AttributeValue) bool {
+		found = append(found, it)
+		return len(found) < req.Limit
+	})
+	if err != nil {
+		return nil, err
 	}
-	return r
+	var out []stores.Record
+	for len(found) > 0 {
+		n := min(len(found), 99)
+		if err := s.take(ctx, lease, req.Token, found[:n]); err != nil {
+			return out, err
+		}
+		for _, it := range found[:n] {
+			r := decode(it, stores.Live)
+			r.Token = req.Token
+			out = append(out, r)
+		}
+		found = found[n:]
+	}
+	return out, nil
 }
 
-func int64Cmp(a, b int64) int {
+// take sets the token of records to token in one transaction, provided
+// the lease is held under it and none of them changed since it was read.
+func (s *Store) take(ctx context.Context, lease string, token int64, records []map[string]types.AttributeValue) error {
+	items := []types.TransactWriteItem{s.leaseCheck(lease, token)}
+	for _, it := range records {
+		items = append(items, types.TransactWriteItem{Update: &types.Update{
+			TableName: s.table, Key: key(getS(it, aPK), getS(it, aSK)),
+			UpdateExpression:         aws.String("SET #tok = :tok"),
+			ConditionExpression:      aws.String("#tok = :old AND #att = :att"),
+			ExpressionAttributeNames: map[string]string{"#tok": aToken, "#att": aAttempts},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":tok": vN(token), ":old": vN(getN(it, aToken)), ":att": vN(getN(it, aAttempts)),
+			},
+		}})
+	}
+	err := s.transact(ctx, items)
+	rs := reasons(err)
 	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+	case len(rs) == 0:
+		return err
+	case aws.ToString(rs[0].Code) == codeCondition:
+		return stores.ErrLeaseLost
 	}
-	return 0
+	for _, r := range rs[1:] {
+		if aws.ToString(r.Code) == codeCondition {
+			return errReplan
+		}
+	}
+	return err
 }

@@ -2,149 +2,134 @@ package dynamodb
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/gobridge/gobridge/stores"
 )
 
-// releaseItem is the conditional update that returns the claimed rec to
-// pending, due at next; a record with a coalesce key goes back into the
-// coalesce index, so that a newer append replaces it.
-func releaseItem(table string, rec *stores.Record, next time.Time, lastError string) *types.Update {
-	names, vals := ownedNames(), ownedValues(rec)
-	vals[":pending"], vals[":next"], vals[":err"] = vS(string(stores.Pending)), vT(next), vS(lastError)
-	expr := "SET #state = :pending, next_at = :next, last_error = :err, timer_at = :next"
-	if rec.CoalesceKey != "" {
-		expr += ", #co = :co"
-		names["#co"] = aCoPK
-		vals[":co"] = vS(coPK(rec.Session, rec.Route, rec.CoalesceKey))
-	}
-	return &types.Update{
-		TableName:                 aws.String(table),
-		Key:                       recordKey(rec.Session, rec.Route, rec.Envelope.ID),
-		UpdateExpression:          aws.String(expr),
-		ConditionExpression:       aws.String(ownedCond),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: vals,
-	}
+// group is the coalescing state of one (session, route, coalesce key)
+// during a Write. The table keeps a pointer item per key naming the newest
+// unclaimed record of the key (the one waiting); a claim does not clear it,
+// so the record it names may have been claimed or settled since: the
+// conditions on that record find out, and the group then ignores it.
+type group struct {
+	pk, session, route string
+	read               bool                            // its pointer is in the Write's first read
+	ptr                map[string]types.AttributeValue // the pointer as in the table; nil: none
+	ignore             bool                            // the record ptr names is claimed or gone
+
+	// Set by coalesce for the current attempt.
+	cur     *op  // the append of this transaction now waiting
+	waiting bool // the record ptr names is still waiting
+	check   bool // it absorbed an append: it must still be unclaimed
+	replace bool // an append replaces it: delete it
 }
 
-func releaseUpdate(table string, rec *stores.Record, next time.Time, lastError string) *dynamodb.UpdateItemInput {
-	u := releaseItem(table, rec, next, lastError)
-	return &dynamodb.UpdateItemInput{
-		TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
-		ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
-		ExpressionAttributeValues: u.ExpressionAttributeValues,
-	}
-}
-
-// releaseCoalesced releases rec (claimed, with a coalesce key) against the
-// pending record of its key appended while it was claimed, if any, in one
-// transaction: when that one is at least as new it supersedes rec (rec
-// becomes a done tombstone, not counted as delivered, and the other one is
-// due no earlier than next); when it is older it is absorbed and rec is
-// released due at the later next attempt of the two. It reports false when
-// there is no such record, or it changed meanwhile: the caller then
-// releases rec alone.
-func (s *Store) releaseCoalesced(ctx context.Context, rec *stores.Record, next time.Time, lastError string) (bool, error) {
-	// A concurrent append may replace the other record between the read
-	// and the transaction: read it again, a few times.
-	for range 5 {
-		done, retry, err := s.releaseCoalescedOnce(ctx, rec, next, lastError)
-		if !retry {
-			return done, err
+// coalesce decides, in batch order, which appends with a coalesce key are
+// absorbed by a newer waiting record and which replace the one waiting
+// (stores.Supersedes), as the memory backend does: an append claimed
+// replaces older waiting records but never waits itself. It returns the
+// groups of c.
+func coalesce(c []*op) []*group {
+	var groups []*group
+	for _, o := range c {
+		if g := o.g; g != nil && !o.skip && !contains(groups, g) {
+			g.cur, g.waiting, g.check, g.replace = nil, g.ptr != nil && !g.ignore, false, false
+			groups = append(groups, g)
 		}
 	}
-	return false, nil
-}
-
-// releaseCoalescedOnce is one attempt of releaseCoalesced; retry reports
-// that the other record changed before the transaction.
-func (s *Store) releaseCoalescedOnce(ctx context.Context, rec *stores.Record, next time.Time, lastError string) (done, retry bool, err error) {
-	ck := coPK(rec.Session, rec.Route, rec.CoalesceKey)
-	h, err := s.coalesceHolder(ctx, ck)
-	if err != nil {
-		return false, false, fmt.Errorf("dynamodb: release: %w", err)
-	}
-	if h == nil || getS(h.key, aPK) == recordPK(rec.Envelope.ID) {
-		return false, false, nil
-	}
-	now := time.Now()
-	gc := now.Add(s.opts.DoneRetention).Unix()
-	pendingNames := map[string]string{"#state": aState, "#co": aCoPK, "#next": aNext}
-	pendingVals := map[string]types.AttributeValue{":pending": vS(string(stores.Pending)), ":co": vS(ck)}
-	const pendingCond = "#state = :pending AND #co = :co"
-	var items []types.TransactWriteItem
-	if h.received >= nanos(rec.Envelope.ReceivedAt) {
-		names, vals := ownedNames(), ownedValues(rec)
-		names["#gc"] = aGC
-		vals[":done"], vals[":gc"] = vS(string(stores.Done)), vN(gc)
-		items = append(items, types.TransactWriteItem{Update: &types.Update{
-			TableName:                 aws.String(s.table),
-			Key:                       recordKey(rec.Session, rec.Route, rec.Envelope.ID),
-			UpdateExpression:          aws.String(doneUpdate),
-			ConditionExpression:       aws.String(ownedCond),
-			ExpressionAttributeNames:  names,
-			ExpressionAttributeValues: vals,
-		}})
-		if nanos(next) > h.next {
-			pendingVals[":next"], pendingVals[":hnext"] = vT(next), vN(h.next)
-			items = append(items, types.TransactWriteItem{Update: &types.Update{
-				TableName:                 aws.String(s.table),
-				Key:                       h.key,
-				UpdateExpression:          aws.String("SET #next = :next, timer_pk = part_pk, timer_at = :next REMOVE ready_pk"),
-				ConditionExpression:       aws.String(pendingCond + " AND #next = :hnext"),
-				ExpressionAttributeNames:  pendingNames,
-				ExpressionAttributeValues: pendingVals,
-			}})
-		} else {
-			// A no-op update rather than a ConditionCheck, which would need
-			// one more IAM action.
-			delete(pendingNames, "#next")
-			items = append(items, types.TransactWriteItem{Update: &types.Update{
-				TableName:                 aws.String(s.table),
-				Key:                       h.key,
-				UpdateExpression:          aws.String("SET #co = :co"),
-				ConditionExpression:       aws.String(pendingCond),
-				ExpressionAttributeNames:  pendingNames,
-				ExpressionAttributeValues: pendingVals,
-			}})
+	for _, o := range c {
+		g := o.g
+		if g == nil || o.skip {
+			continue
 		}
-		items = append(items, counterItem(s.table, rec.Session, rec.Route, -1, 0, nil))
-	} else {
-		if h.next > nanos(next) {
-			next = fromNanos(h.next)
+		if g.cur == nil && g.waiting && getS(g.ptr, aID) == o.r.Envelope.ID {
+			o.skip = true // the waiting record itself, appended again
+			continue
 		}
-		items = append(items, types.TransactWriteItem{Update: releaseItem(s.table, rec, next, lastError)})
-		pendingNames["#gc"] = aGC
-		delete(pendingNames, "#next")
-		pendingVals[":done"], pendingVals[":gc"] = vS(string(stores.Done)), vN(gc)
-		items = append(items, types.TransactWriteItem{Update: &types.Update{
-			TableName:                 aws.String(s.table),
-			Key:                       h.key,
-			UpdateExpression:          aws.String(doneUpdate),
-			ConditionExpression:       aws.String(pendingCond),
-			ExpressionAttributeNames:  pendingNames,
-			ExpressionAttributeValues: pendingVals,
-		}})
-		items = append(items, counterItem(s.table, h.session, rec.Route, -1, 0, nil))
-	}
-	err = s.transact(ctx, items)
-	if err == nil {
-		return true, false, nil
-	}
-	if rs, ok := cancelReasons(err); ok && len(rs) == len(items) {
+		recv := nanos(o.r.Envelope.ReceivedAt)
 		switch {
-		case reasonCode(rs[0]) == codeCondition:
-			return false, false, fmt.Errorf("dynamodb: release: %w", staleErr(rec))
-		case reasonCode(rs[1]) == codeCondition:
-			return false, true, nil
+		case g.cur != nil && nanos(g.cur.r.Envelope.ReceivedAt) > recv:
+			o.absorbed = true
+			continue
+		case g.cur == nil && g.waiting && getN(g.ptr, aReceived) > recv:
+			o.absorbed, g.check = true, true
+			continue
+		case g.cur != nil:
+			g.cur.absorbed = true
+		case g.waiting:
+			g.waiting, g.replace = false, true
+		}
+		g.cur = nil
+		if o.token == 0 {
+			g.cur = o
 		}
 	}
-	return false, false, fmt.Errorf("dynamodb: release: %w", err)
+	return groups
+}
+
+func contains(gs []*group, g *group) bool {
+	for _, x := range gs {
+		if x == g {
+			return true
+		}
+	}
+	return false
+}
+
+// pointer adds the items of group g: the replaced record's delete and
+// tombstone (or the check that the record that absorbed appends still
+// waits), and the pointer to the new waiting record.
+func (t *txn) pointer(g *group, ttl int64) {
+	ro := role{kind: roleReplaced, g: g}
+	unclaimed := map[string]types.AttributeValue{":zero": vN(0)}
+	switch {
+	case g.replace:
+		t.del(ro, loc(g.ptr), "#tok = :zero", unclaimed)
+		t.tombstone(ro, key(keyPK(getS(g.ptr, aID)), keySK(g.session, g.route)), stores.Live, ttl)
+		t.count(g.session, g.route, -1, -getN(g.ptr, aSize), 0)
+	case g.check:
+		t.add(ro, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: t.s.table, Key: loc(g.ptr),
+			ConditionExpression: aws.String("#tok = :zero"), ExpressionAttributeNames: map[string]string{"#tok": aToken},
+			ExpressionAttributeValues: unclaimed}})
+	}
+	if g.cur == nil {
+		if g.replace {
+			t.after = append(t.after, func() { g.ignore = true })
+		}
+		return
+	}
+	r := &g.cur.r
+	ptr := key(g.pk, ptrSK)
+	ptr[aID], ptr[aLocPK], ptr[aLocSK] = vS(r.Envelope.ID), vS(g.cur.pk), vS(seqSK(r.Seq))
+	ptr[aReceived], ptr[aSize] = vT(r.Envelope.ReceivedAt), vN(r.Size())
+	p := &types.Put{TableName: t.s.table, Item: ptr, ConditionExpression: aws.String("attribute_not_exists(pk)")}
+	if g.ptr != nil {
+		p.ConditionExpression = aws.String("#id = :id")
+		p.ExpressionAttributeNames = map[string]string{"#id": aID}
+		p.ExpressionAttributeValues = map[string]types.AttributeValue{":id": vS(getS(g.ptr, aID))}
+	}
+	t.add(role{kind: rolePointer, g: g}, types.TransactWriteItem{Put: p})
+	t.after = append(t.after, func() { g.ptr, g.ignore = ptr, false })
+}
+
+// refetch reads the pointers of gs again after another process moved them.
+func (s *Store) refetch(ctx context.Context, gs []*group) error {
+	if len(gs) == 0 {
+		return nil
+	}
+	var keys []map[string]types.AttributeValue
+	for _, g := range gs {
+		keys = append(keys, key(g.pk, ptrSK))
+	}
+	items, err := s.getItems(ctx, keys)
+	if err != nil {
+		return err
+	}
+	for _, g := range gs {
+		g.ptr, g.ignore = items[itemID(key(g.pk, ptrSK))], false
+	}
+	return nil
 }

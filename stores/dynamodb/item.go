@@ -1,6 +1,8 @@
 package dynamodb
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -11,92 +13,108 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Attribute names of a record item. GSI key attributes are present only
-// while the record is in the state the index serves (sparse indexes).
+// Attribute names. Record and dead-letter items hold a whole Record; the
+// other items hold the few attributes the layout (package doc) names.
 const (
-	aPK        = "pk"
-	aSK        = "sk"
+	aPK, aSK   = "pk", "sk"
 	aSession   = "session"
 	aRoute     = "route"
 	aPart      = "part"
+	aSeq       = "seq"
 	aID        = "id"
 	aTopic     = "topic"
 	aPayload   = "payload"
 	aHeaders   = "headers"
 	aQoS       = "qos"
-	aReceived  = "received_at"
 	aOrderKey  = "okey"
 	aCoKey     = "ckey"
 	aCause     = "cause"
-	aState     = "state"
-	aSeq       = "seq"
+	aRaw       = "raw"
+	aTruncated = "truncated"
+	aCreated   = "created_at"
+	aReceived  = "received_at"
+	aExpires   = "expires_at"
 	aAttempts  = "attempts"
 	aFirst     = "first_at"
 	aNext      = "next_at"
 	aLastErr   = "last_error"
-	aCreated   = "created_at"
-	aExpires   = "expires_at"
 	aToken     = "token"
-	aUntil     = "claim_until"
 	aDeadAt    = "dead_at"
-	aDeadWhy   = "dead_reason"
-	aGC        = "gc_at" // TTL attribute (epoch seconds) of done tombstones
-	aPartPK    = "part_pk"
-	aReadyPK   = "ready_pk" // GSI ready: (ready_pk, seq), pending and due at append
-	aTimerPK   = "timer_pk" // GSI timer: (timer_pk, timer_at), claimed or released
-	aTimerAt   = "timer_at" //   claim deadline or next attempt, unix ns
-	aLivePK    = "live_pk"  // GSI live: (live_pk, seq), pending or claimed
-	aKeyPK     = "key_pk"   // GSI okey: (key_pk, seq), live records with an ordering key
-	aCoPK      = "co_pk"    // GSI coalesce: (co_pk, received_at), pending (not while claimed)
-	aDeadAll   = "dead_all" // GSI dead: (dead_all, dead_sk)
-	aDeadRoute = "dead_rpk" // GSI dead_route: (dead_rpk, dead_sk)
-	aDeadSK    = "dead_sk"  //   %020d DeadAt ns . %020d Seq
-	aValue     = "v"        // counter value
-	aParts     = "parts"    // partitions a session\'s records went to (NS)
-	aDeadCount = "dead"     // dead letters of a (session, route) counter
-	aSessions  = "sessions" // the session registry (SS)
+	aReason    = "dead_reason"
+	aState     = "state" // key items: live, dead or done
+	aLocPK     = "loc_pk"
+	aLocSK     = "loc_sk"
+	aSize      = "size"
+	aTTL       = "ttl" // epoch seconds: DynamoDB's TTL deletes the item after it
+	aCounter   = "n"   // partition items: the last Seq counter committed
+	aParts     = "parts"
+	aName      = "name"
+	aOwner     = "owner"
+	aUntil     = "until"
 )
 
-// Index names.
 const (
-	idxReady     = "ready"
-	idxTimer     = "timer"
-	idxLive      = "live"
-	idxOrderKey  = "okey"
-	idxCoalesce  = "coalesce"
-	idxDead      = "dead"
-	idxDeadRoute = "dead_route"
+	metaSK    = "m" // the partition item, after every Seq sort key
+	regPK     = "reg"
+	leaseReg  = "leases"
+	ptrSK     = "c"
+	leaseSK   = "l"
+	maxParts  = 1 << partBits
+	partBits  = 10
+	maxReason = 4 << 10
+	// maxItemBytes keeps a record under DynamoDB's 400 KB item limit with
+	// room for what dead-lettering adds (a reason of up to maxReason).
+	maxItemBytes = 390_000
 )
 
-// maxPayload keeps an item under DynamoDB's 400 KB limit with room for the
-// bookkeeping attributes and headers.
-const maxItemBytes = 380 << 10
-
-// enc makes a string safe to join with others: its length, a colon, itself.
-func enc(s string) string { return strconv.Itoa(len(s)) + ":" + s }
-
-func recordPK(id string) string               { return "r#" + id }
-func recordSK(session, route string) string   { return enc(session) + "|" + route }
-func partPK(session string, part int) string  { return enc(session) + "#" + strconv.Itoa(part) }
-func keyPK(session, key string) string        { return enc(session) + "#" + key }
-func coPK(session, route, ckey string) string { return enc(session) + "|" + enc(route) + "|" + ckey }
-func counterPK(session string) string         { return "s#" + session }
-func deadSK(deadAt time.Time, seq int64) string {
-	return fmt.Sprintf("%020d.%020d", nanos(deadAt), seq)
+// digest is the hex SHA-256 of parts, each length-prefixed so that no two
+// lists of parts share a digest.
+func digest(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:%s", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
-const seqPK, seqSK = "meta#seq", "meta"
+// bound returns s, or "~" and its digest when s is too long for a key.
+func bound(s string) string {
+	if len(s) <= 200 {
+		return s
+	}
+	return "~" + digest(s)
+}
 
-func recordKey(session, route, id string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{aPK: vS(recordPK(id)), aSK: vS(recordSK(session, route))}
+func partPK(session string, part int) string { return "p#" + bound(session) + "#" + strconv.Itoa(part) }
+func seqSK(seq int64) string                 { return fmt.Sprintf("%019d", seq) }
+func keyPK(id string) string                 { return "k#" + digest(id) }
+func keySK(session, route string) string     { return digest(session, route) }
+func deadPK(route string) string             { return "d#" + bound(route) }
+func statsPK(session string) string          { return "s#" + bound(session) }
+func leasePK(name string) string             { return "l#" + bound(name) }
+func ptrPK(session, route, ck string) string {
+	return "c#" + digest(session, route, ck)
+}
+
+// deadSK orders a route's dead letters by DeadAt, then Seq; the digest of
+// the key keeps letters of different sessions apart.
+func deadSK(r *stores.Record) string {
+	return deadPrefix(nanos(r.DeadAt), r.Seq) + "." + keySK(r.Session, r.Envelope.ID)[:16]
+}
+
+func deadPrefix(deadAt, seq int64) string { return fmt.Sprintf("%020d.%019d", max(deadAt, 0), seq) }
+
+func key(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{aPK: vS(pk), aSK: vS(sk)}
 }
 
 func vS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
 func vN(n int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
 }
-func vB(b []byte) types.AttributeValue    { return &types.AttributeValueMemberB{Value: b} }
-func vT(t time.Time) types.AttributeValue { return vN(nanos(t)) }
+func vT(t time.Time) types.AttributeValue {
+	return vN(nanos(t))
+}
 
 func nanos(t time.Time) int64 {
 	if t.IsZero() {
@@ -105,30 +123,60 @@ func nanos(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
+func getS(it map[string]types.AttributeValue, k string) string {
+	v, _ := it[k].(*types.AttributeValueMemberS)
+	if v == nil {
+		return ""
 	}
-	return time.Unix(0, n).UTC()
+	return v.Value
 }
 
-// newItem encodes a fresh record (State set by the caller) with its index
-// attributes.
-func newItem(r *stores.Record, gcAt time.Time) map[string]types.AttributeValue {
+func getN(it map[string]types.AttributeValue, k string) int64 {
+	v, _ := it[k].(*types.AttributeValueMemberN)
+	if v == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(v.Value, 10, 64)
+	return n
+}
+
+func getT(it map[string]types.AttributeValue, k string) time.Time {
+	if n := getN(it, k); n != 0 {
+		return time.Unix(0, n).UTC()
+	}
+	return time.Time{}
+}
+
+func getB(it map[string]types.AttributeValue, k string) bool {
+	v, _ := it[k].(*types.AttributeValueMemberBOOL)
+	return v != nil && v.Value
+}
+
+// encode returns the item of r at (pk, sk): the whole record. Unset
+// optional fields are left out; times are Unix nanoseconds.
+func encode(r *stores.Record, pk, sk string) map[string]types.AttributeValue {
 	e := &r.Envelope
-	it := map[string]types.AttributeValue{
-		aPK: vS(recordPK(e.ID)), aSK: vS(recordSK(r.Session, r.Route)),
-		aSession: vS(r.Session), aRoute: vS(r.Route), aPart: vN(int64(r.Partition)), aID: vS(e.ID),
-		aState: vS(string(r.State)), aSeq: vN(r.Seq), aCreated: vT(r.CreatedAt),
-		aPartPK: vS(partPK(r.Session, r.Partition)),
+	it := key(pk, sk)
+	it[aSession], it[aRoute], it[aPart], it[aSeq] = vS(r.Session), vS(r.Route), vN(int64(r.Partition)), vN(r.Seq)
+	it[aID], it[aTopic], it[aQoS] = vS(e.ID), vS(e.Topic), vN(int64(e.QoS))
+	it[aCreated], it[aReceived], it[aToken], it[aAttempts] = vT(r.CreatedAt), vT(e.ReceivedAt), vN(r.Token), vN(int64(r.Attempts))
+	opt := func(name, v string) {
+		if v != "" {
+			it[name] = vS(v)
+		}
 	}
-	if r.State == stores.Done {
-		it[aGC] = vN(gcAt.Unix())
-		return it
+	opt(aOrderKey, e.Key)
+	opt(aCoKey, r.CoalesceKey)
+	opt(aCause, r.CausationID)
+	opt(aLastErr, clip(r.LastError))
+	opt(aReason, clip(r.DeadReason))
+	for name, t := range map[string]time.Time{aExpires: r.ExpiresAt, aFirst: r.FirstAttemptAt, aNext: r.NextAttemptAt, aDeadAt: r.DeadAt} {
+		if !t.IsZero() {
+			it[name] = vT(t)
+		}
 	}
-	it[aTopic] = vS(e.Topic)
 	if len(e.Payload) > 0 {
-		it[aPayload] = vB(e.Payload)
+		it[aPayload] = &types.AttributeValueMemberB{Value: e.Payload}
 	}
 	if len(e.Headers) > 0 {
 		h := make(map[string]types.AttributeValue, len(e.Headers))
@@ -137,107 +185,37 @@ func newItem(r *stores.Record, gcAt time.Time) map[string]types.AttributeValue {
 		}
 		it[aHeaders] = &types.AttributeValueMemberM{Value: h}
 	}
-	it[aQoS] = vN(int64(e.QoS))
-	it[aReceived] = vT(e.ReceivedAt)
-	if e.Key != "" {
-		it[aOrderKey] = vS(e.Key)
-		it[aKeyPK] = vS(keyPK(r.Session, e.Key))
+	if r.Raw {
+		it[aRaw] = &types.AttributeValueMemberBOOL{Value: true}
 	}
-	if r.CoalesceKey != "" {
-		it[aCoKey] = vS(r.CoalesceKey)
-		it[aCoPK] = vS(coPK(r.Session, r.Route, r.CoalesceKey))
-	}
-	if r.CausationID != "" {
-		it[aCause] = vS(r.CausationID)
-	}
-	it[aAttempts] = vN(int64(r.Attempts))
-	it[aFirst] = vT(r.FirstAttemptAt)
-	it[aNext] = vT(r.NextAttemptAt)
-	if r.LastError != "" {
-		it[aLastErr] = vS(r.LastError)
-	}
-	it[aExpires] = vT(r.ExpiresAt)
-	it[aLivePK] = it[aPartPK]
-	if nanos(r.NextAttemptAt) <= nanos(r.CreatedAt) {
-		it[aReadyPK] = it[aPartPK]
-	} else {
-		it[aTimerPK] = it[aPartPK]
-		it[aTimerAt] = vT(r.NextAttemptAt)
+	if r.Truncated {
+		it[aTruncated] = &types.AttributeValueMemberBOOL{Value: true}
 	}
 	return it
 }
 
-// itemSize estimates the stored size of an item (names plus values).
-func itemSize(it map[string]types.AttributeValue) int {
-	n := 0
-	for k, v := range it {
-		n += len(k) + valueSize(v)
+// clip bounds an error text kept in an item.
+func clip(s string) string {
+	if len(s) > maxReason {
+		return s[:maxReason]
 	}
-	return n
+	return s
 }
 
-func valueSize(v types.AttributeValue) int {
-	switch v := v.(type) {
-	case *types.AttributeValueMemberS:
-		return len(v.Value)
-	case *types.AttributeValueMemberB:
-		return len(v.Value)
-	case *types.AttributeValueMemberN:
-		return 21
-	case *types.AttributeValueMemberM:
-		n := 3
-		for k, e := range v.Value {
-			n += len(k) + valueSize(e) + 1
-		}
-		return n
-	}
-	return 8
-}
-
-func getS(it map[string]types.AttributeValue, k string) string {
-	if v, ok := it[k].(*types.AttributeValueMemberS); ok {
-		return v.Value
-	}
-	return ""
-}
-
-func getN(it map[string]types.AttributeValue, k string) int64 {
-	if v, ok := it[k].(*types.AttributeValueMemberN); ok {
-		n, _ := strconv.ParseInt(v.Value, 10, 64)
-		return n
-	}
-	return 0
-}
-
-func getT(it map[string]types.AttributeValue, k string) time.Time { return fromNanos(getN(it, k)) }
-
-// decode turns a record item back into a Record.
-func decode(it map[string]types.AttributeValue) stores.Record {
+// decode turns a record or dead-letter item back into a Record.
+func decode(it map[string]types.AttributeValue, state stores.State) stores.Record {
 	r := stores.Record{
-		Session:   getS(it, aSession),
-		Partition: int(getN(it, aPart)),
-		Route:     getS(it, aRoute),
+		Session: getS(it, aSession), Partition: int(getN(it, aPart)), Route: getS(it, aRoute),
 		Envelope: message.Envelope{
-			ID:         getS(it, aID),
-			Topic:      getS(it, aTopic),
-			QoS:        byte(getN(it, aQoS)),
-			ReceivedAt: getT(it, aReceived),
-			Key:        getS(it, aOrderKey),
+			ID: getS(it, aID), Topic: getS(it, aTopic), QoS: byte(getN(it, aQoS)),
+			ReceivedAt: getT(it, aReceived), Key: getS(it, aOrderKey),
 		},
-		CoalesceKey:    getS(it, aCoKey),
-		CausationID:    getS(it, aCause),
-		State:          stores.State(getS(it, aState)),
-		Seq:            getN(it, aSeq),
-		Attempts:       int(getN(it, aAttempts)),
-		FirstAttemptAt: getT(it, aFirst),
-		NextAttemptAt:  getT(it, aNext),
-		LastError:      getS(it, aLastErr),
-		CreatedAt:      getT(it, aCreated),
-		ExpiresAt:      getT(it, aExpires),
-		Token:          getN(it, aToken),
-		ClaimUntil:     getT(it, aUntil),
-		DeadAt:         getT(it, aDeadAt),
-		DeadReason:     getS(it, aDeadWhy),
+		CoalesceKey: getS(it, aCoKey), CausationID: getS(it, aCause),
+		Raw: getB(it, aRaw), Truncated: getB(it, aTruncated),
+		State: state, Seq: getN(it, aSeq), CreatedAt: getT(it, aCreated), Token: getN(it, aToken),
+		Attempts: int(getN(it, aAttempts)), FirstAttemptAt: getT(it, aFirst), NextAttemptAt: getT(it, aNext),
+		LastError: getS(it, aLastErr), ExpiresAt: getT(it, aExpires),
+		DeadAt: getT(it, aDeadAt), DeadReason: getS(it, aReason),
 	}
 	if v, ok := it[aPayload].(*types.AttributeValueMemberB); ok {
 		r.Envelope.Payload = v.Value
@@ -253,18 +231,28 @@ func decode(it map[string]types.AttributeValue) stores.Record {
 	return r
 }
 
-// splitSK parses a record sort key back into session and route.
-func splitSK(sk string) (session, route string, ok bool) {
+// itemSize is an upper bound of an item's size as DynamoDB counts it
+// (attribute names plus values; a number counts 21 bytes).
+func itemSize(it map[string]types.AttributeValue) int {
 	n := 0
-	i := 0
-	for ; i < len(sk) && sk[i] >= '0' && sk[i] <= '9'; i++ {
-		n = n*10 + int(sk[i]-'0')
-		if n > len(sk) {
-			return "", "", false
+	for k, v := range it {
+		n += len(k) + valueSize(v)
+	}
+	return n
+}
+
+func valueSize(v types.AttributeValue) int {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return len(v.Value)
+	case *types.AttributeValueMemberB:
+		return len(v.Value)
+	case *types.AttributeValueMemberM:
+		n := 3
+		for k, e := range v.Value {
+			n += len(k) + valueSize(e) + 1
 		}
+		return n
 	}
-	if i == 0 || i >= len(sk) || sk[i] != ':' || i+1+n >= len(sk) || sk[i+1+n] != '|' {
-		return "", "", false
-	}
-	return sk[i+1 : i+1+n], sk[i+2+n:], true
+	return 21
 }

@@ -2,8 +2,10 @@ package dynamodb
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync/atomic"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -13,94 +15,64 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Lease items live in one partition (pk "lease", sk the lease name) with
-// owner, token and until (unix ns); tokens come from one counter item
-// (pk "meta#token"), so they grow across names, owners and restarts. A
-// released lease keeps its item with an empty owner.
-const (
-	leasePK             = "lease"
-	tokenPK, tokenSK    = "meta#token", "meta"
-	aOwner, aLeaseUntil = "owner", "until"
-	aLeaseToken         = "token"
-)
+// maxLeaseName bounds lease names: List finds them by prefix in a sort key.
+const maxLeaseName = 1000
 
-// Leases is a stores.Leases on a DynamoDB table. It is safe for concurrent
-// use by many goroutines and processes.
-type Leases struct {
-	db     *dynamodb.Client
-	table  string
-	closed atomic.Bool
+// leaseCond is the condition under which a claim, or an append claimed,
+// may use token :lt: the lease of its partition is held under that token.
+const leaseCond = "#lt = :lt AND #lo <> :none"
+
+func leaseNames() map[string]string { return map[string]string{"#lt": aToken, "#lo": aOwner} }
+
+// leaseCheck is a ConditionCheck that the lease name is held under token.
+func (s *Store) leaseCheck(name string, token int64) types.TransactWriteItem {
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName: s.table, Key: key(leasePK(name), leaseSK), ConditionExpression: aws.String(leaseCond),
+		ExpressionAttributeNames:  leaseNames(),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":lt": vN(token), ":none": vS("")},
+	}}
 }
 
-// OpenLeases returns the lease store on opts.LeaseTable (else opts.Table,
-// else DefaultLeaseTable), creating the table when opts.CreateTables is set.
-func OpenLeases(ctx context.Context, opts Options) (*Leases, error) {
-	table := opts.LeaseTable
-	if table == "" {
-		table = opts.Table
-	}
-	if table == "" {
-		table = DefaultLeaseTable
-	}
-	db := opts.Client
-	if db == nil {
-		var err error
-		if db, err = NewClient(ctx, opts); err != nil {
-			return nil, err
-		}
-	}
-	if opts.CreateTables {
-		if err := CreateLeaseTable(ctx, db, table); err != nil {
-			return nil, err
-		}
-	}
-	return &Leases{db: db, table: table}, nil
+func isConditionFailed(err error) bool {
+	var cfe *types.ConditionalCheckFailedException
+	return errors.As(err, &cfe)
 }
 
-// Close implements stores.Leases: later calls fail. It is idempotent.
-func (l *Leases) Close() error {
-	l.closed.Store(true)
-	return nil
-}
-
-func leaseKey(name string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{aPK: vS(leasePK), aSK: vS(name)}
-}
-
-// Acquire implements stores.Leases with two requests: the token counter
-// and a conditional update that holds when the lease is free, lapsed at
-// now, or already the owner's.
-func (l *Leases) Acquire(ctx context.Context, name, owner string, ttl time.Duration, now time.Time) (stores.Lease, error) {
-	if l.closed.Load() {
-		return stores.Lease{}, errClosed
-	}
-	if name == "" || owner == "" || ttl <= 0 {
+// Acquire implements stores.Leases: the next token from the token item
+// (one UpdateItem ADD), then one conditional UpdateItem of the lease item
+// (free, released, lapsed at now, or already owner's). A process's first
+// Acquire of a name also records the name for List (one PutItem).
+func (s *Store) Acquire(ctx context.Context, name, owner string, ttl time.Duration, now time.Time) (stores.Lease, error) {
+	if name == "" || owner == "" || ttl <= 0 || len(name) > maxLeaseName {
 		return stores.Lease{}, fmt.Errorf("dynamodb: acquire lease: %w: name %q, owner %q, ttl %v", stores.ErrInvalid, name, owner, ttl)
 	}
-	out, err := l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(l.table),
-		Key:                       map[string]types.AttributeValue{aPK: vS(tokenPK), aSK: vS(tokenSK)},
-		UpdateExpression:          aws.String("ADD #v :one"),
-		ExpressionAttributeNames:  map[string]string{"#v": aValue},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":one": vN(1)},
-		ReturnValues:              types.ReturnValueUpdatedNew,
+	if err := s.check(ctx); err != nil {
+		return stores.Lease{}, err
+	}
+	if err := s.remember(ctx, "lease "+name, func() error {
+		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: s.table, Item: key(leaseReg, name)})
+		return err
+	}); err != nil {
+		return stores.Lease{}, fmt.Errorf("dynamodb: acquire lease %q: %w", name, err)
+	}
+	var out *dynamodb.UpdateItemOutput
+	err := retry(ctx, func() (err error) {
+		out, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: s.table, Key: key("meta", "token"),
+			UpdateExpression:          aws.String("ADD #n :one"),
+			ExpressionAttributeNames:  map[string]string{"#n": aCounter},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": vN(1)},
+			ReturnValues:              types.ReturnValueUpdatedNew,
+		})
+		return err
 	})
 	if err != nil {
 		return stores.Lease{}, fmt.Errorf("dynamodb: acquire lease %q: next token: %w", name, err)
 	}
-	le := stores.Lease{Name: name, Owner: owner, Token: getN(out.Attributes, aValue), Until: fromNanos(nanos(now.Add(ttl)))}
-	_, err = l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:        aws.String(l.table),
-		Key:              leaseKey(name),
-		UpdateExpression: aws.String("SET #o = :o, #t = :t, #u = :u"),
-		ConditionExpression: aws.String("(attribute_not_exists(#t) OR #t < :t) AND " +
-			"(attribute_not_exists(#o) OR #o = :o OR #o = :none OR #u <= :now)"),
-		ExpressionAttributeNames: map[string]string{"#o": aOwner, "#t": aLeaseToken, "#u": aLeaseUntil},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":o": vS(owner), ":t": vN(le.Token), ":u": vT(le.Until), ":none": vS(""), ":now": vN(nanos(now)),
-		},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	le := stores.Lease{Name: name, Owner: owner, Token: getN(out.Attributes, aCounter), Until: time.Unix(0, now.Add(ttl).UnixNano()).UTC()}
+	err = s.updateLease(ctx, le, "SET #name = :name, #lo = :o, #lt = :lt, #u = :u",
+		"attribute_not_exists(#lt) OR (#lt < :lt AND (#lo = :o OR #lo = :none OR #u <= :now))",
+		map[string]types.AttributeValue{":name": vS(name), ":o": vS(owner), ":lt": vN(le.Token), ":u": vT(le.Until), ":none": vS(""), ":now": vT(now)})
 	if isConditionFailed(err) {
 		return stores.Lease{}, fmt.Errorf("dynamodb: acquire lease %q: %w", name, stores.ErrLeaseHeld)
 	}
@@ -110,26 +82,17 @@ func (l *Leases) Acquire(ctx context.Context, name, owner string, ttl time.Durat
 	return le, nil
 }
 
-// Renew implements stores.Leases with one conditional update on the
-// owner and token.
-func (l *Leases) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, now time.Time) (stores.Lease, error) {
-	if l.closed.Load() {
-		return stores.Lease{}, errClosed
-	}
+// Renew implements stores.Leases with one conditional UpdateItem.
+func (s *Store) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, now time.Time) (stores.Lease, error) {
 	if ttl <= 0 {
 		return stores.Lease{}, fmt.Errorf("dynamodb: renew lease: %w: ttl %v", stores.ErrInvalid, ttl)
 	}
-	le.Until = fromNanos(nanos(now.Add(ttl)))
-	_, err := l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(l.table),
-		Key:                      leaseKey(le.Name),
-		UpdateExpression:         aws.String("SET #u = :u"),
-		ConditionExpression:      aws.String("#o = :o AND #t = :t"),
-		ExpressionAttributeNames: map[string]string{"#o": aOwner, "#t": aLeaseToken, "#u": aLeaseUntil},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":o": vS(le.Owner), ":t": vN(le.Token), ":u": vT(le.Until),
-		},
-	})
+	if err := s.check(ctx); err != nil {
+		return stores.Lease{}, err
+	}
+	le.Until = time.Unix(0, now.Add(ttl).UnixNano()).UTC()
+	err := s.updateLease(ctx, le, "SET #u = :u", "#lo = :o AND #lt = :lt",
+		map[string]types.AttributeValue{":o": vS(le.Owner), ":lt": vN(le.Token), ":u": vT(le.Until)})
 	if isConditionFailed(err) {
 		return stores.Lease{}, fmt.Errorf("dynamodb: renew lease %q: %w", le.Name, stores.ErrLeaseLost)
 	}
@@ -139,22 +102,14 @@ func (l *Leases) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, 
 	return le, nil
 }
 
-// Release implements stores.Leases: the owner is cleared (the token stays,
-// so later tokens stay larger).
-func (l *Leases) Release(ctx context.Context, le stores.Lease) error {
-	if l.closed.Load() {
-		return errClosed
+// Release implements stores.Leases with one conditional UpdateItem: the
+// owner is cleared, the token stays (claims under it fail from then on).
+func (s *Store) Release(ctx context.Context, le stores.Lease) error {
+	if err := s.check(ctx); err != nil {
+		return err
 	}
-	_, err := l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                aws.String(l.table),
-		Key:                      leaseKey(le.Name),
-		UpdateExpression:         aws.String("SET #o = :none, #u = :zero"),
-		ConditionExpression:      aws.String("#o = :o AND #t = :t"),
-		ExpressionAttributeNames: map[string]string{"#o": aOwner, "#t": aLeaseToken, "#u": aLeaseUntil},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":o": vS(le.Owner), ":t": vN(le.Token), ":none": vS(""), ":zero": vN(0),
-		},
-	})
+	err := s.updateLease(ctx, le, "SET #lo = :none, #u = :zero", "#lo = :o AND #lt = :lt",
+		map[string]types.AttributeValue{":o": vS(le.Owner), ":lt": vN(le.Token), ":none": vS(""), ":zero": vN(0)})
 	if isConditionFailed(err) {
 		return fmt.Errorf("dynamodb: release lease %q: %w", le.Name, stores.ErrLeaseLost)
 	}
@@ -164,44 +119,71 @@ func (l *Leases) Release(ctx context.Context, le stores.Lease) error {
 	return nil
 }
 
-// List implements stores.Leases with one strongly consistent Query of the
-// lease partition (begins_with on the name), dropping lapsed and released
-// leases. Leases come sorted by name.
-func (l *Leases) List(ctx context.Context, prefix string, now time.Time) ([]stores.Lease, error) {
-	if l.closed.Load() {
-		return nil, errClosed
+func (s *Store) updateLease(ctx context.Context, le stores.Lease, update, cond string, vals map[string]types.AttributeValue) error {
+	names := leaseNames()
+	names["#u"], names["#name"] = aUntil, aName
+	if !strings.Contains(update+cond, "#name") {
+		delete(names, "#name")
 	}
-	cond := "#pk = :pk"
-	vals := map[string]types.AttributeValue{":pk": vS(leasePK)}
-	if prefix != "" {
-		cond += " AND begins_with(#sk, :prefix)"
-		vals[":prefix"] = vS(prefix)
+	return retry(ctx, func() error {
+		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: s.table, Key: key(leasePK(le.Name), leaseSK),
+			UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
+			ExpressionAttributeNames: names, ExpressionAttributeValues: vals,
+		})
+		return err
+	})
+}
+
+// List implements stores.Leases: one Query of the lease names by prefix,
+// then strongly consistent reads of their lease items. Leases come sorted
+// by name.
+func (s *Store) List(ctx context.Context, prefix string, now time.Time) ([]stores.Lease, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
 	}
-	in := &dynamodb.QueryInput{
-		TableName:                 aws.String(l.table),
-		KeyConditionExpression:    aws.String(cond),
+	var keys []map[string]types.AttributeValue
+	err := s.query(ctx, &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("#pk = :pk AND begins_with(#sk, :p)"),
 		ExpressionAttributeNames:  map[string]string{"#pk": aPK, "#sk": aSK},
-		ExpressionAttributeValues: vals,
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": vS(leaseReg), ":p": vS(prefix)},
 		ConsistentRead:            aws.Bool(true),
+	}, func(it map[string]types.AttributeValue) bool {
+		keys = append(keys, key(leasePK(getS(it, aSK)), leaseSK))
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dynamodb: list leases: %w", err)
+	}
+	items, err := s.getItems(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("dynamodb: list leases: %w", err)
 	}
 	var out []stores.Lease
-	for {
-		page, err := l.db.Query(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("dynamodb: list leases: %w", err)
+	for _, it := range items {
+		le := stores.Lease{Name: getS(it, aName), Owner: getS(it, aOwner), Token: getN(it, aToken), Until: getT(it, aUntil)}
+		if le.Owner != "" && le.Until.After(now) {
+			out = append(out, le)
 		}
-		for _, it := range page.Items {
-			le := stores.Lease{
-				Name: getS(it, aSK), Owner: getS(it, aOwner),
-				Token: getN(it, aLeaseToken), Until: getT(it, aLeaseUntil),
-			}
-			if le.Owner != "" && le.Until.After(now) {
-				out = append(out, le)
-			}
-		}
-		if page.LastEvaluatedKey == nil {
-			return out, nil
-		}
-		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}
+	slices.SortFunc(out, func(a, b stores.Lease) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// remember runs write once per process for id (a registry or lease-name
+// item: idempotent writes that only need to happen once).
+func (s *Store) remember(ctx context.Context, id string, write func() error) error {
+	s.mu.Lock()
+	done := s.known[id]
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := retry(ctx, write); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.known[id] = true
+	s.mu.Unlock()
+	return nil
 }

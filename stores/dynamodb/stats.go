@@ -1,9 +1,9 @@
 package dynamodb
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 
@@ -14,67 +14,95 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Stats implements stores.Outbox without scanning: one strongly consistent
-// Query of the session's live counters (8 shard items per route, updated in the same
-// transactions as appends and settles, which also record the partitions
-// used), then one Query (Limit 1) of the live index per partition for the
-// oldest record.
-func (s *Store) Stats(ctx context.Context, session string) (stores.SessionStats, error) {
-	if s.closed.Load() {
-		return stores.SessionStats{}, errClosed
+// oldestWindow is how many records at the head of each partition Stats
+// reads for the oldest CreatedAt.
+const oldestWindow = 100
+
+// Stats implements stores.Store without scanning: one Query of the session
+// registry, per session one Query of its stats shards (counts updated in
+// the same transactions as the records), and per partition of a session
+// with live records one Query of the first oldestWindow records for
+// Oldest. Records enter a partition in about the order they were created,
+// so the oldest is among them unless a record created long before was
+// appended behind more than oldestWindow newer ones.
+func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
 	}
-	var st stores.SessionStats
-	in := &dynamodb.QueryInput{
-		TableName:                 aws.String(s.table),
-		KeyConditionExpression:    aws.String("#pk = :pk AND begins_with(#sk, :live)"),
-		ExpressionAttributeNames:  map[string]string{"#pk": aPK, "#sk": aSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": vS(counterPK(session)), ":live": vS(liveSKPrefix)},
-		ConsistentRead:            aws.Bool(true),
-	}
-	parts := make(map[int]bool)
-	for {
-		out, err := s.db.Query(ctx, in)
-		if err != nil {
-			return st, fmt.Errorf("dynamodb: stats: query counters: %w", err)
+	parts := map[string][]string{}
+	err := s.registered(ctx, "s#", func(it map[string]types.AttributeValue) {
+		ns, _ := it[aParts].(*types.AttributeValueMemberNS)
+		if ns != nil {
+			parts[getS(it, aName)] = ns.Value
 		}
-		for _, it := range out.Items {
-			st.Pending += int(getN(it, aValue))
-			if ns, ok := it[aParts].(*types.AttributeValueMemberNS); ok {
-				for _, v := range ns.Value {
-					if p, err := strconv.Atoi(v); err == nil {
-						parts[p] = true
-					}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dynamodb: stats: %w", err)
+	}
+	var out []stores.SessionStats
+	for session, ps := range parts {
+		st, err := s.sessionStats(ctx, session, ps)
+		if err != nil {
+			return nil, fmt.Errorf("dynamodb: stats of session %q: %w", session, err)
+		}
+		if len(st.Routes) > 0 {
+			out = append(out, st)
+		}
+	}
+	slices.SortFunc(out, func(a, b stores.SessionStats) int { return cmp.Compare(a.Session, b.Session) })
+	return out, nil
+}
+
+func (s *Store) sessionStats(ctx context.Context, session string, parts []string) (stores.SessionStats, error) {
+	st := stores.SessionStats{Session: session, Routes: map[string]stores.RouteCounts{}}
+	sums := map[string]*[3]int64{}
+	err := s.query(ctx, &dynamodb.QueryInput{
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": aPK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": vS(statsPK(session))},
+		ConsistentRead:            aws.Bool(true),
+	}, func(it map[string]types.AttributeValue) bool {
+		for name := range it {
+			if i := []string{"l#", "b#", "d#"}; len(name) > 2 && slices.Contains(i, name[:2]) {
+				if sums[name[2:]] == nil {
+					sums[name[2:]] = &[3]int64{}
 				}
+				sums[name[2:]][slices.Index(i, name[:2])] += getN(it, name)
 			}
 		}
-		if out.LastEvaluatedKey == nil {
-			break
+		return true
+	})
+	if err != nil {
+		return st, err
+	}
+	for route, d := range sums {
+		if d[0] != 0 || d[2] != 0 {
+			st.Routes[route] = stores.RouteCounts{Live: int(d[0]), Dead: int(d[2])}
+			st.Live += int(d[0])
+			st.Bytes += d[1]
 		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
-	if st.Pending <= 0 {
-		return stores.SessionStats{}, nil
+	if st.Live == 0 {
+		return st, nil
 	}
-	oldestSeq := int64(-1)
-	for _, p := range slices.Sorted(maps.Keys(parts)) {
-		out, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(s.table),
-			IndexName:                 aws.String(idxLive),
-			KeyConditionExpression:    aws.String("#k = :k"),
-			ExpressionAttributeNames:  map[string]string{"#k": aLivePK},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":k": vS(partPK(session, p))},
-			Limit:                     aws.Int32(1),
+	for _, p := range parts {
+		n, _ := strconv.Atoi(p)
+		seen := 0
+		err := s.query(ctx, &dynamodb.QueryInput{
+			KeyConditionExpression:    aws.String("#pk = :pk AND #sk < :meta"),
+			ProjectionExpression:      aws.String("#c"),
+			ExpressionAttributeNames:  map[string]string{"#pk": aPK, "#sk": aSK, "#c": aCreated},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": vS(partPK(session, n)), ":meta": vS(metaSK)},
+			Limit:                     aws.Int32(oldestWindow),
+		}, func(it map[string]types.AttributeValue) bool {
+			if c := getT(it, aCreated); st.Oldest.IsZero() || c.Before(st.Oldest) {
+				st.Oldest = c
+			}
+			seen++
+			return seen < oldestWindow
 		})
 		if err != nil {
-			return st, fmt.Errorf("dynamodb: stats: query live index: %w", err)
-		}
-		if len(out.Items) == 0 {
-			continue
-		}
-		it := out.Items[0]
-		if seq := getN(it, aSeq); oldestSeq < 0 || seq < oldestSeq {
-			oldestSeq = seq
-			st.OldestCreatedAt = getT(it, aCreated)
+			return st, err
 		}
 	}
 	return st, nil

@@ -1,22 +1,49 @@
-// Package dynamodb is the DynamoDB backend of the stores contracts: an outbox
-// with dead letters (Store) and a lease table (Leases) that several gobridge
-// instances can share.
+// Package dynamodb is the DynamoDB backend of stores.Store: an outbox, its
+// dead letters and its leases in one table that several gobridge instances
+// share.
 //
-// Every state change is a conditional write that names the claimer's fencing
-// token; appends are conditional puts (attribute_not_exists) inside one
-// TransactWriteItems per chunk; claims read sparse global secondary indexes
-// of one session partition, so they cost O(batch), not O(backlog). The table
-// layout is described in tables.go and in the README section "dynamodb".
+// # Table layout
 //
-// Store implements stores.Inspector without scanning: per (session, route)
-// counter items and done-per-minute items are updated in the same
-// transactions as the records (see counters.go), and the sparse timer and
-// live indexes give claimed, due and oldest.
+// One table, key schema pk (HASH, S) and sk (RANGE, S), on-demand
+// billing, no secondary index, TTL on the attribute ttl. Every key made
+// from message data (envelope ID, coalesce key) is a SHA-256 digest, and
+// names from the configuration (session, route, lease) longer than 200
+// bytes are too ("~" + digest), so no key exceeds DynamoDB's key limits;
+// the full values are plain attributes.
 //
-// From a routes.StoreConfig, the bridge opens the outbox with
-// Open(ctx, Options{Table: o.Table, Region: o.Region, Endpoint: o.Endpoint})
-// and the lease store with OpenLeases and the lease config's options the
-// same way (Table defaults per function).
+//	item        pk                            sk                       holds
+//	record      p#<session>#<partition>       Seq, 19 digits           the record (token 0: unclaimed)
+//	partition   p#<session>#<partition>       m                        n: the partition's last Seq counter
+//	key         k#<sha256(id)>                sha256(session, route)   state (live|dead|done), loc_pk/loc_sk, size, ttl once done
+//	dead letter d#<route>                     <DeadAt ns>.<Seq>.<hash> the record, dead_at, dead_reason
+//	coalesce    c#<sha256(session,route,key)> c                        the newest unclaimed record of the key: id, loc, received_at, size
+//	stats       s#<session>                   shard 0..15              per route: l#<route> live, b#<route> bytes, d#<route> dead
+//	registry    reg                           s#<session> | r#<route>  name; parts (NS): partitions a session used | a route with dead letters
+//	lease       l#<name>                      l                        name, owner, token, until (ns)
+//	lease names leases                        <name>                   (List reads them by prefix)
+//	token       meta                          token                    n: the last fencing token
+//
+// A record's Seq is its partition's counter n shifted left by 10 bits, or'd
+// with the partition (so Seqs are unique in a session; partitions go up to
+// 1023). Every append transaction moves the partition's counter with a
+// condition on its previous value, so within a partition Seq order is
+// commit order: a Claim reads n, then queries the partition up to it with a
+// strongly consistent Query and sees every record below it, whichever
+// instance appended it. Per-key order therefore holds across instances
+// without any index, and ClaimRequest.After is safe to start from.
+//
+// # Atomicity
+//
+// A Write is one TransactWriteItems when it fits 100 items: an append takes
+// 2 (record, key) plus 3 when it replaces a coalesced record, a Done or Drop
+// 2, a Retry 1, a dead letter 3, plus per transaction one partition item
+// per partition appended to, one lease check per partition appended to
+// claimed, one stats item per session and registry items the first time a
+// process uses a session partition or a dead-letter route. About 45 plain
+// records fit one transaction. A larger Write is split into transactions
+// committed in order, each atomic: when one fails, the earlier ones stay
+// committed (appends are idempotent, settlements of applied ones report
+// Stale when repeated).
 package dynamodb
 
 import (
@@ -32,82 +59,58 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Interface guards.
-var (
-	_ stores.Store     = (*Store)(nil)
-	_ stores.Leases    = (*Leases)(nil)
-	_ stores.Inspector = (*Store)(nil)
-)
+// Interface guard.
+var _ stores.Store = (*Store)(nil)
 
-// Default table names, as in routes.StoreOptions.
-const (
-	DefaultTable      = "gobridge_outbox"
-	DefaultLeaseTable = "gobridge_leases"
-)
+// DefaultTable is the table name when Options.Table is empty.
+const DefaultTable = "gobridge_outbox"
 
-// DefaultDoneRetention is how long a done record (delivered, coalesced away,
-// requeued or dropped) stays as a key-only tombstone, so that a redelivered
-// message within that window is not delivered twice. DynamoDB's TTL deletes
-// it afterwards (when TTL is enabled on the table; CreateTables enables it).
+// DefaultDoneRetention is how long the key of a delivered or dropped record
+// is remembered (a tombstone), so that the same envelope appended again
+// within that time is a no-op. DynamoDB's TTL deletes it afterwards.
 const DefaultDoneRetention = 7 * 24 * time.Hour
 
-// Options configures Open and OpenLeases.
+// Options configures Open.
 type Options struct {
-	// Table is the outbox table. Defaults to DefaultTable.
+	// Table is the table. Defaults to DefaultTable.
 	Table string
-	// LeaseTable is the lease table. Defaults to DefaultLeaseTable. It may
-	// name the outbox table: both use the same key schema (pk, sk).
-	LeaseTable string
 	// Region is the AWS region. Empty uses the default chain (AWS_REGION,
 	// the shared config file).
 	Region string
 	// Endpoint overrides the DynamoDB endpoint, for emulators such as
 	// DynamoDB Local only (http://127.0.0.1:14568). Empty uses AWS.
 	Endpoint string
-	// CreateTables creates the table (with its indexes and TTL) when it does
-	// not exist, and waits until it is active. Meant for tests and a first
-	// deployment; production tables are better created by infrastructure
-	// code (see the README for the layout).
+	// CreateTables creates the table (and enables its TTL) when it does not
+	// exist. Meant for tests, emulators and a first deployment.
 	CreateTables bool
-	// DoneRetention is how long done tombstones are kept. Defaults to
+	// DoneRetention is how long tombstones are kept. Defaults to
 	// DefaultDoneRetention.
 	DoneRetention time.Duration
 	// Client, when set, is used instead of one built from Region and
-	// Endpoint (tests count requests with it).
+	// Endpoint.
 	Client *dynamodb.Client
 }
 
-func (o *Options) defaults() {
-	if o.Table == "" {
-		o.Table = DefaultTable
-	}
-	if o.LeaseTable == "" {
-		o.LeaseTable = DefaultLeaseTable
-	}
-	if o.DoneRetention <= 0 {
-		o.DoneRetention = DefaultDoneRetention
-	}
+// Store is a stores.Store on one DynamoDB table, safe for concurrent use by
+// many goroutines and many processes. Create it with Open.
+type Store struct {
+	db        *dynamodb.Client
+	table     *string
+	retention time.Duration
+	closed    atomic.Bool
+	wmu       sync.Mutex // one Write at a time: a process's writes never conflict with each other
+
+	mu    sync.Mutex
+	seqs  map[string]int64 // partition pk → its last counter as this process saw it
+	known map[string]bool  // registry and lease-name items this process has written
 }
 
-// Store is a stores.Store on one DynamoDB table. It is safe for concurrent
-// use by many goroutines and many processes.
-type Store struct {
-	db     *dynamodb.Client
-	table  string
-	opts   Options
-	closed atomic.Bool
-	// registered holds the sessions this Store has added to the session
-	// registry (string → true), so only a session's first append pays
-	// for the registry item.
-	registered sync.Map
-	// perKeyOnly makes Claim check ordering keys with one query per key
-	// always (tests exercise that path with it).
-	perKeyOnly bool
-}
+var errClosed = errors.New("dynamodb: store closed")
 
 // NewClient builds a DynamoDB client from the default credential chain, with
 // opts.Region and opts.Endpoint applied.
@@ -130,12 +133,16 @@ func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
 	}), nil
 }
 
-// Open returns the outbox store on opts.Table, creating the table first
-// when opts.CreateTables is set. It checks the table's key schema and
-// indexes (one DescribeTable) and fails with ErrLayout when they do not
-// match, so a misconfigured table is found at startup.
+// Open returns the store on opts.Table, creating the table first when
+// opts.CreateTables is set. It checks the table's layout (one
+// DescribeTable) and fails with ErrLayout when it does not match.
 func Open(ctx context.Context, opts Options) (*Store, error) {
-	opts.defaults()
+	if opts.Table == "" {
+		opts.Table = DefaultTable
+	}
+	if opts.DoneRetention <= 0 {
+		opts.DoneRetention = DefaultDoneRetention
+	}
 	db := opts.Client
 	if db == nil {
 		var err error
@@ -144,77 +151,95 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 	}
 	if opts.CreateTables {
-		if err := CreateOutboxTable(ctx, db, opts.Table); err != nil {
+		if err := CreateTable(ctx, db, opts.Table); err != nil {
 			return nil, err
 		}
 	}
-	if err := checkLayout(ctx, db, outboxTableInput(opts.Table)); err != nil {
+	if err := checkLayout(ctx, db, opts.Table); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, table: opts.Table, opts: opts}, nil
+	return &Store{db: db, table: aws.String(opts.Table), retention: opts.DoneRetention,
+		seqs: map[string]int64{}, known: map[string]bool{}}, nil
 }
 
-// errClosed is returned by calls after Close.
-var errClosed = errors.New("dynamodb: store closed")
-
-// Close implements stores.Outbox: later calls fail. The SDK client holds no
-// resources that need closing; Close is idempotent.
+// Close marks the store closed; later calls fail. It is idempotent.
 func (s *Store) Close() error {
 	s.closed.Store(true)
 	return nil
 }
 
-// Sentinel-mapping helpers. Errors are classified by the SDK's types,
-// never by their text.
-
-// cancelReasons returns the per-item reason codes of a cancelled
-// transaction.
-func cancelReasons(err error) ([]types.CancellationReason, bool) {
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) {
-		return tce.CancellationReasons, true
+func (s *Store) check(ctx context.Context) error {
+	if s.closed.Load() {
+		return errClosed
 	}
-	return nil, false
+	return ctx.Err()
 }
 
-func reasonCode(r types.CancellationReason) string { return aws.ToString(r.Code) }
-
+// Cancellation reason codes of TransactWriteItems.
 const (
-	codeNone        = "None"
-	codeCondition   = "ConditionalCheckFailed"
-	codeConflict    = "TransactionConflict"
-	codeThrottled   = "ThrottlingError"
-	codeProvisioned = "ProvisionedThroughputExceeded"
+	codeCondition = "ConditionalCheckFailed"
+	codeConflict  = "TransactionConflict"
 )
 
-// retryable reports whether a cancelled transaction failed only because of
-// concurrent transactions or throttling, so that the same request may
-// succeed later.
-func retryable(rs []types.CancellationReason) bool {
-	any := false
+// maxAttempts bounds the attempts of one transaction that conflicts with
+// others or is throttled, and of one Claim or Write chunk re-planned after
+// a condition failed.
+const maxAttempts = 25
+
+// reasons returns the per-item cancellation codes of a cancelled
+// transaction (nil for any other error).
+func reasons(err error) []types.CancellationReason {
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) {
+		return tce.CancellationReasons
+	}
+	return nil
+}
+
+// transient reports an error that the same request may not meet again: a
+// conflict with another transaction or throttling.
+func transient(err error) bool {
+	var (
+		conflict  *types.TransactionConflictException
+		throttled *types.ProvisionedThroughputExceededException
+		limited   *types.RequestLimitExceeded
+		inProg    *types.TransactionInProgressException
+		throttle  *types.ThrottlingException
+	)
+	if errors.As(err, &conflict) || errors.As(err, &throttled) || errors.As(err, &limited) ||
+		errors.As(err, &inProg) || errors.As(err, &throttle) {
+		return true
+	}
+	rs := reasons(err)
 	for _, r := range rs {
-		switch reasonCode(r) {
-		case "", codeNone:
-		case codeConflict, codeThrottled, codeProvisioned:
-			any = true
+		switch aws.ToString(r.Code) {
+		case "", "None", codeConflict, "ThrottlingError", "ProvisionedThroughputExceeded":
 		default:
 			return false
 		}
 	}
-	return any
+	return len(rs) > 0
 }
 
-func isConditionFailed(err error) bool {
-	var cfe *types.ConditionalCheckFailedException
-	return errors.As(err, &cfe)
+// mapErr translates DynamoDB's refusal of an item (too large, a key too
+// long) into stores.ErrInvalid; other errors pass through.
+func mapErr(err error) error {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && ae.ErrorCode() == "ValidationException" {
+		return fmt.Errorf("%w: %s", stores.ErrInvalid, ae.ErrorMessage())
+	}
+	for _, r := range reasons(err) {
+		if aws.ToString(r.Code) == "ValidationError" {
+			return fmt.Errorf("%w: %s", stores.ErrInvalid, aws.ToString(r.Message))
+		}
+	}
+	return err
 }
 
-// backoff waits a jittered, growing delay before retry attempt n (0-based),
-// or returns ctx's error.
-func backoff(ctx context.Context, n int) error {
-	d := time.Duration(5<<min(n, 6)) * time.Millisecond
-	d = d/2 + rand.N(d)
-	t := time.NewTimer(d)
+// backoff waits a jittered delay growing with attempt, or until ctx ends.
+func backoff(ctx context.Context, attempt int) error {
+	d := time.Duration(2<<min(attempt, 6)) * time.Millisecond
+	t := time.NewTimer(d/2 + rand.N(d))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -224,29 +249,83 @@ func backoff(ctx context.Context, n int) error {
 	}
 }
 
-// maxRetries bounds the retries of a transaction that conflicted with
-// another one.
-const maxRetries = 12
-
-// transact runs TransactWriteItems, retrying while it conflicts with other
-// transactions or is throttled. It returns the last error, which callers
-// inspect with cancelReasons.
-func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) error {
-	return transact(ctx, s.db, items)
+// retry runs f until it succeeds, fails for good, or stays transient
+// (conflicts, throttling) for maxAttempts attempts.
+func retry(ctx context.Context, f func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := f()
+		if err == nil || !transient(err) || attempt == maxAttempts {
+			return err
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return err
+		}
+	}
 }
 
-func transact(ctx context.Context, db *dynamodb.Client, items []types.TransactWriteItem) error {
-	for n := 0; ; n++ {
-		_, err := db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
-		if err == nil {
+// transact runs one TransactWriteItems, retrying it while it only
+// conflicts or is throttled.
+func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) error {
+	return retry(ctx, func() error {
+		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		return err
+	})
+}
+
+// getItems reads keys with strongly consistent BatchGetItem calls and
+// returns the items found by "pk\x00sk".
+func (s *Store) getItems(ctx context.Context, keys []map[string]types.AttributeValue) (map[string]map[string]types.AttributeValue, error) {
+	out := map[string]map[string]types.AttributeValue{}
+	seen := map[string]bool{}
+	var todo []map[string]types.AttributeValue
+	for _, k := range keys {
+		if id := itemID(k); !seen[id] {
+			seen[id] = true
+			todo = append(todo, k)
+		}
+	}
+	for len(todo) > 0 {
+		n := min(len(todo), 100)
+		req := map[string]types.KeysAndAttributes{*s.table: {Keys: todo[:n], ConsistentRead: aws.Bool(true)}}
+		todo = todo[n:]
+		for attempt := 0; len(req) > 0; attempt++ {
+			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, err
+			}
+			for _, it := range res.Responses[*s.table] {
+				out[itemID(it)] = it
+			}
+			req = res.UnprocessedKeys
+			if len(req) > 0 {
+				if err := backoff(ctx, attempt); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func itemID(it map[string]types.AttributeValue) string { return getS(it, aPK) + "\x00" + getS(it, aSK) }
+
+// query runs in page by page, calling f for each item until f returns
+// false or the pages end.
+func (s *Store) query(ctx context.Context, in *dynamodb.QueryInput, f func(map[string]types.AttributeValue) bool) error {
+	in.TableName = s.table
+	for {
+		res, err := s.db.Query(ctx, in)
+		if err != nil {
+			return err
+		}
+		for _, it := range res.Items {
+			if !f(it) {
+				return nil
+			}
+		}
+		if res.LastEvaluatedKey == nil {
 			return nil
 		}
-		rs, ok := cancelReasons(err)
-		if !ok || !retryable(rs) || n == maxRetries {
-			return err
-		}
-		if err := backoff(ctx, n); err != nil {
-			return err
-		}
+		in.ExclusiveStartKey = res.LastEvaluatedKey
 	}
 }

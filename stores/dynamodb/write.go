@@ -1,0 +1,353 @@
+package dynamodb
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/gobridge/gobridge/stores"
+)
+
+// op is one settlement or one append of a Write, with what was read for
+// it and what the current attempt of its transaction makes of it.
+type op struct {
+	st    *stores.Settlement
+	ki    map[string]types.AttributeValue // settlement: the record's key item
+	body  map[string]types.AttributeValue // dead-lettering settlement: the record item
+	rec   *stores.Record                  // append: the caller's record, stamped on success
+	r     stores.Record                   // append: as it is written
+	pk    string                          // append: its partition
+	g     *group                          // append with a coalesce key
+	lease bool                            // append: claimed under r.Token while that lease holds
+	skip  bool                            // not applied: a duplicate append, a stale settlement
+
+	// Set by build for the current attempt.
+	absorbed bool  // append: coalesced into a newer unclaimed record
+	token    int64 // append: the token it is written with
+}
+
+// Write implements stores.Store. It reads what the batch needs first (one
+// BatchGetItem for the key items of the settlements, the coalesce pointers
+// and partition counters this process has not seen; one more for the
+// records being dead-lettered), then commits one TransactWriteItems per
+// chunk (see Atomicity in the package doc). A transaction cancelled by a
+// condition is re-planned from the cancellation reasons: duplicates are
+// skipped, stale settlements marked, a moved partition counter or coalesce
+// pointer taken as reported, appends whose lease is not current written
+// unclaimed.
+func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
+	if err := b.Validate(); err != nil {
+		return err
+	}
+	now := time.Now()
+	ops, err := plan(b, now)
+	if err != nil {
+		return err
+	}
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.read(ctx, ops); err != nil {
+		return fmt.Errorf("dynamodb: write: %w", err)
+	}
+	for _, c := range chunks(ops) {
+		if err := s.commit(ctx, c, now); err != nil {
+			return fmt.Errorf("dynamodb: write: %w", mapErr(err))
+		}
+	}
+	return nil
+}
+
+// plan turns b into ops, dropping duplicate keys within the batch and
+// refusing a record DynamoDB could not hold.
+func plan(b *stores.Batch, now time.Time) ([]*op, error) {
+	var ops []*op
+	settled := map[stores.Key]bool{}
+	for i := range b.Settle {
+		st := &b.Settle[i]
+		st.Stale = settled[st.Key] // a key settled twice in one batch: the first applies
+		if !st.Stale {
+			settled[st.Key] = true
+			ops = append(ops, &op{st: st})
+		}
+	}
+	seen := map[stores.Key]bool{}
+	groups := map[string]*group{}
+	for i := range b.Append {
+		rec := &b.Append[i]
+		if rec.Partition >= maxParts {
+			return nil, fmt.Errorf("%w: partition %d: DynamoDB outboxes have at most %d", stores.ErrInvalid, rec.Partition, maxParts)
+		}
+		o := &op{rec: rec, r: *rec, pk: partPK(rec.Session, rec.Partition), skip: seen[rec.Key()]}
+		seen[rec.Key()] = true
+		if o.r.CreatedAt.IsZero() {
+			o.r.CreatedAt = now
+		}
+		if o.r.State == stores.Dead {
+			o.r.Token = 0
+			if o.r.DeadAt.IsZero() {
+				o.r.DeadAt = now
+			}
+		} else {
+			o.r.State, o.lease = stores.Live, o.r.Token != 0
+			if o.r.CoalesceKey != "" {
+				gk := ptrPK(o.r.Session, o.r.Route, o.r.CoalesceKey)
+				if groups[gk] == nil {
+					groups[gk] = &group{pk: gk, session: o.r.Session, route: o.r.Route}
+				}
+				o.g = groups[gk]
+			}
+		}
+		o.r.Token = max(o.r.Token, 0)
+		if n := itemSize(encode(&o.r, o.pk, seqSK(0))) + 200; n > maxItemBytes {
+			return nil, fmt.Errorf("%w: record %.100s is about %d bytes, over DynamoDB's item limit (%d with its bookkeeping)",
+				stores.ErrInvalid, rec.Envelope.ID, n, maxItemBytes)
+		}
+		ops = append(ops, o)
+	}
+	return ops, nil
+}
+
+func keyOf(k stores.Key) map[string]types.AttributeValue {
+	return key(keyPK(k.ID), keySK(k.Session, k.Route))
+}
+
+// read fetches what ops need and marks what is already known to be
+// stale or a duplicate.
+func (s *Store) read(ctx context.Context, ops []*op) error {
+	var keys []map[string]types.AttributeValue
+	for _, o := range ops {
+		switch {
+		case o.st != nil:
+			keys = append(keys, keyOf(o.st.Key))
+		case o.g != nil && !o.g.read:
+			keys = append(keys, key(o.g.pk, ptrSK))
+			o.g.read = true
+		}
+		if _, ok := s.seqs[o.pk]; o.rec != nil && !ok {
+			keys = append(keys, key(o.pk, metaSK))
+		}
+	}
+	items, err := s.getItems(ctx, keys)
+	if err != nil {
+		return err
+	}
+	settled := map[string]*op{}
+	var bodies []map[string]types.AttributeValue
+	for _, o := range ops {
+		if o.st == nil {
+			continue
+		}
+		o.ki = items[itemID(keyOf(o.st.Key))]
+		settled[itemID(keyOf(o.st.Key))] = o
+		want := string(stores.Live)
+		if o.st.Outcome == stores.Drop {
+			want = string(stores.Dead)
+		}
+		if o.ki == nil || getS(o.ki, aState) != want {
+			o.st.Stale, o.skip = true, true
+		} else if o.st.Outcome == stores.DeadLetter {
+			bodies = append(bodies, loc(o.ki))
+		}
+	}
+	if len(bodies) > 0 {
+		if items, err = s.getItems(ctx, bodies); err != nil {
+			return err
+		}
+	}
+	for _, o := range ops {
+		switch {
+		case o.st != nil && o.st.Outcome == stores.DeadLetter && !o.skip:
+			o.body = items[itemID(loc(o.ki))]
+			if o.body == nil || getN(o.body, aToken) != o.st.Token {
+				o.st.Stale, o.skip = true, true
+			}
+		case o.rec != nil:
+			if _, ok := s.seqs[o.pk]; !ok {
+				s.seqs[o.pk] = getN(items[itemID(key(o.pk, metaSK))], aCounter)
+			}
+			// Appending a key this batch also settles: present unless the
+			// settlement found nothing.
+			if so := settled[itemID(keyOf(o.rec.Key()))]; so != nil && so.ki != nil {
+				o.skip = true
+			}
+			if o.g != nil && o.g.ptr == nil && !o.g.ignore {
+				o.g.ptr = items[itemID(key(o.g.pk, ptrSK))]
+				// The record it names is being settled: claimed, so not a
+				// coalescing candidate (and one item cannot appear twice
+				// in a transaction).
+				if o.g.ptr != nil && settled[itemID(key(keyPK(getS(o.g.ptr, aID)), keySK(o.g.session, o.g.route)))] != nil {
+					o.g.ignore = true
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func loc(ki map[string]types.AttributeValue) map[string]types.AttributeValue {
+	return key(getS(ki, aLocPK), getS(ki, aLocSK))
+}
+
+// chunks splits ops into transactions of at most 100 items and about
+// 3.5 MB, counting each op and each shared item at its most.
+func chunks(ops []*op) [][]*op {
+	var out [][]*op
+	start, items, bytes := 0, 0, 0
+	shared := map[string]bool{}
+	for i, o := range ops {
+		n, size, sh := o.weight()
+		extra := 0
+		for _, k := range sh {
+			if !shared[k.id] {
+				extra += k.n
+			}
+		}
+		if i > start && (items+n+extra > 100 || bytes+size > 3_500_000) {
+			out = append(out, ops[start:i])
+			start, items, bytes, shared = i, 0, 0, map[string]bool{}
+			extra = 0
+			for _, k := range sh {
+				extra += k.n
+			}
+		}
+		items, bytes = items+n+extra, bytes+size
+		for _, k := range sh {
+			shared[k.id] = true
+		}
+	}
+	if start < len(ops) {
+		out = append(out, ops[start:])
+	}
+	return out
+}
+
+type sharedItems struct {
+	id string
+	n  int
+}
+
+// weight returns the most items and bytes o adds to a transaction, and
+// the shared items it needs (partition counter and lease check, stats and
+// registry items, coalesce pointer and the record it replaces).
+func (o *op) weight() (items, size int, shared []sharedItems) {
+	if o.st != nil {
+		size = 1000
+		if o.body != nil {
+			size += itemSize(o.body) + maxReason
+		}
+		shared = []sharedItems{{"s " + o.st.Session, 1}, {"r " + o.st.Route, 1}}
+		return map[stores.Outcome]int{stores.Done: 2, stores.Retry: 1, stores.DeadLetter: 3, stores.Drop: 2}[o.st.Outcome], size, shared
+	}
+	shared = []sharedItems{{"p " + o.pk, 2}, {"s " + o.r.Session, 2}, {"r " + o.r.Route, 1}}
+	if o.g != nil {
+		shared = append(shared, sharedItems{"g " + o.g.pk, 3})
+	}
+	return 2, itemSize(encode(&o.r, o.pk, seqSK(0))) + 1000, shared
+}
+
+// commit applies one chunk, re-planning it after each cancellation that a
+// condition caused.
+func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
+	for attempt := 0; ; attempt++ {
+		if err := s.counters(ctx, c); err != nil {
+			return err
+		}
+		t := s.build(c, now)
+		if len(t.items) == 0 {
+			s.finish(c, t)
+			return nil
+		}
+		err := s.transact(ctx, t.items)
+		if err == nil {
+			s.finish(c, t)
+			return nil
+		}
+		rs := reasons(err)
+		if len(rs) != len(t.items) || attempt == maxAttempts {
+			return err
+		}
+		var refetch []*group
+		fixed := false
+		for i, r := range rs {
+			if aws.ToString(r.Code) != codeCondition {
+				continue
+			}
+			fixed = true
+			ro := t.roles[i]
+			switch ro.kind {
+			case roleKey: // the key exists: a duplicate
+				ro.op.skip = true
+			case roleSettle: // not live under the token (or not dead) any more
+				ro.op.skip, ro.op.st.Stale = true, true
+			case roleCounter: // another process appended to the partition
+				delete(s.seqs, ro.pk)
+				if r.Item != nil {
+					s.seqs[ro.pk] = getN(r.Item, aCounter)
+				}
+			case roleLease: // not the partition's current token: append unclaimed
+				for _, o := range c {
+					if o.rec != nil && o.pk == ro.pk {
+						o.lease = false
+					}
+				}
+			case roleReplaced: // the record the pointer names was claimed or settled
+				ro.g.ignore = true
+			case rolePointer: // another process moved the pointer
+				refetch = append(refetch, ro.g)
+			}
+		}
+		if !fixed {
+			return err
+		}
+		if err := s.refetch(ctx, refetch); err != nil {
+			return err
+		}
+	}
+}
+
+// counters reads the partition counters of c's appends that this process
+// does not know (any more).
+func (s *Store) counters(ctx context.Context, c []*op) error {
+	var keys []map[string]types.AttributeValue
+	for _, o := range c {
+		if _, ok := s.seqs[o.pk]; o.rec != nil && !ok {
+			keys = append(keys, key(o.pk, metaSK))
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	items, err := s.getItems(ctx, keys)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		s.seqs[getS(k, aPK)] = getN(items[itemID(k)], aCounter)
+	}
+	return nil
+}
+
+// finish stamps what the committed chunk did on the caller's records and
+// remembers the partition counters, pointers and registry items.
+func (s *Store) finish(c []*op, t *txn) {
+	for _, o := range c {
+		if o.rec == nil {
+			continue
+		}
+		if o.skip || o.absorbed {
+			o.rec.Seq, o.rec.Token = 0, 0
+			continue
+		}
+		*o.rec = o.r
+		o.rec.Token = o.token
+	}
+	for _, f := range t.after {
+		f()
+	}
+}
