@@ -229,6 +229,8 @@ type RouteStats struct {
 	Dead    int    `json:"dead"`
 	// OldestAgeSeconds is the age of the session's oldest live record.
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	// Note flags a route the configuration does not know (orphan).
+	Note string `json:"note,omitempty"`
 }
 
 // RouteStatsOf flattens a store's Stats at now, sorted by session and route.

@@ -175,7 +175,7 @@ routes:
     sender: sink
 %s
 `, filepath.Join(b.TempDir(), "outbox.db"), mqttURL, run, run, s.srv.URL, run, route))
-	rt := startRuntime(b, cfg)
+	rt := startBridge(b, cfg)
 	waitFor(b, 10*time.Second, "receiver subscribed", func() bool { return rt.Ready(b.Context()).Ready })
 	pub := publisher(b, mqttURL, "pub-"+run)
 	start := publishBench(b, pub, run, rate)

@@ -37,7 +37,7 @@ routes:
 `, admin, store, addr, senders, routesYAML)
 }
 
-func TestRuntime_FansOutToEveryMatchingRoute(t *testing.T) {
+func TestBridge_FansOutToEveryMatchingRoute(t *testing.T) {
 	t.Parallel()
 	a, b := newSink(t), newSink(t)
 	addr := freeAddr(t)
@@ -59,7 +59,7 @@ func TestRuntime_FansOutToEveryMatchingRoute(t *testing.T) {
     topic: "plant/#"
     sender: b
     processors: [{type: filter, expr: "false"}]`))
-	rt := startRuntime(t, cfg)
+	rt := startBridge(t, cfg)
 	pub := publisher(t, "tcp://"+addr, "pub")
 	const n = 300
 	var toks []paho.Token
@@ -94,30 +94,27 @@ func TestRuntime_FansOutToEveryMatchingRoute(t *testing.T) {
 	}
 }
 
-func TestRuntime_SharedOutboxOnDynamoDB(t *testing.T) {
+func TestBridge_SharedOutboxOnDynamoDB(t *testing.T) {
 	t.Parallel()
 	endpoint := testservices.DynamoDBEndpoint(t)
 	s := newSink(t)
 	addr := freeAddr(t)
 	suffix := time.Now().UnixNano()
-	outboxTable, leaseTable := fmt.Sprintf("rt_outbox_%d", suffix), fmt.Sprintf("rt_leases_%d", suffix)
+	outboxTable := fmt.Sprintf("rt_outbox_%d", suffix)
 	client, err := dynamodb.NewClient(t.Context(), dynamodb.Options{Table: outboxTable, Region: "us-east-1", Endpoint: endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Registered before startRuntime, so it runs after the bridge stopped:
+	// Registered before startBridge, so it runs after the bridge stopped:
 	// DynamoDB Local keeps every table in its (shared, bounded) heap.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for _, table := range []string{outboxTable, leaseTable} {
-			if err := dynamodb.DeleteTable(ctx, client, table); err != nil {
-				t.Logf("delete table %s: %v", table, err)
-			}
+		if err := dynamodb.DeleteTable(ctx, client, outboxTable); err != nil {
+			t.Logf("delete table %s: %v", outboxTable, err)
 		}
 	})
-	store := fmt.Sprintf("{type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}\n  lease: {type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}",
-		outboxTable, endpoint, leaseTable, endpoint)
+	store := fmt.Sprintf("{type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}", outboxTable, endpoint)
 	cfg := parseConfig(t, listenerConfig(addr, "", store,
 		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
   - id: ddb
@@ -126,7 +123,7 @@ func TestRuntime_SharedOutboxOnDynamoDB(t *testing.T) {
     sender: sink
     delivery_mode: shared_outbox
     session: {id: ddb, partitions: 2}`))
-	startRuntime(t, cfg)
+	startBridge(t, cfg)
 	pub := publisher(t, "tcp://"+addr, "ddb")
 	const n = 20
 	var toks []paho.Token
@@ -137,7 +134,7 @@ func TestRuntime_SharedOutboxOnDynamoDB(t *testing.T) {
 	waitFor(t, 30*time.Second, "every message delivered from DynamoDB", func() bool { return s.distinct() == n })
 }
 
-func TestRuntime_AcksOnlyWhenEveryRouteSettled(t *testing.T) {
+func TestBridge_AcksOnlyWhenEveryRouteSettled(t *testing.T) {
 	t.Parallel()
 	up, down := newSink(t), newSink(t)
 	down.down.Store(true)
@@ -156,7 +153,7 @@ func TestRuntime_AcksOnlyWhenEveryRouteSettled(t *testing.T) {
     topic: "#"
     sender: down
     policy: {backoff: {initial_interval: 50ms, max_interval: 100ms}}`))
-	startRuntime(t, cfg)
+	startBridge(t, cfg)
 	pub := publisher(t, "tcp://"+addr, "both")
 	tok := pub.Publish("line/x", 1, false, "m")
 	waitFor(t, 10*time.Second, "the outbox route delivering", func() bool { return up.distinct() == 1 })

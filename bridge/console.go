@@ -7,6 +7,7 @@ import (
 
 	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/drainer"
+	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -104,11 +105,22 @@ func (o *Outbox) Drop(ctx context.Context, id string) error {
 }
 
 // place says where a route's records go in this configuration.
-func (b *Bridge) place(route string) (string, int, error) {
-	for _, r := range b.routes {
-		if r.id == route {
-			return r.home, r.homePartitions, nil
+func (b *Bridge) place(route string) (string, int, error) { return Placer(b.cfg)(route) }
+
+// Placer says where each route of cfg keeps its records: a shared_outbox
+// route in its session, a direct_hold route's ingest dead letters in the
+// session "~" + its id (one partition). It fails for a route cfg lacks.
+func Placer(cfg *routes.Config) stores.Placer {
+	return func(route string) (string, int, error) {
+		for _, r := range cfg.Routes {
+			if r.ID != route {
+				continue
+			}
+			if r.DeliveryMode == routes.DirectHold {
+				return homePrefix + r.ID, 1, nil
+			}
+			return r.Session.ID, r.Session.Partitions, nil
 		}
+		return "", 0, fmt.Errorf("route %q is not in the configuration (requeue it under its new route id)", route)
 	}
-	return "", 0, fmt.Errorf("route %q is not in this bridge's configuration (requeue it under its new route id)", route)
 }

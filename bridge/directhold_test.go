@@ -128,7 +128,7 @@ func TestDirectHold_AcksInArrivalOrderWhenSendsFinishOutOfOrder(t *testing.T) {
 		}
 	}
 	cfg := parseConfig(t, mqttClientConfig(addr, "gobridge-acks", "", s.srv.URL, "    policy: {max_in_flight: 20}"))
-	rt := startRuntime(t, cfg)
+	rt := startBridge(t, cfg)
 	waitFor(t, 10*time.Second, "receiver subscribed", func() bool { return rt.Ready(t.Context()).Ready })
 
 	pub := publisher(t, "tcp://"+addr, "pub-acks")
@@ -186,7 +186,7 @@ func TestDirectHold_SinkDownHoldsTheSourceUntilDelivered(t *testing.T) {
     policy:
       max_in_flight: 4
       backoff: {initial_interval: 100ms, max_interval: 500ms}`))
-	startRuntime(t, cfg)
+	startBridge(t, cfg)
 
 	// Several publishers, so several messages are held at once (the
 	// listener holds each publisher's next message behind its current one).
@@ -254,7 +254,7 @@ func TestDirectHold_PermanentFailuresAreDeadLettered(t *testing.T) {
     sender: sink
     processors: [{type: idempotency_key, from: "{payload.msg_id}"}]
     policy: {on_permanent_failure: dlq}`))
-	rt := startRuntime(t, cfg)
+	rt := startBridge(t, cfg)
 	pub := publisher(t, "tcp://"+addr, "perm")
 	toks := []paho.Token{
 		pub.Publish("line/x", 1, false, `{"msg_id": "good-1"}`),
@@ -262,7 +262,7 @@ func TestDirectHold_PermanentFailuresAreDeadLettered(t *testing.T) {
 		pub.Publish("line/x", 1, false, `not json`),
 	}
 	waitTokens(t, toks, 10*time.Second)
-	dead, _, err := rt.outbox.ListDead(t.Context(), stores.DeadFilter{Route: "direct"})
+	dead, _, err := rt.store.Dead(t.Context(), stores.DeadQuery{Route: "direct"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,15 +282,15 @@ func TestDirectHold_PermanentFailuresAreDeadLettered(t *testing.T) {
 
 	// Requeued while the target still rejects it: the replay fails the same
 	// way and the same record is dead again, with the new reason.
-	requeued, err := rt.outbox.Requeue(t.Context(), "bad-1", time.Now())
+	requeued, err := (*Outbox)(rt).Requeue(t.Context(), "bad-1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the replay to be dead-lettered again", func() bool {
-		d, err := rt.outbox.GetDead(t.Context(), requeued.Envelope.ID)
+		d, err := getDead(rt, t.Context(), requeued.Envelope.ID)
 		return err == nil && strings.Contains(d.DeadReason, "400")
 	})
-	dead, _, err = rt.outbox.ListDead(t.Context(), stores.DeadFilter{Route: "direct"})
+	dead, _, err = rt.store.Dead(t.Context(), stores.DeadQuery{Route: "direct"})
 	if err != nil {
 		t.Fatal(err)
 	}

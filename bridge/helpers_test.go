@@ -18,6 +18,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/stores"
 )
 
 // testLogger routes logs to t.Log (warn and above unless -v style debugging
@@ -68,9 +69,9 @@ func parseConfig(t testing.TB, yml string) *routes.Config {
 	return cfg
 }
 
-// startRuntime builds and runs a bridge; the cleanup stops it and checks
+// startBridge builds and runs a bridge; the cleanup stops it and checks
 // that Run returned nil.
-func startRuntime(t testing.TB, cfg *routes.Config) *Runtime {
+func startBridge(t testing.TB, cfg *routes.Config) *Bridge {
 	t.Helper()
 	rt, _ := runStoppable(t, cfg)
 	return rt
@@ -78,7 +79,7 @@ func startRuntime(t testing.TB, cfg *routes.Config) *Runtime {
 
 // runStoppable runs a bridge and returns it with a stop function that
 // cancels it and checks that Run returned nil (also called at cleanup).
-func runStoppable(t testing.TB, cfg *routes.Config) (*Runtime, func()) {
+func runStoppable(t testing.TB, cfg *routes.Config) (*Bridge, func()) {
 	t.Helper()
 	rt, err := New(cfg, Options{Logger: testLogger(t), Stdout: io.Discard})
 	if err != nil {
@@ -223,6 +224,31 @@ func httpGet(t testing.TB, url string) (int, string) {
 }
 
 var errTest = errors.New("test")
+
+// getDead returns one dead letter by ID.
+func getDead(b *Bridge, ctx context.Context, id string) (stores.Record, error) {
+	recs, _, err := b.store.Dead(ctx, stores.DeadQuery{ID: id})
+	if err != nil {
+		return stores.Record{}, err
+	}
+	return recs[0], nil
+}
+
+// sessionStats returns the store's stats of session (zero when it holds
+// nothing).
+func sessionStats(t testing.TB, b *Bridge, session string) stores.SessionStats {
+	t.Helper()
+	all, err := b.store.Stats(context.Background())
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	for _, st := range all {
+		if st.Session == session {
+			return st
+		}
+	}
+	return stores.SessionStats{Session: session}
+}
 
 func msgID(i int) string { return fmt.Sprintf("m-%05d", i) }
 

@@ -29,7 +29,7 @@ func TestOutbox_BackpressureBoundsDepthAndHoldsPublishers(t *testing.T) {
     policy:
       max_outbox_depth: 100
       backoff: {initial_interval: 100ms, max_interval: 300ms}`))
-	rt := startRuntime(t, cfg)
+	rt := startBridge(t, cfg)
 
 	const pubs, per = 5, 60 // 300 messages, three times the depth
 	var all []paho.Token
@@ -57,19 +57,16 @@ func TestOutbox_BackpressureBoundsDepthAndHoldsPublishers(t *testing.T) {
 	maxPending, acked := 0, 0
 	minEnd, deadline := time.Now().Add(3*time.Second), time.Now().Add(30*time.Second)
 	for now := time.Now(); now.Before(minEnd) || (now.Before(deadline) && (maxPending != 100 || acked != 100)); now = time.Now() {
-		st, err := rt.outbox.Stats(t.Context(), "s1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		maxPending = max(maxPending, st.Pending)
+		st := sessionStats(t, rt, "s1")
+		maxPending = max(maxPending, st.Live)
 		acked = 0
 		for _, tok := range all {
 			if tokenDone(tok) {
 				acked++
 			}
 		}
-		if st.Pending > 100 {
-			t.Fatalf("pending %d exceeds max_outbox_depth 100", st.Pending)
+		if st.Live > 100 {
+			t.Fatalf("live %d exceeds max_outbox_depth 100", st.Live)
 		}
 		if acked > 100 {
 			t.Fatalf("%d messages acknowledged with the sink down and max_outbox_depth 100", acked)
@@ -84,19 +81,19 @@ func TestOutbox_BackpressureBoundsDepthAndHoldsPublishers(t *testing.T) {
 	waitFor(t, 30*time.Second, "every message delivered", func() bool { return s.distinct() == pubs*per })
 }
 
-// flakyOutbox fails every Append while failing is set.
+// flakyOutbox fails every Write while failing is set.
 type flakyOutbox struct {
-	stores.Outbox
+	stores.Store
 	failing  atomic.Bool
 	failures atomic.Int64
 }
 
-func (f *flakyOutbox) Append(ctx context.Context, recs ...stores.Record) error {
+func (f *flakyOutbox) Write(ctx context.Context, b *stores.Batch) error {
 	if f.failing.Load() {
 		f.failures.Add(1)
 		return errTest
 	}
-	return f.Outbox.Append(ctx, recs...)
+	return f.Store.Write(ctx, b)
 }
 
 func TestOutbox_AppendFailuresAreRetriedAndNothingIsAckedBeforeItIsDurable(t *testing.T) {
@@ -110,9 +107,9 @@ func TestOutbox_AppendFailuresAreRetriedAndNothingIsAckedBeforeItIsDurable(t *te
 	if err != nil {
 		t.Fatal(err)
 	}
-	flaky := &flakyOutbox{Outbox: rt.outbox}
+	flaky := &flakyOutbox{Store: rt.store}
 	flaky.failing.Store(true)
-	rt.commit.store = flaky
+	rt.writer.store = flaky
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- rt.Run(ctx) }()

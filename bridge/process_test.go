@@ -25,10 +25,8 @@ var buildOnce struct {
 	out  []byte
 }
 
-// TestMain makes the replayer poll often and removes the gobridge binary a
-// test built (38 MB per run).
+// TestMain removes the gobridge binary a test built (38 MB per run).
 func TestMain(m *testing.M) {
-	replayInterval = 20 * time.Millisecond // requeued dead letters replay at once
 	code := m.Run()
 	if buildOnce.dir != "" {
 		_ = os.RemoveAll(buildOnce.dir)
@@ -62,7 +60,7 @@ type bridgeProc struct {
 	err  error
 }
 
-func startBridge(t *testing.T, bin, cfgPath, logPath string) *bridgeProc {
+func startProc(t *testing.T, bin, cfgPath, logPath string) *bridgeProc {
 	t.Helper()
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -107,9 +105,11 @@ func tailFile(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// TestRun_ZeroLossAcrossKills publishes 5,000 QoS 1 messages through
+// TestRun_ZeroLossAcrossKills publishes 50,000 QoS 1 messages through
 // Mosquitto into a shared_outbox route on SQLite while the gobridge process
-// is SIGKILLed and restarted; every message must reach the sink.
+// is SIGKILLed and restarted three times; every message must reach the
+// sink within 15 s of the last restart being ready and the publisher done
+// (the claims of a killed process are void at once: DESIGN.md §11.2).
 func TestRun_ZeroLossAcrossKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the gobridge binary")
@@ -166,10 +166,10 @@ routes:
 			return err == nil && c == 200
 		})
 	}
-	p := startBridge(t, bin, cfgPath, logPath)
+	p := startProc(t, bin, cfgPath, logPath)
 	waitUp()
 
-	const n = 5000
+	const n = 50_000
 	pub := publisher(t, mqttURL, "pub-"+run)
 	// The publisher goroutine is owned by the test: a failing test stops it
 	// and its cleanup waits for it (registered after publisher's, so it runs
@@ -185,12 +185,12 @@ routes:
 	go func() {
 		defer close(pubExited)
 		var toks []paho.Token
-		pace := time.NewTicker(10 * time.Millisecond) // pace: ~1k msg/s, so the kills land mid-publish
+		pace := time.NewTicker(10 * time.Millisecond) // pace: ~5k msg/s, so the kills land mid-publish
 		defer pace.Stop()
 		for i := range n {
 			toks = append(toks, pub.Publish(run+"/line", 1, false, msgID(i)))
 			published.Add(1)
-			if i%10 == 9 {
+			if i%50 == 49 {
 				select {
 				case <-stopPub:
 					return
@@ -201,7 +201,7 @@ routes:
 		pubDone <- toks
 	}()
 
-	const kills = 4
+	const kills = 3
 	for k := range kills {
 		// Let some messages flow, then kill mid-stream.
 		target := int64((k + 1) * n / (kills + 2))
@@ -210,12 +210,12 @@ routes:
 		})
 		p.kill(t)
 		t.Logf("kill %d: %d published, %d delivered", k+1, published.Load(), s.total.Load())
-		p = startBridge(t, bin, cfgPath, logPath)
+		p = startProc(t, bin, cfgPath, logPath)
 	}
+	waitUp()
 	toks := <-pubDone
-	waitTokens(t, toks, 30*time.Second)
-
-	waitFor(t, 45*time.Second, "every message at the sink", func() bool { return s.distinct() == n })
+	waitTokens(t, toks, 60*time.Second)
+	waitFor(t, 15*time.Second, "every message at the sink within 15 s", func() bool { return s.distinct() == n })
 	s.mu.Lock()
 	dups := 0
 	for _, c := range s.got {

@@ -10,12 +10,12 @@ import (
 )
 
 // readyz returns /readyz's status code and body from the admin listener.
-func readyz(t *testing.T, rt *Runtime) (int, string) {
+func readyz(t *testing.T, rt *Bridge) (int, string) {
 	t.Helper()
 	return httpGet(t, "http://"+rt.AdminAddr()+"/readyz")
 }
 
-func waitReadyz(t *testing.T, rt *Runtime, code int, contains string) {
+func waitReadyz(t *testing.T, rt *Bridge, code int, contains string) {
 	t.Helper()
 	var last string
 	waitFor(t, 30*time.Second, fmt.Sprintf("/readyz %d %q (last: %s)", code, contains, last), func() bool {
@@ -31,7 +31,7 @@ func TestReadiness_FailsWhileTheBrokerIsGone(t *testing.T) {
 	stop := startBroker(t, addr)
 	s := newSink(t)
 	cfg := parseConfig(t, mqttClientConfig(addr, "gobridge-ready", "127.0.0.1:0", s.srv.URL, ""))
-	rt := startRuntime(t, cfg)
+	rt := startBridge(t, cfg)
 	waitReadyz(t, rt, 200, `"ready":true`)
 	if c, _ := httpGet(t, "http://"+rt.AdminAddr()+"/healthz"); c != 200 {
 		t.Fatalf("/healthz %d", c)
@@ -60,9 +60,9 @@ func TestReadiness_FailsWhileASessionStalls(t *testing.T) {
     topic: "#"
     sender: sink
     delivery_mode: shared_outbox
-    session: {id: s1, stall_after: 1s, drain_strategy: {type: fixed_poll, interval: 100ms}}
-    policy: {backoff: {initial_interval: 100ms, max_interval: 200ms}}`))
-	rt := startRuntime(t, cfg)
+    session: {id: s1, drain_strategy: {type: fixed_poll, interval: 100ms}}
+    policy: {stall_after: 1s, backoff: {initial_interval: 100ms, max_interval: 200ms}}`))
+	rt := startBridge(t, cfg)
 	waitReadyz(t, rt, 200, `"ready":true`)
 
 	pub := publisher(t, "tcp://"+addr, "stall")

@@ -20,7 +20,7 @@ import (
 // onlyDeadLetter returns the one dead letter of route.
 func onlyDeadLetter(t *testing.T, s stores.Store, route string) stores.Record {
 	t.Helper()
-	dead, _, err := s.ListDead(t.Context(), stores.DeadFilter{Route: route})
+	dead, _, err := s.Dead(t.Context(), stores.DeadQuery{Route: route})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,25 +56,24 @@ func TestReplay_RequeuedDirectHoldDeadLetterIsDeliveredOnceTheTargetAccepts(t *t
     sender: sink
     processors: [{type: idempotency_key, from: "{payload.msg_id}"}]
     policy: {on_permanent_failure: dlq}`))
-	rt := startRuntime(t, cfg)
+	rt := startBridge(t, cfg)
 	pub := publisher(t, "tcp://"+addr, "replay-direct")
 	waitTokens(t, []paho.Token{pub.Publish("line/1", 1, false, `{"msg_id": "m-1", "v": 7}`)}, 10*time.Second)
 
-	d := onlyDeadLetter(t, rt.outbox, "direct")
+	d := onlyDeadLetter(t, rt.store, "direct")
 	if d.Envelope.ID != "m-1" || d.Envelope.Topic != "line/1" || !strings.Contains(d.DeadReason, "422") {
 		t.Fatalf("dead letter = %s on %s (%q), want m-1 on line/1 with the 422", d.Envelope.ID, d.Envelope.Topic, d.DeadReason)
 	}
 
 	rejecting.Store(false)
-	if _, err := rt.outbox.Requeue(t.Context(), "m-1", time.Now()); err != nil {
+	if _, err := (*Outbox)(rt).Requeue(t.Context(), "m-1", ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the requeued message at the target", func() bool { return delivered.Load() == 1 })
 	waitFor(t, 10*time.Second, "the replayed record to be completed", func() bool {
-		st, err := rt.outbox.Stats(t.Context(), deadSessionPrefix+"direct")
-		return err == nil && st.Pending == 0
+		return sessionStats(t, rt, homePrefix+"direct").Live == 0
 	})
-	if dead, _, err := rt.outbox.ListDead(t.Context(), stores.DeadFilter{}); err != nil || len(dead) != 0 {
+	if dead, _, err := rt.store.Dead(t.Context(), stores.DeadQuery{}); err != nil || len(dead) != 0 {
 		t.Fatalf("dead letters after a successful replay: %d (%v)", len(dead), err)
 	}
 	if n := delivered.Load(); n != 1 {
@@ -108,7 +107,7 @@ func TestReplay_RequeueAfterAConfigFixRunsTheFixedProcessors(t *testing.T) {
 	rt, stop := runStoppable(t, config(addr, "{payload.serial}")) // wrong field
 	pub := publisher(t, "tcp://"+addr, "replay-fix")
 	waitTokens(t, []paho.Token{pub.Publish("line/1", 1, false, `{"id": "r-1", "value": 4}`)}, 10*time.Second)
-	d := onlyDeadLetter(t, rt.outbox, "readings")
+	d := onlyDeadLetter(t, rt.store, "readings")
 	if string(d.Envelope.Payload) != `{"id": "r-1", "value": 4}` || !strings.Contains(d.DeadReason, "processor") {
 		t.Fatalf("dead letter payload %q (%q), want the message as it arrived with a processor reason",
 			d.Envelope.Payload, d.DeadReason)
@@ -118,15 +117,14 @@ func TestReplay_RequeueAfterAConfigFixRunsTheFixedProcessors(t *testing.T) {
 
 	addr = freeAddr(t)
 	rt, _ = runStoppable(t, config(addr, "{payload.id}")) // fixed
-	if _, err := rt.outbox.Requeue(t.Context(), d.Envelope.ID, time.Now()); err != nil {
+	if _, err := (*Outbox)(rt).Requeue(t.Context(), d.Envelope.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the transformed message at the target", func() bool { return snk.count("40") == 1 })
 	waitFor(t, 10*time.Second, "the replayed record to be completed", func() bool {
-		st, err := rt.outbox.Stats(t.Context(), deadSessionPrefix+"readings")
-		return err == nil && st.Pending == 0
+		return sessionStats(t, rt, homePrefix+"readings").Live == 0
 	})
-	if dead, _, err := rt.outbox.ListDead(t.Context(), stores.DeadFilter{}); err != nil || len(dead) != 0 {
+	if dead, _, err := rt.store.Dead(t.Context(), stores.DeadQuery{}); err != nil || len(dead) != 0 {
 		t.Fatalf("dead letters after a successful replay: %d (%v)", len(dead), err)
 	}
 }
@@ -160,18 +158,18 @@ func TestReplay_AReplayHeldByADownTargetHoldsOnlyItsRoute(t *testing.T) {
   - {id: b, type: http, options: {url: %q}}`, a.URL, b.URL), `
   - {id: ra, receiver: edge, topic: "a/#", sender: a, policy: {on_permanent_failure: dlq, backoff: {initial_interval: 50ms, max_interval: 100ms}}}
   - {id: rb, receiver: edge, topic: "b/#", sender: b, policy: {on_permanent_failure: dlq}}`))
-	rt := startRuntime(t, cfg)
+	rt := startBridge(t, cfg)
 	pub := publisher(t, "tcp://"+addr, "replay-isolation")
 	waitTokens(t, []paho.Token{pub.Publish("a/1", 1, false, "for a"), pub.Publish("b/1", 1, false, "for b")}, 10*time.Second)
-	da, db := onlyDeadLetter(t, rt.outbox, "ra"), onlyDeadLetter(t, rt.outbox, "rb")
+	da, db := onlyDeadLetter(t, rt.store, "ra"), onlyDeadLetter(t, rt.store, "rb")
 
 	modeA.Store(1)
 	modeB.Store(1)
-	if _, err := rt.outbox.Requeue(t.Context(), da.Envelope.ID, time.Now()); err != nil {
+	if _, err := (*Outbox)(rt).Requeue(t.Context(), da.Envelope.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "route a's replay retried against its down target", func() bool { return answeredA.Load() >= 2 })
-	if _, err := rt.outbox.Requeue(t.Context(), db.Envelope.ID, time.Now()); err != nil {
+	if _, err := (*Outbox)(rt).Requeue(t.Context(), db.Envelope.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "route b's replay delivered while a's is held", func() bool { return answeredB.Load() == 1 })

@@ -198,7 +198,7 @@ func (w *writer) writeOnce(reserve bool) int {
 		switch orig := &reqs[i].rec; {
 		case errs[i] != nil || rec.Seq == 0: // refused, or already there: no room taken
 			w.limits.release(orig)
-		case rec.State != orig.State: // kept as a truncated dead letter instead
+		case rec.State == stores.Dead && orig.State != stores.Dead: // kept as a truncated dead letter instead
 			w.limits.release(orig)
 			w.limits.add(rec)
 		default:

@@ -19,7 +19,8 @@ import (
 
 // DLQCommand manages dead letters in the configured outbox store:
 // `gobridge dlq list|show|requeue|drop -c FILE ...`. It works while a bridge
-// runs on the same SQLite file (WAL) and while none does.
+// runs on the same store (changes go through its admin API when it owns a
+// SQLite file) and while none does.
 type DLQCommand struct {
 	Stdout, Stderr io.Writer
 	// Now is the clock; nil means time.Now.
@@ -29,37 +30,41 @@ type DLQCommand struct {
 const dlqUsage = `Usage:
   gobridge dlq list    -c FILE [--route R] [--since DURATION] [--limit N] [--after CURSOR] [--format table|json]
   gobridge dlq show    -c FILE [--format text|json] ID
-  gobridge dlq requeue -c FILE (ID... | [--route R] --all [--yes])
+  gobridge dlq requeue -c FILE [--to-route NEW] (ID... | [--route R] --all [--yes])
   gobridge dlq drop    -c FILE (ID... | [--route R] --all [--yes])
 
 Dead letters are records the drainer gave up on (a permanent failure, or
 poisoned after max_replay_attempts and replay_budget), or that expired with
-on_expired: dlq, and messages that failed at ingest (a processor error, or a
-direct_hold permanent failure; session gobridge.ingest-dead.ROUTE, kept as
-they arrived). They stay in the outbox store until requeued or dropped.
+on_expired: dlq, and messages that failed at ingest (a processor error, a
+payload over max_payload_bytes, or a direct_hold permanent failure), kept as
+they arrived. They stay in the outbox store until requeued or dropped.
 
 list     prints dead letters oldest first (by the time they died), one page
          of --limit (default 50); when there are more it prints the --after
          CURSOR of the next page (to stderr for tables, as "next" in JSON).
-         Columns: ATTEMPTS (claims), FIRST ATTEMPT, DIED (when the last
+         Columns: ATTEMPTS (sends), FIRST ATTEMPT, DIED (when the last
          attempt failed, or it expired), AGE (since it was persisted).
          --since 24h lists only those that died in the last 24 hours.
 show     prints one dead letter with everything stored: envelope, headers,
          attempts, times, reason, last error, and the payload (as text when
          it is UTF-8, else base64).
-requeue  puts dead letters back to pending under a new envelope ID with
+requeue  puts dead letters back for delivery under a new envelope ID with
          attempts reset (the old ID is kept as causation_id). A running
-         bridge picks them up on its next poll of the session; one made at
-         ingest is run through its route again (processors included) within
-         2 s.
+         bridge delivers them at once when it owns the store (else on its
+         next poll); one made at ingest is run through its route again,
+         processors included. --route NEW requeues under a route renamed
+         since. A truncated dead letter (payload_too_large) cannot be
+         requeued: only its first KiB was kept.
 drop     deletes dead letters for good.
          With IDs, requeue and drop act on those at once. With --all (every
          dead letter, or those of --route R) they print what they would do
          and change nothing unless --yes is given.
 
-These commands work while a bridge runs on the same SQLite file, and while
-none does. A memory outbox lives only inside the bridge process: use the
-bridge's console (/console) or admin API (/api) instead.
+These commands work while a bridge runs, and while none does: on a SQLite
+file that a running bridge owns they read through a read-only connection and
+send requeue and drop to that bridge's admin API (bridge.admin.listen and
+token from FILE); otherwise they use the store themselves. A memory outbox
+lives only inside the bridge process: use its console or admin API instead.
 
 Exit status: 0 done, 1 failure (an ID not found, a store error, an invalid
 config, a memory store), 2 usage error.
@@ -145,17 +150,17 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	case *format != "table" && *format != "json":
 		return usageErr(fs, c.Stderr, fmt.Sprintf("dlq list: --format must be table or json, not %q", *format))
 	}
-	_, st, err := openConfiguredStore(ctx, *path, c.Stderr)
+	_, st, err := openOutbox(ctx, *path, c.Stderr)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer st.close()
 	now := c.now()
 	var cutoff time.Time
 	if *since > 0 {
 		cutoff = now.Add(-*since)
 	}
-	recs, next, err := listSince(ctx, st, stores.DeadFilter{Route: *route, After: *after, Limit: *limit}, cutoff)
+	recs, next, err := listSince(ctx, st, stores.DeadQuery{Route: *route, After: *after, Limit: *limit}, cutoff)
 	if err != nil {
 		return fmt.Errorf("dlq list: %w", err)
 	}
@@ -190,9 +195,9 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 // listSince returns one page of f whose records died at or after cutoff
 // (all when zero). Pages wholly older than cutoff are skipped (the list is
 // oldest first, so the rest of the page after the first match matches too).
-func listSince(ctx context.Context, st stores.DeadLetters, f stores.DeadFilter, cutoff time.Time) ([]stores.Record, string, error) {
+func listSince(ctx context.Context, st admin.Outbox, f stores.DeadQuery, cutoff time.Time) ([]stores.Record, string, error) {
 	for {
-		recs, next, err := st.ListDead(ctx, f)
+		recs, next, err := st.Dead(ctx, f)
 		if err != nil || cutoff.IsZero() {
 			return recs, next, err
 		}
@@ -223,15 +228,16 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	case *format != "text" && *format != "json":
 		return usageErr(fs, c.Stderr, fmt.Sprintf("dlq show: --format must be text or json, not %q", *format))
 	}
-	_, st, err := openConfiguredStore(ctx, *path, c.Stderr)
+	_, st, err := openOutbox(ctx, *path, c.Stderr)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	r, err := st.GetDead(ctx, pos[0])
+	defer st.close()
+	recs, _, err := st.Dead(ctx, stores.DeadQuery{ID: pos[0]})
 	if err != nil {
 		return fmt.Errorf("dlq show: %w", err)
 	}
+	r := recs[0]
 	d := admin.NewDeadLetter(&r, c.now(), true)
 	if *format == "json" {
 		enc := json.NewEncoder(c.Stdout)
@@ -278,6 +284,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error {
 	fs, path := c.flags(verb)
 	route := fs.String("route", "", "with --all: only dead letters of `ROUTE`")
+	to := fs.String("to-route", "", "requeue: under `ROUTE` (the dead letters' route was renamed)")
 	all := fs.Bool("all", false, "act on every dead letter (of --route when given)")
 	yes := fs.Bool("yes", false, "with --all: really do it (without it, only print what would be done)")
 	ids, err := parseInterleaved(fs, args)
@@ -294,11 +301,14 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	case !*all && *route != "":
 		return usageErr(fs, c.Stderr, "dlq "+verb+": --route needs --all")
 	}
-	_, st, err := openConfiguredStore(ctx, *path, c.Stderr)
+	_, st, err := openOutbox(ctx, *path, c.Stderr)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer st.close()
+	if st.via != "" {
+		fmt.Fprintf(c.Stderr, "the outbox is owned by %s\n", st.via)
+	}
 	if *all {
 		if ids, err = allDeadIDs(ctx, st, *route); err != nil {
 			return fmt.Errorf("dlq %s: %w", verb, err)
@@ -328,7 +338,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 			break
 		}
 		if verb == "requeue" {
-			nr, err := st.Requeue(ctx, id, c.now())
+			nr, err := st.Requeue(ctx, id, *to)
 			if err != nil {
 				failed = append(failed, fmt.Errorf("requeue %s: %w", id, err))
 				continue
@@ -337,7 +347,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 				fmt.Fprintf(c.Stdout, "requeued %s as %s (route %s)\n", id, nr.Envelope.ID, nr.Route)
 			}
 		} else {
-			if err := st.DropDead(ctx, id); err != nil {
+			if err := st.Drop(ctx, id); err != nil {
 				failed = append(failed, fmt.Errorf("drop %s: %w", id, err))
 				continue
 			}
@@ -352,7 +362,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 		fmt.Fprintf(c.Stdout, "%s %d of %d dead letters\n", past, n, len(ids))
 	}
 	if verb == "requeue" && n > 0 {
-		fmt.Fprintln(c.Stdout, "a running bridge delivers them on its next poll of their session")
+		fmt.Fprintln(c.Stdout, "a running bridge delivers them (at once when it owns the store, else at its next poll)")
 	}
 	if len(failed) > 0 {
 		return errors.Join(failed...)
@@ -362,11 +372,11 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 
 // allDeadIDs lists the IDs of every dead letter (of route when set), page by
 // page, oldest first.
-func allDeadIDs(ctx context.Context, st stores.DeadLetters, route string) ([]string, error) {
+func allDeadIDs(ctx context.Context, st admin.Outbox, route string) ([]string, error) {
 	var ids []string
-	f := stores.DeadFilter{Route: route, Limit: 1000}
+	f := stores.DeadQuery{Route: route, Limit: 1000}
 	for {
-		recs, next, err := st.ListDead(ctx, f)
+		recs, next, err := st.Dead(ctx, f)
 		if err != nil {
 			return nil, err
 		}

@@ -66,46 +66,23 @@ func (c *DynamoDBCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.Stderr, "config invalid: %d errors\n", len(probs.Errors()))
 		return errInvalid
 	}
-	done := false
-	if sc := cfg.Stores.Outbox; sc != nil && sc.Type == "dynamodb" {
-		opts := dynamoOpts(sc)
-		// Open creates the table when missing and checks its layout.
-		st, err := dynamodb.Open(ctx, opts)
-		if err != nil {
-			return fmt.Errorf("dynamodb create-tables: outbox: %w", err)
-		}
-		_ = st.Close()
-		fmt.Fprintf(c.Stdout, "outbox table %s: ready\n", opts.Table)
-		done = true
-	}
-	if sc := cfg.Stores.Lease; sc != nil && sc.Type == "dynamodb" {
-		opts := dynamoOpts(sc)
-		ls, err := dynamodb.OpenLeases(ctx, opts)
-		if err != nil {
-			return fmt.Errorf("dynamodb create-tables: lease: %w", err)
-		}
-		_ = ls.Close()
-		fmt.Fprintf(c.Stdout, "lease table %s: ready\n", opts.LeaseTable)
-		done = true
-	}
-	if !done {
+	sc := cfg.Stores.Outbox
+	if sc == nil || sc.Type != "dynamodb" {
 		return errNoDynamoDB
 	}
+	opts := dynamoOpts(sc)
+	// Open creates the table when missing and checks its layout.
+	st, err := dynamodb.Open(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("dynamodb create-tables: %w", err)
+	}
+	_ = st.Close()
+	fmt.Fprintf(c.Stdout, "outbox table %s (records and leases): ready\n", opts.Table)
 	return nil
 }
 
 // dynamoOpts maps a store config to the backend's options as the bridge
 // does, with CreateTables set.
 func dynamoOpts(sc *routes.StoreConfig) dynamodb.Options {
-	o := dynamodb.Options{
-		Table: sc.Options.Table, LeaseTable: sc.Options.Table, Region: sc.Options.Region,
-		Endpoint: sc.Options.Endpoint, CreateTables: true,
-	}
-	if o.Table == "" {
-		o.Table = dynamodb.DefaultTable
-	}
-	if o.LeaseTable == "" {
-		o.LeaseTable = dynamodb.DefaultLeaseTable
-	}
-	return o
+	return dynamodb.Options{Table: sc.Options.Table, Region: sc.Options.Region, Endpoint: sc.Options.Endpoint, CreateTables: true}
 }

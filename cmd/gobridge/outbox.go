@@ -11,19 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/routes"
-	"github.com/gobridge/gobridge/stores"
-	"github.com/gobridge/gobridge/stores/dynamodb"
-	"github.com/gobridge/gobridge/stores/sqlite"
 )
-
-// errMemoryStore is returned by the store commands when the configured
-// outbox is a memory store: its records live inside the bridge process only.
-var errMemoryStore = errors.New("the outbox store is memory: its records live only inside the running bridge process, " +
-	"so there is nothing to inspect from here; use the bridge's admin API (/api) or console (/console) instead")
-
-// errNoOutbox is returned when the config has no stores.outbox.
-var errNoOutbox = errors.New("the config has no stores.outbox (no route uses shared_outbox): there are no outbox records or dead letters")
 
 // OutboxCommand reports on the outbox: `gobridge outbox stats -c FILE
 // [--format table|json]`.
@@ -35,15 +25,14 @@ type OutboxCommand struct {
 
 const outboxUsage = `Usage: gobridge outbox stats -c FILE [--format table|json]
 
-Stats opens the outbox store configured in FILE (read-only queries; safe
-while a bridge runs on the same SQLite file) and prints, per session and
-route: records pending (waiting to be claimed), claimed (held by a drainer:
-in flight), due now, the age of the oldest pending or claimed record, dead
-letters, and records completed in the last hour (delivered, or dropped by
-policy). Routes named in FILE are listed even when they have no records.
-It reads every live and dead record, so it takes a moment on a large outbox.
-A memory outbox cannot be inspected from another process: use the admin
-API or console of the running bridge.
+Stats opens the outbox store configured in FILE (read-only: safe while a
+bridge runs on it) and prints, per session and route: the live records
+(waiting for delivery, held by a drainer, or retrying), the age of the
+session's oldest live record, and the dead letters. Routes named in FILE
+are listed even when they have no records; records of routes FILE does not
+name (a route renamed or removed) are listed as orphans. A memory outbox
+cannot be inspected from another process: use the admin API or console of
+the running bridge.
 `
 
 // Run parses args and runs the subcommand.
@@ -72,66 +61,61 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 	case *format != "table" && *format != "json":
 		return usageErr(fs, c.Stderr, fmt.Sprintf("outbox stats: --format must be table or json, not %q", *format))
 	}
-	cfg, st, err := openConfiguredStore(ctx, *path, c.Stderr)
+	cfg, st, err := openOutbox(ctx, *path, c.Stderr)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	in, ok := st.(stores.Inspector)
-	if !ok {
-		return fmt.Errorf("outbox stats: the %s store does not support inspection yet", cfg.Stores.Outbox.Type)
-	}
+	defer st.close()
 	now := time.Now
 	if c.Now != nil {
 		now = c.Now
 	}
 	at := now()
-	stats, err := in.Inspect(ctx, at)
+	all, err := st.Stats(ctx)
 	if err != nil {
 		return fmt.Errorf("outbox stats: %w", err)
 	}
-	stats = withConfiguredRoutes(cfg, stats)
+	stats := withConfiguredRoutes(cfg, admin.RouteStatsOf(all, at))
 	if *format == "json" {
-		type row struct {
-			stores.RouteStats
-			OldestAgeSeconds float64 `json:"oldest_age_seconds"`
-		}
-		rows := make([]row, len(stats))
-		for i, s := range stats {
-			rows[i] = row{RouteStats: s}
-			if !s.OldestPendingAt.IsZero() {
-				rows[i].OldestAgeSeconds = at.Sub(s.OldestPendingAt).Seconds()
-			}
-		}
 		enc := json.NewEncoder(c.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"at": at.UTC(), "routes": rows})
+		return enc.Encode(map[string]any{"at": at.UTC(), "routes": stats})
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tROUTE\tPENDING\tCLAIMED\tDUE\tOLDEST\tDEAD\tDONE/1H")
+	fmt.Fprintln(tw, "SESSION\tROUTE\tLIVE\tOLDEST\tDEAD\tNOTE")
 	for _, s := range stats {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\n", s.Session, s.Route, s.Pending, s.Claimed,
-			s.Due, age(at, s.OldestPendingAt), s.Dead, s.DoneLastHour)
+		oldest := "-"
+		if s.Live > 0 {
+			oldest = (time.Duration(s.OldestAgeSeconds * float64(time.Second))).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", s.Session, s.Route, s.Live, oldest, s.Dead, s.Note)
 	}
 	return tw.Flush()
 }
 
 // withConfiguredRoutes adds a zero row for every shared_outbox route of cfg
 // that the store has no records of, keeping the order by session and route.
-func withConfiguredRoutes(cfg *routes.Config, stats []stores.RouteStats) []stores.RouteStats {
+func withConfiguredRoutes(cfg *routes.Config, stats []admin.RouteStats) []admin.RouteStats {
 	have := map[[2]string]bool{}
-	for _, s := range stats {
+	known := map[string]bool{}
+	for _, r := range cfg.Routes {
+		known[r.ID] = true
+	}
+	for i, s := range stats {
 		have[[2]string{s.Session, s.Route}] = true
+		if !known[s.Route] {
+			stats[i].Note = "orphan: route not in the config"
+		}
 	}
 	for _, r := range cfg.Routes {
 		if r.DeliveryMode != routes.SharedOutbox || r.Session.ID == "" {
 			continue
 		}
 		if !have[[2]string{r.Session.ID, r.ID}] {
-			stats = append(stats, stores.RouteStats{Session: r.Session.ID, Route: r.ID})
+			stats = append(stats, admin.RouteStats{Session: r.Session.ID, Route: r.ID})
 		}
 	}
-	slices.SortFunc(stats, func(a, b stores.RouteStats) int {
+	slices.SortFunc(stats, func(a, b admin.RouteStats) int {
 		if a.Session != b.Session {
 			if a.Session < b.Session {
 				return -1
@@ -147,46 +131,6 @@ func withConfiguredRoutes(cfg *routes.Config, stats []stores.RouteStats) []store
 		return 0
 	})
 	return stats
-}
-
-// openConfiguredStore loads FILE with the shared loader (refusing a config
-// with errors, as run does) and opens its outbox store. The caller closes
-// the store.
-func openConfiguredStore(ctx context.Context, path string, stderr io.Writer) (*routes.Config, stores.Store, error) {
-	cfg, probs, err := loadConfig(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	if probs.HasErrors() {
-		_ = probs.Errors().WriteText(stderr)
-		fmt.Fprintf(stderr, "config invalid: %d errors\n", len(probs.Errors()))
-		return nil, nil, errInvalid
-	}
-	sc := cfg.Stores.Outbox
-	if sc == nil {
-		return nil, nil, errNoOutbox
-	}
-	switch sc.Type {
-	case "memory":
-		return nil, nil, errMemoryStore
-	case "sqlite":
-		p := sc.Options.Path
-		if p == "" {
-			p = "./data/outbox.db"
-		}
-		st, err := sqlite.Open(p, sqlite.Options{Sync: sc.Options.Sync, DoneRetention: sc.Options.DoneRetention})
-		if err != nil {
-			return nil, nil, err
-		}
-		return cfg, st, nil
-	case "dynamodb":
-		st, err := dynamodb.Open(ctx, dynamodb.Options{Table: sc.Options.Table, Region: sc.Options.Region, Endpoint: sc.Options.Endpoint})
-		if err != nil {
-			return nil, nil, err
-		}
-		return cfg, st, nil
-	}
-	return nil, nil, fmt.Errorf("outbox store type %q is not supported", sc.Type)
 }
 
 // age formats now - t for tables ("-" when t is zero).

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/gobridge/gobridge/admin"
+	"github.com/gobridge/gobridge/bridge"
+	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/dynamodb"
+	"github.com/gobridge/gobridge/stores/sqlite"
+)
+
+// errMemoryStore is returned by the store commands when the configured
+// outbox is a memory store: its records live inside the bridge process only.
+var errMemoryStore = errors.New("the outbox store is memory: its records live only inside the running bridge process, " +
+	"so there is nothing to inspect from here; use the bridge's admin API (/api) or console (/console) instead")
+
+// errNoOutbox is returned when the config has no stores.outbox.
+var errNoOutbox = errors.New("the config has no stores.outbox (no route uses shared_outbox): there are no outbox records or dead letters")
+
+// outbox is how the CLI reaches the configured outbox, and how to let go.
+type outbox struct {
+	admin.Outbox
+	close func() error
+	// via says how it is reached, for messages ("" when the CLI owns it).
+	via string
+}
+
+// openOutbox loads FILE with the shared loader (refusing a config with
+// errors, as run does) and opens its outbox store (DESIGN.md §11.2): a
+// SQLite file that no bridge owns is taken (its lock); one that a running
+// bridge owns is read through a read-only connection, and requeue and drop
+// go to that bridge's admin API (its address and token from FILE); a
+// DynamoDB table is shared by design and used directly.
+func openOutbox(ctx context.Context, path string, stderr io.Writer) (*routes.Config, *outbox, error) {
+	cfg, probs, err := loadConfig(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if probs.HasErrors() {
+		_ = probs.Errors().WriteText(stderr)
+		fmt.Fprintf(stderr, "config invalid: %d errors\n", len(probs.Errors()))
+		return nil, nil, errInvalid
+	}
+	sc := cfg.Stores.Outbox
+	if sc == nil {
+		return nil, nil, errNoOutbox
+	}
+	place := bridge.Placer(cfg)
+	switch sc.Type {
+	case "memory":
+		return nil, nil, errMemoryStore
+	case "sqlite":
+		opts := sqlite.Options{Sync: sc.Options.Sync, DoneRetention: sc.Options.DoneRetention}
+		st, err := sqlite.Open(sc.Options.Path, opts)
+		var locked *sqlite.LockedError
+		if errors.As(err, &locked) {
+			opts.ReadOnly = true
+			ro, rerr := sqlite.Open(sc.Options.Path, opts)
+			if rerr != nil {
+				return nil, nil, rerr
+			}
+			api := newAPIClient(cfg)
+			if api == nil {
+				return cfg, &outbox{Outbox: offline{ro, place}, close: ro.Close, via: locked.Error() +
+					"; its admin API is disabled, so this command can only read"}, nil
+			}
+			return cfg, &outbox{Outbox: owned{offline{ro, place}, api}, close: ro.Close,
+				via: fmt.Sprintf("the bridge that owns it (pid %d), through its admin API at %s", locked.PID, api.base)}, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return cfg, &outbox{Outbox: offline{st, place}, close: st.Close}, nil
+	case "dynamodb":
+		st, err := dynamodb.Open(ctx, dynamodb.Options{Table: sc.Options.Table, Region: sc.Options.Region, Endpoint: sc.Options.Endpoint})
+		if err != nil {
+			return nil, nil, err
+		}
+		return cfg, &outbox{Outbox: offline{st, place}, close: st.Close}, nil
+	}
+	return nil, nil, fmt.Errorf("outbox store type %q is not supported", sc.Type)
+}
+
+// offline is the outbox of a store the CLI uses directly.
+type offline struct {
+	s     stores.Store
+	place stores.Placer
+}
+
+func (o offline) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
+	return o.s.Dead(ctx, q)
+}
+
+func (o offline) Stats(ctx context.Context) ([]stores.SessionStats, error) { return o.s.Stats(ctx) }
+
+func (o offline) Requeue(ctx context.Context, id, route string) (stores.Record, error) {
+	return stores.Requeue(ctx, o.s, id, route, o.place, time.Now())
+}
+
+func (o offline) Drop(ctx context.Context, id string) error { return stores.DropDead(ctx, o.s, id) }
+
+// owned reads a store another process owns and sends changes to it.
+type owned struct {
+	offline
+	api *apiClient
+}
+
+func (o owned) Requeue(ctx context.Context, id, route string) (stores.Record, error) {
+	var out struct {
+		ID      string `json:"id"`
+		Route   string `json:"route"`
+		Session string `json:"session"`
+	}
+	q := url.Values{}
+	if route != "" {
+		q.Set("route", route)
+	}
+	err := o.api.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/requeue?"+q.Encode(), &out)
+	r := stores.Record{Route: out.Route, Session: out.Session}
+	r.Envelope.ID = out.ID
+	return r, err
+}
+
+func (o owned) Drop(ctx context.Context, id string) error {
+	return o.api.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/drop", nil)
+}
+
+// apiClient calls a running bridge's admin API.
+type apiClient struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+// newAPIClient is the client of the admin API cfg names; nil when it is
+// disabled.
+func newAPIClient(cfg *routes.Config) *apiClient {
+	listen := *cfg.Bridge.Admin.Listen
+	if listen == "" {
+		return nil
+	}
+	return &apiClient{base: "http://" + listen, token: cfg.Bridge.Admin.Token.Reveal(), hc: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// post sends a mutation and decodes the answer into out (when not nil).
+// Admin API errors come back with their message; a 404 is ErrNotFound.
+func (c *apiClient) post(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(nil))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Requested-By", "gobridge-cli")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("the store is owned by a running bridge, whose admin API did not answer: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(body, &e)
+		if resp.StatusCode == http.StatusNotFound {
+			return fmt.Errorf("%w: %s", stores.ErrNotFound, e.Error)
+		}
+		return fmt.Errorf("admin API: %s: %s", resp.Status, e.Error)
+	}
+	if out != nil {
+		return json.Unmarshal(body, out)
+	}
+	return nil
+}
