@@ -14,7 +14,7 @@ import (
 func BenchmarkHandler_DeadLetterPage(b *testing.B) {
 	st := openStore(b)
 	deadLetters(b, st, "alarms", 100_000, []byte(`{"temp": 21}`))
-	h := admin.New(admin.Options{Store: st})
+	h := admin.New(admin.Options{Store: storeOutbox{st}})
 	// The cursor 99,000 records in.
 	deep := ""
 	for range 99 {

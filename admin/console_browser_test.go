@@ -23,7 +23,6 @@ import (
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
-	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
 var updateScreenshot = flag.Bool("update-screenshot", false, "write the console screenshot to docs/console.png")
@@ -71,7 +70,7 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // startBridge runs a real bridge (bridge.Run) on a SQLite outbox whose
 // route delivers to target, and returns its admin address and a second
 // handle on the same store file (as `gobridge dlq` would open it).
-func startBridge(t *testing.T, target string) (string, *sqlite.Store) {
+func startBridge(t *testing.T, target string) (string, stores.Store) {
 	t.Helper()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "outbox.db")
@@ -115,12 +114,7 @@ routes:
 			t.Errorf("bridge Run: %v", err)
 		}
 	})
-	st, err := sqlite.Open(db, sqlite.Options{Sync: "normal"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return rt.AdminAddr(), st
+	return rt.AdminAddr(), rt.Store()
 }
 
 func appendRecords(t *testing.T, st stores.Store, payloads ...string) []string {
@@ -130,10 +124,10 @@ func appendRecords(t *testing.T, st stores.Store, payloads ...string) []string {
 	ids := make([]string, len(payloads))
 	for i, p := range payloads {
 		ids[i] = message.NewID()
-		recs[i] = stores.Record{Session: "plant", Route: "telemetry", CreatedAt: now, NextAttemptAt: now,
+		recs[i] = stores.Record{Session: "plant", Route: "telemetry", CreatedAt: now,
 			Envelope: message.Envelope{ID: ids[i], Topic: "factory/7/telemetry", Payload: []byte(p), QoS: 1, ReceivedAt: now}}
 	}
-	if err := st.Append(t.Context(), recs...); err != nil {
+	if err := st.Write(t.Context(), &stores.Batch{Append: recs}); err != nil {
 		t.Fatal(err)
 	}
 	return ids
@@ -162,7 +156,7 @@ func TestConsole_RequeuesADeadLetterInTheBrowser(t *testing.T) {
 
 	// The target rejects the message: the drainer dead-letters it.
 	id := appendRecords(t, st, `{"temp": 21, "line": 7}`)[0]
-	waitFor(t, "the dead letter", 15*time.Second, func() bool { _, err := st.GetDead(t.Context(), id); return err == nil })
+	waitFor(t, "the dead letter", 15*time.Second, func() bool { _, err := getDead(t, st, id); return err == nil })
 	appendRecords(t, st, `{"bad": true, "n": 1}`, `{"bad": true, "n": 2}`)
 	sk.broken.Store(false) // the target is fixed
 

@@ -13,12 +13,12 @@ import (
 // FuzzHandler sends arbitrary paths and queries to the API: it must answer
 // with a known status and never panic.
 func FuzzHandler(f *testing.F) {
-	st := memory.New()
+	st := memory.New(memory.Options{})
 	f.Cleanup(func() { _ = st.Close() })
 	ids := deadLetters(f, st, "alarms", 3, []byte{0xff, 'x'})
 	j := admin.NewJournal(5)
 	j.Delivered(drainer.Outcome{Session: "plant", Route: "alarms", ID: "x", Result: "ok"})
-	h := admin.New(admin.Options{Store: st, Journal: j})
+	h := admin.New(admin.Options{Store: storeOutbox{st}, Journal: j})
 	for _, seed := range []string{
 		"/api/dead-letters?limit=10&route=alarms", "/api/dead-letters?after=1.2", "/api/dead-letters?limit=-1",
 		"/api/dead-letters/" + ids[0], "/api/dead-letters/" + ids[1] + "/requeue", "/api/dead-letters/requeue?route=alarms&limit=1",

@@ -141,7 +141,6 @@ func (j *Journal) Senders() []SenderState {
 // outcomes already.
 func (j *Journal) Abandoned(string) {}
 
-
 // Register makes a route known before its first outcome, so the console
 // lists it (with its session) from the start.
 func (j *Journal) Register(session, route string) {

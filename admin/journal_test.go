@@ -17,7 +17,7 @@ func TestJournal_KeepsTheLastOutcomesPerRoute(t *testing.T) {
 	for i := range 1000 {
 		res := drainer.ResultOK
 		if i%10 == 0 {
-			res = drainer.ResultRetried
+			res = drainer.ResultTransient
 		}
 		j.Delivered(drainer.Outcome{Session: "s", Route: "a", ID: fmt.Sprint("a-", i), Result: res, Attempt: 1,
 			Err: strings.Repeat("e", 10_000), Latency: 3 * time.Millisecond, At: now.Add(time.Duration(i-1000) * time.Millisecond)})
@@ -40,7 +40,7 @@ func TestJournal_KeepsTheLastOutcomesPerRoute(t *testing.T) {
 	j.Limit("a", 17)
 	j.InFlight("a", 4)
 	rs := j.Routes()
-	if len(rs) != 2 || rs[0].Route != "a" || rs[0].Limit != 17 || rs[0].InFlight != 4 || rs[0].Totals["ok"] != 900 || rs[0].Totals["retried"] != 100 {
+	if len(rs) != 2 || rs[0].Route != "a" || rs[0].Limit != 17 || rs[0].InFlight != 4 || rs[0].Totals["ok"] != 900 || rs[0].Totals["transient"] != 100 {
 		t.Fatalf("routes = %+v", rs)
 	}
 	var ok, failed int

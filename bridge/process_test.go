@@ -185,7 +185,7 @@ routes:
 	go func() {
 		defer close(pubExited)
 		var toks []paho.Token
-		pace := time.NewTicker(10 * time.Millisecond) // pace: ~5k msg/s, so the kills land mid-publish
+		pace := time.NewTicker(20 * time.Millisecond) // pace: ~2.5k msg/s, so the kills land mid-publish
 		defer pace.Stop()
 		for i := range n {
 			toks = append(toks, pub.Publish(run+"/line", 1, false, msgID(i)))
@@ -205,7 +205,7 @@ routes:
 	for k := range kills {
 		// Let some messages flow, then kill mid-stream.
 		target := int64((k + 1) * n / (kills + 2))
-		waitFor(t, 30*time.Second, fmt.Sprintf("sink reaching %d before kill %d", target, k+1), func() bool {
+		waitFor(t, 60*time.Second, fmt.Sprintf("sink reaching %d before kill %d (published %d)", target, k+1, published.Load()), func() bool {
 			return s.total.Load() >= target
 		})
 		p.kill(t)

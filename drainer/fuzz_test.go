@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/message"
-		"github.com/gobridge/gobridge/senders"
+	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/stores"
 )
 

@@ -3,7 +3,7 @@ package drainer
 import (
 	"context"
 	"errors"
-		"time"
+	"time"
 
 	"github.com/gobridge/gobridge/stores"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-		"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores"
 )
 
 func TestPoisoned(t *testing.T) {

@@ -43,8 +43,8 @@ func TestCoalesce_SQLiteKeepsNewestPerKey(t *testing.T) {
 			t.Fatalf("Process = %+v, %v", res, err)
 		}
 		rec := stores.Record{Session: "s", Route: "heartbeats", Envelope: *e, CoalesceKey: res.CoalesceKey}
-		if err := st.Append(ctx, rec); err != nil {
-			t.Fatalf("Append: %v", err)
+		if err := st.Write(ctx, &stores.Batch{Append: []stores.Record{rec}}); err != nil {
+			t.Fatalf("Write: %v", err)
 		}
 	}
 	for seq := 1; seq <= 40; seq++ {
@@ -52,7 +52,11 @@ func TestCoalesce_SQLiteKeepsNewestPerKey(t *testing.T) {
 	}
 	appendBeat(0, 5) // late and older than dev-0's newest (39): must not replace it
 
-	recs, err := st.Claim(ctx, stores.ClaimRequest{Session: "s", Token: 1, Limit: 100, Now: time.Now(), Until: time.Now().Add(time.Minute)})
+	le, err := st.Acquire(ctx, stores.PartitionLease("s", 0), "test", time.Minute, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.Claim(ctx, stores.ClaimRequest{Session: "s", Token: le.Token, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

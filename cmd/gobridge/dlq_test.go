@@ -7,12 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gobridge/gobridge/admin"
+	"github.com/gobridge/gobridge/bridge"
+	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
@@ -20,12 +24,53 @@ import (
 	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
-// storeFixture is a config file naming an outbox store, and that store
-// open in the test (as a running bridge would hold it) while the commands
-// run.
+// storeFixture is a config file naming an outbox store. A DynamoDB store
+// stays open in the test (as other instances would hold it) while the
+// commands run; a SQLite file is opened only around the test's own reads
+// and writes, since an open store owns its file.
 type storeFixture struct {
 	cfg string
+	db  string // the SQLite file
 	st  stores.Store
+}
+
+// with runs fn on the fixture's store.
+func (fx *storeFixture) with(t *testing.T, fn func(st stores.Store)) {
+	t.Helper()
+	if fx.st != nil {
+		fn(fx.st)
+		return
+	}
+	st, err := sqlite.Open(fx.db, sqlite.Options{Sync: "normal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	fn(st)
+}
+
+// getDead returns one dead letter of the fixture's store.
+func (fx *storeFixture) getDead(t *testing.T, id string) (d stores.Record, err error) {
+	t.Helper()
+	fx.with(t, func(st stores.Store) {
+		var recs []stores.Record
+		if recs, _, err = st.Dead(t.Context(), stores.DeadQuery{ID: id}); err == nil {
+			d = recs[0]
+		}
+	})
+	return d, err
+}
+
+// listDead returns the dead letters of route (all routes when empty).
+func (fx *storeFixture) listDead(t *testing.T, route string) (recs []stores.Record) {
+	t.Helper()
+	fx.with(t, func(st stores.Store) {
+		var err error
+		if recs, _, err = st.Dead(t.Context(), stores.DeadQuery{Route: route}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return recs
 }
 
 // newStoreFixture writes a config with an outbox of storeType (sqlite,
@@ -35,20 +80,15 @@ func newStoreFixture(t *testing.T, storeType string) *storeFixture {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "outbox.db")
 	cfg := filepath.Join(dir, "bridge.yaml")
-	fx := &storeFixture{cfg: cfg}
+	fx := &storeFixture{cfg: cfg, db: db}
 	var store string
 	switch storeType {
 	case "sqlite":
 		store = fmt.Sprintf("outbox: {type: sqlite, options: {path: %q}}", db)
-		st, err := sqlite.Open(db, sqlite.Options{Sync: "normal"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		fx.st = st
 	case "dynamodb":
 		endpoint := testservices.DynamoDBEndpoint(t)
 		table := "gobridge_cli_" + strings.ReplaceAll(message.NewID(), "-", "")
-		opts := dynamodb.Options{Table: table, LeaseTable: table, Endpoint: endpoint, Region: "us-east-1", CreateTables: true}
+		opts := dynamodb.Options{Table: table, Endpoint: endpoint, Region: "us-east-1", CreateTables: true}
 		st, err := dynamodb.Open(t.Context(), opts)
 		if err != nil {
 			t.Fatal(err)
@@ -62,7 +102,7 @@ func newStoreFixture(t *testing.T, storeType string) *storeFixture {
 		})
 		fx.st = st
 		o := fmt.Sprintf("{type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}", table, endpoint)
-		store = "outbox: " + o + "\n  lease: " + o
+		store = "outbox: " + o
 	default:
 		store = "outbox: {type: " + storeType + "}"
 	}
@@ -87,32 +127,24 @@ routes:
 	return fx
 }
 
-// dead appends n records of route with payload and dead-letters them with
-// reason, one second apart starting at base; it returns their IDs.
+// dead appends n dead letters of route with payload and reason, dying one
+// second apart starting at base; it returns their IDs.
 func (fx *storeFixture) dead(t *testing.T, route string, n int, payload []byte, reason string, base time.Time) []string {
 	t.Helper()
-	ctx := t.Context()
 	recs := make([]stores.Record, n)
 	ids := make([]string, n)
 	for i := range recs {
 		ids[i] = message.NewID()
-		recs[i] = stores.Record{Session: "plant", Route: route, CreatedAt: base, NextAttemptAt: base,
+		recs[i] = stores.Record{Session: "plant", Route: route, CreatedAt: base, Attempts: 1,
+			State: stores.Dead, DeadReason: reason, DeadAt: base.Add(time.Duration(i) * time.Second),
 			Envelope: message.Envelope{ID: ids[i], Topic: "a/1", Payload: payload, QoS: 1, ReceivedAt: base,
 				Headers: map[string]string{"site": "7"}}}
 	}
-	if err := fx.st.Append(ctx, recs...); err != nil {
-		t.Fatal(err)
-	}
-	claimed, err := fx.st.Claim(ctx, stores.ClaimRequest{Session: "plant", Token: 1, Limit: n, Now: base, Until: base.Add(time.Minute)})
-	if err != nil || len(claimed) != n {
-		t.Fatalf("claim: %d, %v", len(claimed), err)
-	}
-	for i := range claimed {
-		claimed[i].DeadAt = base.Add(time.Duration(i) * time.Second)
-		if err := fx.st.DeadLetter(ctx, claimed[i], reason); err != nil {
+	fx.with(t, func(st stores.Store) {
+		if err := st.Write(t.Context(), &stores.Batch{Append: recs}); err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
 	return ids
 }
 
@@ -212,19 +244,24 @@ func TestDLQ_RequeueAndDrop(t *testing.T) {
 	base := time.Now().Add(-time.Minute)
 	ids := fx.dead(t, "alarms", 3, []byte(`x`), "boom", base)
 	tele := fx.dead(t, "telemetry", 2, []byte(`y`), "boom", base)
-	ctx := t.Context()
 
 	code, out, errOut := gobridge(t, "dlq", "requeue", "-c", fx.cfg, ids[0])
 	if code != exitOK || !strings.Contains(out, "requeued "+ids[0]+" as ") {
 		t.Fatalf("requeue: exit %d\n%s%s", code, out, errOut)
 	}
-	if _, err := fx.st.GetDead(ctx, ids[0]); !errors.Is(err, stores.ErrNotFound) {
+	if _, err := fx.getDead(t, ids[0]); !errors.Is(err, stores.ErrNotFound) {
 		t.Errorf("requeued dead letter still there: %v", err)
 	}
-	got, err := fx.st.Claim(ctx, stores.ClaimRequest{Session: "plant", Token: 2, Limit: 10, Now: time.Now(), Until: time.Now().Add(time.Minute)})
-	if err != nil || len(got) != 1 || got[0].CausationID != ids[0] || got[0].Attempts != 1 {
-		t.Fatalf("requeued record: %+v, %v", got, err)
-	}
+	fx.with(t, func(st stores.Store) {
+		le, err := st.Acquire(t.Context(), stores.PartitionLease("plant", 0), "test", time.Minute, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.Claim(t.Context(), stores.ClaimRequest{Session: "plant", Token: le.Token, Limit: 10})
+		if err != nil || len(got) != 1 || got[0].CausationID != ids[0] || got[0].Attempts != 0 {
+			t.Fatalf("requeued record: %+v, %v", got, err)
+		}
+	})
 
 	code, out, _ = gobridge(t, "dlq", "drop", "-c", fx.cfg, ids[1], "missing-id")
 	if code != exitFailure || !strings.Contains(out, "dropped "+ids[1]) {
@@ -236,14 +273,14 @@ func TestDLQ_RequeueAndDrop(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "would drop 2 dead letters of route telemetry") || !strings.Contains(out, tele[1]) {
 		t.Fatalf("dry run: exit %d\n%s", code, out)
 	}
-	if recs, _, _ := fx.st.ListDead(ctx, stores.DeadFilter{Route: "telemetry"}); len(recs) != 2 {
+	if recs := fx.listDead(t, "telemetry"); len(recs) != 2 {
 		t.Fatalf("dry run changed something: %d left", len(recs))
 	}
 	code, out, _ = gobridge(t, "dlq", "requeue", "-c", fx.cfg, "--route", "telemetry", "--all", "--yes")
 	if code != exitOK || !strings.Contains(out, "requeued 2 of 2") {
 		t.Fatalf("bulk requeue: exit %d\n%s", code, out)
 	}
-	left, _, _ := fx.st.ListDead(ctx, stores.DeadFilter{})
+	left := fx.listDead(t, "")
 	if len(left) != 1 || left[0].Envelope.ID != ids[2] {
 		t.Fatalf("left after bulk requeue: %d", len(left))
 	}
@@ -312,12 +349,96 @@ func TestDLQ_OnDynamoDB(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "dropped 2 of 2") {
 		t.Fatalf("drop --all: exit %d\n%s", code, out)
 	}
-	if left, _, err := fx.st.ListDead(t.Context(), stores.DeadFilter{}); err != nil || len(left) != 0 {
-		t.Fatalf("left: %d, %v", len(left), err)
+	if left := fx.listDead(t, ""); len(left) != 0 {
+		t.Fatalf("left: %d", len(left))
 	}
-	// The DynamoDB store implements stores.Inspector (numbers checked in
-	// TestOutbox_StatsPerRouteOnDynamoDB).
 	if code, _, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg); code != exitOK {
 		t.Errorf("outbox stats on dynamodb: exit %d, %q", code, errOut)
 	}
+}
+
+// TestDLQ_RequeueGoesThroughTheBridgeThatOwnsTheFile: with a bridge running
+// on the SQLite file, the CLI cannot take it; it reads through a read-only
+// connection and sends the requeue to the bridge's admin API, whose drainer
+// delivers the record at once (DESIGN.md §11.2).
+func TestDLQ_RequeueGoesThroughTheBridgeThatOwnsTheFile(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "bridge.yaml")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminAddr := ln.Addr().String()
+	_ = ln.Close()
+	yaml := fmt.Sprintf(`version: 1
+bridge: {id: owned, admin: {listen: %q}}
+stores:
+  outbox: {type: sqlite, options: {path: %q}}
+receivers:
+  - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0"}, topics: [{topic: "a/#", qos: 1}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: alarms, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: plant}}
+`, adminAddr, filepath.Join(dir, "outbox.db"))
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, probs, err := routes.Load(cfgPath)
+	if err != nil || probs.HasErrors() {
+		t.Fatalf("load: %v %v", err, probs)
+	}
+	var out syncBuffer
+	b, err := bridge.New(cfg, bridge.Options{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	id := message.NewID()
+	dl := stores.Record{Session: "plant", Route: "alarms", State: stores.Dead, DeadReason: "http 422",
+		Envelope: message.Envelope{ID: id, Topic: "a/1", Payload: []byte("fixed-upstream"), QoS: 1}}
+	if err := b.Store().Write(t.Context(), &stores.Batch{Append: []stores.Record{dl}}); err != nil {
+		t.Fatal(err)
+	}
+	code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath)
+	if code != exitOK || !strings.Contains(list, id) {
+		t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
+	}
+	code, res, errOut := gobridge(t, "dlq", "requeue", "-c", cfgPath, id)
+	if code != exitOK || !strings.Contains(res, "requeued "+id) || !strings.Contains(errOut, "admin API") {
+		t.Fatalf("requeue while the bridge owns the file: exit %d\n%s%s", code, res, errOut)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "fixed-upstream") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the requeued record was not delivered; stdout: %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

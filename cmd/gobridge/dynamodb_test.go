@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/message"
@@ -20,23 +21,22 @@ import (
 	"github.com/gobridge/gobridge/stores/dynamodb"
 )
 
-// writeDynamoConfig writes a config whose outbox and lease stores are the
-// given DynamoDB Local tables.
-func writeDynamoConfig(t *testing.T, endpoint, outbox, lease string) string {
+// writeDynamoConfig writes a config whose outbox is the given DynamoDB
+// Local table.
+func writeDynamoConfig(t *testing.T, endpoint, outbox string) string {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "bridge.yaml")
 	yaml := fmt.Sprintf(`version: 1
 bridge: {id: test, admin: {listen: ""}}
 stores:
   outbox: {type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}
-  lease: {type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}
 receivers:
   - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0"}, topics: [{topic: "#", qos: 1}]}
 senders:
   - {id: out, type: stdout}
 routes:
   - {id: alarms, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: plant}}
-`, outbox, endpoint, lease, endpoint)
+`, outbox, endpoint)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +46,8 @@ routes:
 func TestDynamoDBCommand_CreateTables(t *testing.T) {
 	endpoint := testservices.DynamoDBEndpoint(t)
 	suffix := strings.ReplaceAll(message.NewID(), "-", "")
-	outbox, lease := "gobridge_ct_outbox_"+suffix, "gobridge_ct_lease_"+suffix
-	opts := dynamodb.Options{Table: outbox, LeaseTable: lease, Endpoint: endpoint, Region: "us-east-1"}
+	outbox := "gobridge_ct_outbox_" + suffix
+	opts := dynamodb.Options{Table: outbox, Endpoint: endpoint, Region: "us-east-1"}
 	client, err := dynamodb.NewClient(t.Context(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -56,9 +56,8 @@ func TestDynamoDBCommand_CreateTables(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = dynamodb.DeleteTable(ctx, client, outbox)
-		_ = dynamodb.DeleteTable(ctx, client, lease)
 	})
-	cfg := writeDynamoConfig(t, endpoint, outbox, lease)
+	cfg := writeDynamoConfig(t, endpoint, outbox)
 
 	// Before: Open (without CreateTables, as against AWS) finds no table.
 	if _, err := dynamodb.Open(t.Context(), opts); err == nil {
@@ -69,14 +68,14 @@ func TestDynamoDBCommand_CreateTables(t *testing.T) {
 		if code := run(t.Context(), []string{"dynamodb", "create-tables", "-c", cfg}, &stdout, &stderr); code != exitOK {
 			t.Fatalf("run %d: exit %d, stderr:\n%s", i, code, stderr.String())
 		}
-		want := "outbox table " + outbox + ": ready\nlease table " + lease + ": ready\n"
+		want := "outbox table " + outbox + " (records and leases): ready\n"
 		if stdout.String() != want {
 			t.Errorf("run %d: stdout = %q, want %q", i, stdout.String(), want)
 		}
 	}
 
-	// After: the outbox opens with its layout check and works; TTL is on;
-	// the lease table takes leases.
+	// After: the outbox opens with its layout check and works (records and
+	// leases); TTL is on.
 	st, err := dynamodb.Open(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("Open after create-tables: %v", err)
@@ -85,20 +84,15 @@ func TestDynamoDBCommand_CreateTables(t *testing.T) {
 	now := time.Now()
 	rec := stores.Record{Session: "plant", Route: "alarms", CreatedAt: now,
 		Envelope: message.Envelope{ID: message.NewID(), Topic: "a/1", QoS: 1, ReceivedAt: now}}
-	if err := st.Append(t.Context(), rec); err != nil {
-		t.Fatalf("Append: %v", err)
+	if err := st.Write(t.Context(), &stores.Batch{Append: []stores.Record{rec}}); err != nil {
+		t.Fatalf("Write: %v", err)
 	}
 	ttl, err := client.DescribeTimeToLive(t.Context(), &awsddb.DescribeTimeToLiveInput{TableName: aws.String(outbox)})
-	if err != nil || ttl.TimeToLiveDescription == nil || aws.ToString(ttl.TimeToLiveDescription.AttributeName) != "gc_at" {
-		t.Errorf("TTL of %s = %+v, %v; want on gc_at", outbox, ttl, err)
+	if err != nil || ttl.TimeToLiveDescription == nil || aws.ToString(ttl.TimeToLiveDescription.AttributeName) != "ttl" {
+		t.Errorf("TTL of %s = %+v, %v; want on ttl", outbox, ttl, err)
 	}
-	ls, err := dynamodb.OpenLeases(t.Context(), dynamodb.Options{LeaseTable: lease, Endpoint: endpoint, Region: "us-east-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ls.Close()
-	if _, err := ls.Acquire(t.Context(), "p0", "me", time.Minute, now); err != nil {
-		t.Errorf("Acquire on the created lease table: %v", err)
+	if _, err := st.Acquire(t.Context(), "p0", "me", time.Minute, now); err != nil {
+		t.Errorf("Acquire on the created table: %v", err)
 	}
 }
 
@@ -115,13 +109,17 @@ func TestDynamoDBCommand_CreateTablesRejectsAnExistingTableWithoutIndexes(t *tes
 		defer cancel()
 		_ = dynamodb.DeleteTable(ctx, client, table)
 	})
-	// A lease-shaped table (keys only) where the outbox should be.
-	if err := dynamodb.CreateLeaseTable(t.Context(), client, table); err != nil {
+	// A table with another key schema where the outbox should be.
+	if _, err := client.CreateTable(t.Context(), &awsddb.CreateTableInput{
+		TableName: aws.String(table), BillingMode: types.BillingModePayPerRequest,
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
 	cmd := &DynamoDBCommand{Stdout: &stdout, Stderr: &stderr}
-	err = cmd.Run(t.Context(), []string{"create-tables", "-c", writeDynamoConfig(t, endpoint, table, table)})
+	err = cmd.Run(t.Context(), []string{"create-tables", "-c", writeDynamoConfig(t, endpoint, table)})
 	if !errors.Is(err, dynamodb.ErrLayout) {
 		t.Fatalf("Run = %v, want ErrLayout", err)
 	}
@@ -170,18 +168,15 @@ routes:
 func TestOutbox_StatsPerRouteOnDynamoDB(t *testing.T) {
 	fx := newStoreFixture(t, "dynamodb")
 	fillStats(t, fx)
-	// alarms: recs[1] claimed, recs[2] pending due, recs[3] pending not due,
-	// recs[0] done, two dead.
 	code, out, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg)
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[1], "alarms") {
+	if len(lines) != 4 || !strings.Contains(lines[1], "alarms") {
 		t.Fatalf("table:\n%s", out)
 	}
-	// SESSION ROUTE PENDING CLAIMED DUE OLDEST DEAD DONE_1H
-	if f := strings.Fields(lines[1]); len(f) != 8 || f[2] != "2" || f[3] != "1" || f[4] != "1" || f[6] != "2" || f[7] != "1" {
+	if f := strings.Fields(lines[1]); len(f) != 5 || f[2] != "3" || f[4] != "2" {
 		t.Errorf("alarms row = %q", lines[1])
 	}
 }
