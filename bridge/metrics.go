@@ -32,6 +32,7 @@ type metrics struct {
 	dropped      *prometheus.CounterVec   // gobridge_delivery_dropped_total{route}
 	expired      *prometheus.CounterVec   // gobridge_delivery_expired_total{route}
 	abandoned    *prometheus.CounterVec   // gobridge_delivery_abandoned_total{route}
+	stale        *prometheus.CounterVec   // gobridge_delivery_stale_total{route}
 	senderUp     *prometheus.GaugeVec     // gobridge_sender_up{sender}
 	sendSeconds  *prometheus.HistogramVec // gobridge_delivery_send_seconds{route}
 	limit        *prometheus.GaugeVec     // gobridge_delivery_limit{route}
@@ -77,6 +78,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		dropped:      counter("delivery", "dropped_total", "Messages dropped by policy (on_permanent_failure or on_expired: drop).", "route"),
 		expired:      counter("delivery", "expired_total", "Records past their ttl, settled by on_expired.", "route"),
 		abandoned:    counter("delivery", "abandoned_total", "Sends abandoned for ignoring their context past send_timeout (their records are retried).", "route"),
+		stale:        counter("delivery", "stale_total", "Outcomes the store refused because another owner holds the record now (its claim was taken over).", "route"),
 		senderUp:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gobridge", Name: "sender_up", Help: "1 when the sender is up, 0 while it is down (probed once per backoff step; DESIGN 11.3)."}, []string{"sender"}),
 		sendSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "gobridge", Subsystem: "delivery", Name: "send_seconds",
@@ -115,7 +117,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.received, m.rejected, m.acked, m.unmatched,
 		m.routeReceived, m.routeAcked, m.filtered, m.persisted,
-		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.abandoned, m.senderUp, m.sendSeconds, m.limit, m.inFlight,
+		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.abandoned, m.stale, m.senderUp, m.sendSeconds, m.limit, m.inFlight,
 		m.pending, m.bytes, m.deadLetters, m.oldestAge, m.backpressure, m.appendSeconds, m.appendBatch, m.appendErrors,
 		m.connected, m.subscribed, m.ready,
 	} {

@@ -207,6 +207,11 @@ func (w *writer) writeOnce(reserve bool) int {
 		reqs[i].done(errs[i])
 	}
 	w.limits.settled(settles)
+	for _, s := range b.Settle {
+		if s.Stale {
+			w.metrics.stale.WithLabelValues(s.Route).Inc()
+		}
+	}
 	w.finish(batch)
 	return len(reqs) + len(settles)
 }

@@ -62,6 +62,9 @@ func (s *schedule) add(it *item, now time.Time) (superseded *item) {
 			if !stores.Supersedes(&it.rec, &old.rec) {
 				return it
 			}
+			if old.due.After(it.due) { // a backed-off key stays backed off
+				it.due = old.due
+			}
 			s.done(old, now)
 			superseded = old
 		}

@@ -32,7 +32,6 @@ bridge:
   log: {level: info, format: text}
 stores:
   outbox: {type: dynamodb, options: {table: %[1]s-outbox, region: us-east-1, endpoint: %[5]q}}
-  lease: {type: dynamodb, options: {table: %[1]s-leases, region: us-east-1, endpoint: %[5]q}}
 receivers:
   - id: plant
     type: mqtt
@@ -133,7 +132,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	dir := t.TempDir()
 	const partitions, n = 6, 5000
 
-	dropTablesAtCleanup(t, ddb, run+"-outbox", run+"-leases")
+	dropTablesAtCleanup(t, ddb, run+"-outbox")
 
 	names := []string{"b1", "b2", "b3"}
 	bridges := map[string]*bridge{}

@@ -27,7 +27,7 @@ func TestMultiInstance_PausedOwnerIsFencedOut(t *testing.T) {
 	s := newSink(t)
 	dir := t.TempDir()
 	const partitions, n = 2, 20
-	dropTablesAtCleanup(t, ddb, run+"-outbox", run+"-leases")
+	dropTablesAtCleanup(t, ddb, run+"-outbox")
 
 	s.holdFrom.Store("b1") // b1's sends hang until released
 	admin1 := freeAddr(t)
@@ -77,17 +77,14 @@ func TestMultiInstance_PausedOwnerIsFencedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	waitFor(t, 30*time.Second, "the outbox empty", func() bool {
-		ss, err := st.Stats(t.Context(), "plant")
-		return err == nil && ss.Pending == 0
-	})
+	waitFor(t, 30*time.Second, "the outbox empty", func() bool { return live(t, st, "plant") == 0 })
 	total, distinct := s.counts()
 	t.Logf("b1 stale outcomes: %v; sink: %d deliveries of %d messages (%d duplicates from b1's late sends)",
 		b1.metric("gobridge_delivery_stale_total", `route="telemetry"`), total, distinct, total-distinct)
 	if distinct != n {
 		t.Errorf("sink has %d of %d messages", distinct, n)
 	}
-	dead, _, err := st.ListDead(t.Context(), stores.DeadFilter{})
+	dead, _, err := st.Dead(t.Context(), stores.DeadQuery{})
 	if err != nil {
 		t.Fatalf("list dead letters: %v", err)
 	}
