@@ -212,6 +212,8 @@ func (o *observer) Delivered(out drainer.Outcome) {
 		m.dropped.WithLabelValues(out.Route).Inc()
 	case drainer.ResultExpired:
 		m.expired.WithLabelValues(out.Route).Inc()
+	case drainer.ResultStale:
+		m.stale.WithLabelValues(out.Route).Inc()
 	}
 	if out.Latency > 0 {
 		m.sendSeconds.WithLabelValues(out.Route).Observe(out.Latency.Seconds())

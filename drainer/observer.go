@@ -15,6 +15,7 @@ const (
 	ResultFiltered     = "filtered"      // a requeued ingest dead letter that the route's processors filtered out
 	ResultCoalesced    = "coalesced"     // replaced by a newer record of its coalesce key
 	ResultHeld         = "held"          // would have died, but the route holds max_dead_letters: retried later
+	ResultStale        = "stale"         // sent after the lease was lost: not recorded, the next owner sends it again
 )
 
 // Outcome is what happened to one record after a send (or instead of one).

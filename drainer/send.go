@@ -173,7 +173,10 @@ func (p *partition) handle(res sendResult) {
 	anyOK, anyCap := false, false
 	for i, it := range res.items {
 		err := res.errs[i]
-		if err != nil && cutShort {
+		if cutShort && (err != nil || p.lost()) {
+			if err == nil { // delivered, but the outcome cannot be recorded: the next owner sends it again
+				p.g.obs.Delivered(p.outcome(it, ResultStale, errors.New("lease lost before the outcome was recorded"), now))
+			}
 			p.sched.retry(it, now, now) // left claimed: the next owner sends it
 			continue
 		}
