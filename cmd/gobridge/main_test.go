@@ -66,4 +66,3 @@ func inRoot(t *testing.T) {
 	t.Helper()
 	t.Chdir("../..")
 }
-
