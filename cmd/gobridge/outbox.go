@@ -170,14 +170,11 @@ func openConfiguredStore(ctx context.Context, path string, stderr io.Writer) (*r
 	case "memory":
 		return nil, nil, errMemoryStore
 	case "sqlite":
-		// routes has filled in the path and the retention; a written
-		// done_retention: 0 keeps no tombstones, which sqlite.Options spells
-		// as a negative number (its 0 means its own default).
-		keep := sc.Options.DoneRetention
-		if keep == 0 {
-			keep = -1
+		p := sc.Options.Path
+		if p == "" {
+			p = "./data/outbox.db"
 		}
-		st, err := sqlite.Open(sc.Options.Path, sqlite.Options{Sync: sc.Options.Sync, DoneRetention: keep})
+		st, err := sqlite.Open(p, sqlite.Options{Sync: sc.Options.Sync, DoneRetention: sc.Options.DoneRetention})
 		if err != nil {
 			return nil, nil, err
 		}
