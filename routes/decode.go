@@ -128,7 +128,7 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 		}
 		n.Content = kept
 		return true
-	case reflect.Int, reflect.Float64:
+	case reflect.Int, reflect.Int64, reflect.Float64:
 		if !w.scalar(n, t, path, false) {
 			return false
 		}

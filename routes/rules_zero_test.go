@@ -97,7 +97,7 @@ func numberLeaves(t reflect.Type, prefix string, out map[string]bool) {
 		t = t.Elem()
 	}
 	switch {
-	case t == durationType, t.Kind() == reflect.Int, t.Kind() == reflect.Float64:
+	case t == durationType, t.Kind() == reflect.Int, t.Kind() == reflect.Int64, t.Kind() == reflect.Float64:
 		out[prefix] = true
 	case t.Kind() == reflect.Slice:
 		numberLeaves(t.Elem(), prefix+"[]", out)
