@@ -2,6 +2,7 @@ package routes
 
 import (
 	"cmp"
+	"fmt"
 	"time"
 )
 
@@ -37,10 +38,16 @@ const (
 )
 
 // setDefaults fills every unset field with its default. It is the only
-// place defaults are applied. Type-specific options are filled only for
-// their type. After it, Session.DrainStrategy is always set: a drain_interval
-// is folded into a fixed_poll strategy and DrainInterval is zeroed, so the
-// bridge reads DrainStrategy only.
+// place defaults are applied: after it, every field the bridge reads holds
+// the value that runs, and no component needs a default of its own.
+// Type-specific options are filled only for their type. Session.DrainStrategy
+// is always set: a drain_interval is folded into a fixed_poll strategy and
+// DrainInterval is zeroed, so the bridge reads DrainStrategy only.
+//
+// A field written as 0 where 0 is meaningful (done_retention,
+// max_replay_attempts, replay_budget, ttl) keeps it; where 0 is
+// meaningless the default is filled in here and checkExplicitZeros reports
+// the field, so the config is invalid either way (see zeroFields).
 func (c *Config) setDefaults() {
 	b := &c.Bridge
 	if b.Admin.Listen == nil {
@@ -55,9 +62,10 @@ func (c *Config) setDefaults() {
 		c.Stores.Lease = &StoreConfig{Type: "memory"}
 	}
 	for _, s := range []struct {
+		path  string
 		cfg   *StoreConfig
 		table string
-	}{{c.Stores.Outbox, DefaultOutboxTable}, {c.Stores.Lease, DefaultLeaseTable}} {
+	}{{"stores.outbox", c.Stores.Outbox, DefaultOutboxTable}, {"stores.lease", c.Stores.Lease, DefaultLeaseTable}} {
 		if s.cfg == nil {
 			continue
 		}
@@ -65,7 +73,9 @@ func (c *Config) setDefaults() {
 		case "sqlite":
 			s.cfg.Options.Path = cmp.Or(s.cfg.Options.Path, DefaultSQLitePath)
 			s.cfg.Options.Sync = cmp.Or(s.cfg.Options.Sync, "full")
-			s.cfg.Options.DoneRetention = cmp.Or(s.cfg.Options.DoneRetention, DefaultDoneRetention)
+			if !c.wroteZero(s.path + ".options.done_retention") {
+				s.cfg.Options.DoneRetention = cmp.Or(s.cfg.Options.DoneRetention, DefaultDoneRetention)
+			}
 		case "dynamodb":
 			s.cfg.Options.Table = cmp.Or(s.cfg.Options.Table, s.table)
 		}
@@ -136,8 +146,14 @@ func (c *Config) setDefaults() {
 		p := &r.Policy
 		p.MaxInFlight = cmp.Or(p.MaxInFlight, DefaultMaxInFlight)
 		p.MaxOutboxDepth = cmp.Or(p.MaxOutboxDepth, DefaultMaxOutboxDepth)
-		p.MaxReplayAttempts = cmp.Or(p.MaxReplayAttempts, DefaultMaxReplay)
-		p.ReplayBudget = cmp.Or(p.ReplayBudget, Duration(DefaultReplayBudget))
+		// 0 is meaningful for these two (see Policy): only a field left out
+		// takes the default.
+		if !c.wroteZero(fmt.Sprintf("routes[%d].policy.max_replay_attempts", i)) {
+			p.MaxReplayAttempts = cmp.Or(p.MaxReplayAttempts, DefaultMaxReplay)
+		}
+		if !c.wroteZero(fmt.Sprintf("routes[%d].policy.replay_budget", i)) {
+			p.ReplayBudget = cmp.Or(p.ReplayBudget, Duration(DefaultReplayBudget))
+		}
 		p.SendTimeout = cmp.Or(p.SendTimeout, Duration(DefaultSendTimeout))
 		p.OnExpired = cmp.Or(p.OnExpired, settle)
 		p.OnPermanentFailure = cmp.Or(p.OnPermanentFailure, settle)
