@@ -23,13 +23,26 @@ import (
 
 // This file maps config types to the backend packages.
 
+// sqliteOptions maps a SQLite store's config (defaults applied by routes)
+// to its options: a done_retention of 0 keeps no tombstones.
+func sqliteOptions(c routes.StoreConfig) sqlite.Options {
+	o := sqlite.Options{Sync: c.Options.Sync, DoneRetention: c.Options.DoneRetention}
+	if o.DoneRetention == 0 {
+		o.DoneRetention = -1
+	}
+	return o
+}
+
+// SQLiteOptions is sqliteOptions for the CLI.
+func SQLiteOptions(c routes.StoreConfig) sqlite.Options { return sqliteOptions(c) }
+
 // openStoreBackend opens the outbox store c names.
 func openStoreBackend(c routes.StoreConfig) (stores.Store, error) {
 	switch c.Type {
 	case "memory":
 		return memory.New(memory.Options{}), nil
 	case "sqlite":
-		return sqlite.Open(c.Options.Path, sqlite.Options{Sync: c.Options.Sync, DoneRetention: c.Options.DoneRetention})
+		return sqlite.Open(c.Options.Path, sqliteOptions(c))
 	case "dynamodb":
 		return dynamodb.Open(context.Background(), dynamoOptions(c))
 	}

@@ -50,7 +50,8 @@ type Bridge struct {
 	// ID names this instance in logs, metrics and leases. Required.
 	ID    string `yaml:"id,omitempty" validate:"required"`
 	Admin Admin  `yaml:"admin,omitempty"`
-	// ShutdownTimeout bounds a graceful shutdown. Defaults to 30s.
+	// ShutdownTimeout bounds a graceful shutdown: in-flight sends get this
+	// long to finish, then are cancelled. Defaults to 30s; must be > 0.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout,omitempty"`
 	Log             Log      `yaml:"log,omitempty"`
 }
@@ -98,8 +99,10 @@ type StoreOptions struct {
 	Sync string `yaml:"sync,omitempty"`
 	// DoneRetention is how many delivered records a SQLite outbox keeps as
 	// tombstones (payload included) so that a redelivered message with the
-	// same idempotency key is not delivered twice. Defaults to 100000.
-	DoneRetention int `yaml:"done_retention,omitempty"`
+	// same envelope ID (idempotency_key) is not delivered twice. Defaults to
+	// 100000; 0 keeps none (such a redelivery is delivered again). Not
+	// omitted when 0, so that a marshalled config keeps a written 0.
+	DoneRetention int `yaml:"done_retention"`
 	// Table is the DynamoDB table name. Defaults to gobridge_outbox.
 	Table string `yaml:"table,omitempty"`
 	// Region is the AWS region (DynamoDB); empty uses the default chain.
@@ -136,9 +139,12 @@ type ReceiverOptions struct {
 	CleanSession bool   `yaml:"clean_session,omitempty"`
 	Username     string `yaml:"username,omitempty"`
 	Password     Secret `yaml:"password,omitempty"`
-	// KeepAlive (mqtt) defaults to 30s.
+	// KeepAlive (mqtt) is the MQTT keep-alive interval; the broker drops a
+	// connection silent for 1.5 times it. Defaults to 30s; must be > 0 (0
+	// would turn keep-alive off).
 	KeepAlive Duration `yaml:"keep_alive,omitempty"`
-	// ConnectTimeout (mqtt) defaults to 10s.
+	// ConnectTimeout (mqtt) bounds one connection attempt. Defaults to 10s;
+	// must be > 0.
 	ConnectTimeout Duration `yaml:"connect_timeout,omitempty"`
 	// Listen (mqtt_listener) is the TCP address to accept publishers on.
 	// Defaults to 127.0.0.1:1883.
@@ -166,7 +172,8 @@ type TLS struct {
 type Subscription struct {
 	// Topic is an MQTT topic filter, optionally $share/GROUP/filter.
 	Topic string `yaml:"topic,omitempty" validate:"required"`
-	// QoS is 0, 1 or 2. Defaults to 1; after loading it is never nil.
+	// QoS is 0, 1 or 2. Defaults to 1; after loading it is never nil. 0 is
+	// at most once (a warning when it feeds a route).
 	QoS *int `yaml:"qos,omitempty" validate:"omitnil,min=0,max=2"`
 }
 
@@ -199,7 +206,8 @@ type SenderOptions struct {
 	MessageGroupID string `yaml:"message_group_id,omitempty"`
 	// Attributes (sqs) become message attributes (templates allowed).
 	Attributes map[string]string `yaml:"attributes,omitempty"`
-	// BatchSize (sqs) is 1..10, records per SendMessageBatch. Defaults to 10.
+	// BatchSize (sqs) is the messages per SendMessageBatch, 1..10. Defaults
+	// to 10.
 	BatchSize int `yaml:"batch_size,omitempty" validate:"omitempty,min=1,max=10"`
 
 	// URL (http) is required (templates allowed).
@@ -208,7 +216,8 @@ type SenderOptions struct {
 	Method string `yaml:"method,omitempty" validate:"omitempty,oneof=GET POST PUT PATCH DELETE"`
 	// Headers (http) are request headers (templates allowed).
 	Headers map[string]string `yaml:"headers,omitempty"`
-	// Timeout (http) bounds one request. Defaults to 5s.
+	// Timeout (http) bounds one request, connecting included. Defaults to
+	// 5s; must be > 0.
 	Timeout Duration `yaml:"timeout,omitempty"`
 	TLS     TLS      `yaml:"tls,omitempty"`
 }
@@ -256,17 +265,17 @@ type ProcessorConfig struct {
 type Session struct {
 	// ID is required for shared_outbox; routes may share a session.
 	ID string `yaml:"id,omitempty"`
-	// Partitions defaults to 1; records spread by FNV-1a of the ordering
-	// key (or envelope ID).
+	// Partitions is the number of drainer partitions, 1..1024; records
+	// spread by FNV-1a of the ordering key (or envelope ID). Defaults to 1.
 	Partitions int `yaml:"partitions,omitempty" validate:"min=1,max=1024"`
-	// DrainInterval is shorthand for fixed_poll at that interval; never
-	// together with DrainStrategy. After loading it is folded into
+	// DrainInterval is shorthand for fixed_poll at that interval (> 0);
+	// never together with DrainStrategy. After loading it is folded into
 	// DrainStrategy and reads 0: the bridge reads DrainStrategy only.
 	DrainInterval Duration `yaml:"drain_interval,omitempty"`
 	// DrainStrategy defaults to fixed_poll every 1s. After loading it is
 	// never nil.
 	DrainStrategy *DrainStrategy `yaml:"drain_strategy,omitempty"`
-	// BatchSize is the records per claim. Defaults to 100.
+	// BatchSize is the most records per claim, 1..10000. Defaults to 100.
 	BatchSize int `yaml:"batch_size,omitempty" validate:"min=1,max=10000"`
 }
 
@@ -274,45 +283,56 @@ type Session struct {
 type DrainStrategy struct {
 	// Type is fixed_poll or adaptive_backoff.
 	Type string `yaml:"type,omitempty" validate:"required,oneof=fixed_poll adaptive_backoff"`
-	// Interval (fixed_poll) defaults to 1s.
+	// Interval (fixed_poll) is the wait between claims that found nothing.
+	// Defaults to 1s; must be > 0.
 	Interval Duration `yaml:"interval,omitempty"`
-	// MinInterval (adaptive_backoff) defaults to 100ms.
+	// MinInterval (adaptive_backoff) is the wait after a claim that found
+	// records. Defaults to 100ms; must be > 0 and <= MaxInterval.
 	MinInterval Duration `yaml:"min_interval,omitempty"`
-	// MaxInterval (adaptive_backoff) defaults to 30s.
+	// MaxInterval (adaptive_backoff) caps the wait while idle. Defaults to
+	// 30s; must be > 0.
 	MaxInterval Duration `yaml:"max_interval,omitempty"`
-	// Multiplier (adaptive_backoff) must be > 1. Defaults to 2.0.
+	// Multiplier (adaptive_backoff) grows the wait after each claim that
+	// found nothing. Defaults to 2.0; must be > 1.
 	Multiplier float64 `yaml:"multiplier,omitempty"`
 }
 
 // Policy holds a route's delivery policy.
 type Policy struct {
 	// MaxInFlight bounds concurrent sends (direct_hold) and is the AIMD
-	// ceiling (shared_outbox). Defaults to 100.
+	// ceiling (shared_outbox). Defaults to 100; must be >= 1.
 	MaxInFlight int `yaml:"max_in_flight,omitempty" validate:"min=1"`
-	// MaxOutboxDepth is the live records per session before ingest pushes
-	// back. Defaults to 10000000.
+	// MaxOutboxDepth is the live records per session at which ingest stops
+	// acknowledging, so the broker's flow control pushes back. Defaults to
+	// 10000000; must be >= 1.
 	MaxOutboxDepth int `yaml:"max_outbox_depth,omitempty" validate:"min=1"`
 	// MaxOutboxBytes is the bytes of live records (payload, topic and
-	// headers) per session before ingest pushes back; whichever of the two
-	// limits is reached first holds. Defaults to 1073741824 (1 GiB).
+	// headers) per session at which ingest stops acknowledging; whichever
+	// of the two limits is reached first holds. Defaults to 1073741824
+	// (1 GiB); must be >= 1.
 	MaxOutboxBytes int64 `yaml:"max_outbox_bytes,omitempty" validate:"min=1"`
 	// MaxDeadLetters is the dead letters a route keeps before records that
 	// would die are retried at backoff.max_interval instead and ingest dead
-	// letters push back. Defaults to 100000.
+	// letters push back. Defaults to 100000; must be >= 1.
 	MaxDeadLetters int `yaml:"max_dead_letters,omitempty" validate:"min=1"`
 	// StallAfter makes /readyz fail when a session's oldest live record is
 	// older and nothing was sent in that window, or a direct_hold route has
-	// held its source longer. Defaults to 10m.
+	// held its source longer. Defaults to 10m; must be > 0.
 	StallAfter Duration `yaml:"stall_after,omitempty"`
-	// MaxReplayAttempts: a transiently failing record is poisoned only after
-	// more claims than this. Defaults to 5 (0 means the default).
-	MaxReplayAttempts int `yaml:"max_replay_attempts,omitempty" validate:"min=1"`
-	// ReplayBudget: ... and only after this long since its first attempt.
-	// Defaults to 15m.
-	ReplayBudget Duration `yaml:"replay_budget,omitempty"`
-	// SendTimeout bounds one send. Defaults to 30s.
+	// MaxReplayAttempts: a transiently failing record is poisoned only when
+	// it has been sent more than this many times and ReplayBudget has
+	// passed since its first attempt. Defaults to 5; 0 leaves the decision
+	// to ReplayBudget alone. Not omitted when 0 (a written 0 must survive a
+	// marshal).
+	MaxReplayAttempts int `yaml:"max_replay_attempts" validate:"min=0"`
+	// ReplayBudget is the wall-clock time since a record's first attempt
+	// that must pass before it is poisoned (see MaxReplayAttempts).
+	// Defaults to 15m; 0 leaves the decision to MaxReplayAttempts alone.
+	ReplayBudget Duration `yaml:"replay_budget"`
+	// SendTimeout bounds one send. Defaults to 30s; must be > 0.
 	SendTimeout Duration `yaml:"send_timeout,omitempty"`
-	// TTL: records older than this expire; 0 (the default): never.
+	// TTL: records older than this (since they were received) are settled
+	// by OnExpired before any send. Defaults to 0: records never expire.
 	TTL Duration `yaml:"ttl,omitempty"`
 	// OnExpired is dlq or drop. Defaults to dlq with an outbox store, drop
 	// without one (there is nowhere to keep dead letters).
@@ -325,11 +345,13 @@ type Policy struct {
 
 // Backoff is exponential backoff with full jitter.
 type Backoff struct {
-	// InitialInterval defaults to 1s.
+	// InitialInterval is the ceiling of the first retry delay. Defaults to
+	// 1s; must be > 0 and <= MaxInterval.
 	InitialInterval Duration `yaml:"initial_interval,omitempty"`
-	// MaxInterval defaults to 30s.
+	// MaxInterval caps the retry delay. Defaults to 30s; must be > 0.
 	MaxInterval Duration `yaml:"max_interval,omitempty"`
-	// Multiplier defaults to 2.0.
+	// Multiplier grows the delay ceiling after each attempt. Defaults to
+	// 2.0; must be >= 1 (1 keeps it constant).
 	Multiplier float64 `yaml:"multiplier,omitempty"`
 }
 

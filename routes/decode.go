@@ -70,9 +70,13 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 			w.errorf(n, path, "wrong-type", "%s: expected a duration such as \"1s\", got %s", path, kindName(n))
 			return false
 		}
-		if _, err := ParseDuration(n.Value); err != nil {
+		d, err := ParseDuration(n.Value)
+		if err != nil {
 			w.errorf(n, path, "duration", "%s: %v", path, err)
 			return false
+		}
+		if d == 0 {
+			w.src.zero[path] = true
 		}
 		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
 		return true
@@ -123,6 +127,16 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 			kept = append(kept, k, v)
 		}
 		n.Content = kept
+		return true
+	case reflect.Int, reflect.Int64, reflect.Float64:
+		if !w.scalar(n, t, path, false) {
+			return false
+		}
+		if f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64); err == nil && f == 0 {
+			w.src.zero[path] = true
+		} else if i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64); err == nil && i == 0 {
+			w.src.zero[path] = true
+		}
 		return true
 	default:
 		return w.scalar(n, t, path, false)

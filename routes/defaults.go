@@ -2,6 +2,7 @@ package routes
 
 import (
 	"cmp"
+	"fmt"
 	"time"
 )
 
@@ -38,10 +39,16 @@ const (
 )
 
 // setDefaults fills every unset field with its default. It is the only
-// place defaults are applied. Type-specific options are filled only for
-// their type. After it, Session.DrainStrategy is always set: a drain_interval
-// is folded into a fixed_poll strategy and DrainInterval is zeroed, so the
-// bridge reads DrainStrategy only.
+// place defaults are applied: after it, every field the bridge reads holds
+// the value that runs, and no component needs a default of its own.
+// Type-specific options are filled only for their type. Session.DrainStrategy
+// is always set: a drain_interval is folded into a fixed_poll strategy and
+// DrainInterval is zeroed, so the bridge reads DrainStrategy only.
+//
+// A field written as 0 where 0 is meaningful (done_retention,
+// max_replay_attempts, replay_budget, ttl) keeps it; where 0 is
+// meaningless the default is filled in here and checkExplicitZeros reports
+// the field, so the config is invalid either way (see zeroFields).
 func (c *Config) setDefaults() {
 	b := &c.Bridge
 	if b.Admin.Listen == nil {
@@ -57,7 +64,9 @@ func (c *Config) setDefaults() {
 		case "sqlite":
 			o.Options.Path = cmp.Or(o.Options.Path, DefaultSQLitePath)
 			o.Options.Sync = cmp.Or(o.Options.Sync, "full")
-			o.Options.DoneRetention = cmp.Or(o.Options.DoneRetention, DefaultDoneRetention)
+			if !c.wroteZero("stores.outbox.options.done_retention") {
+				o.Options.DoneRetention = cmp.Or(o.Options.DoneRetention, DefaultDoneRetention)
+			}
 		case "dynamodb":
 			o.Options.Table = cmp.Or(o.Options.Table, DefaultOutboxTable)
 		}
@@ -130,8 +139,14 @@ func (c *Config) setDefaults() {
 		p.MaxOutboxBytes = cmp.Or(p.MaxOutboxBytes, DefaultMaxOutboxBytes)
 		p.MaxDeadLetters = cmp.Or(p.MaxDeadLetters, DefaultMaxDeadLetters)
 		p.StallAfter = cmp.Or(p.StallAfter, Duration(DefaultStallAfter))
-		p.MaxReplayAttempts = cmp.Or(p.MaxReplayAttempts, DefaultMaxReplay)
-		p.ReplayBudget = cmp.Or(p.ReplayBudget, Duration(DefaultReplayBudget))
+		// 0 is meaningful for these two (see Policy): only a field left out
+		// takes the default.
+		if !c.wroteZero(fmt.Sprintf("routes[%d].policy.max_replay_attempts", i)) {
+			p.MaxReplayAttempts = cmp.Or(p.MaxReplayAttempts, DefaultMaxReplay)
+		}
+		if !c.wroteZero(fmt.Sprintf("routes[%d].policy.replay_budget", i)) {
+			p.ReplayBudget = cmp.Or(p.ReplayBudget, Duration(DefaultReplayBudget))
+		}
 		p.SendTimeout = cmp.Or(p.SendTimeout, Duration(DefaultSendTimeout))
 		p.OnExpired = cmp.Or(p.OnExpired, settle)
 		p.OnPermanentFailure = cmp.Or(p.OnPermanentFailure, settle)

@@ -9,12 +9,14 @@ import (
 type pos struct{ line, col int }
 
 // source records where a config came from: the file name, the position of
-// every field path that was present, and the paths whose values were
-// rejected while decoding (later rules stay quiet about those).
+// every field path that was present, the paths whose values were rejected
+// while decoding (later rules stay quiet about those), and the number and
+// duration fields written as zero ("0", "0s"; null is not a zero).
 type source struct {
 	file   string
 	index  map[string]pos
 	broken map[string]bool
+	zero   map[string]bool
 }
 
 // File returns the name the config was parsed under ("" if built in code).
@@ -33,6 +35,13 @@ func (c *Config) Has(path string) bool {
 	}
 	_, ok := c.src.index[path]
 	return ok
+}
+
+// wroteZero reports whether the number or duration at path was written in
+// the file as zero ("0", "0.0", "0s", or ${VAR} expanding to one), as
+// opposed to left out (or null), which takes the default.
+func (c *Config) wroteZero(path string) bool {
+	return c.src != nil && c.src.zero[path]
 }
 
 // Position returns the line and column of the YAML node at path, such as

@@ -23,7 +23,8 @@ const (
 )
 
 // Problem is one thing wrong with a config, positioned at the YAML node at
-// fault (or at its parent when the field is absent).
+// fault (or at its parent when the field is absent). A problem about a
+// whole file (one that cannot be read) has Line and Column 0.
 type Problem struct {
 	File     string   `json:"file"`
 	Line     int      `json:"line"`
@@ -35,12 +36,16 @@ type Problem struct {
 	path string // YAML field path, for filtering; not printed
 }
 
-// String formats p as FILE:LINE:COL: RULE: message. A warning's message
-// starts with "warning: ".
+// String formats p as FILE:LINE:COL: RULE: message, or FILE: RULE: message
+// for a problem about the whole file. A warning's message starts with
+// "warning: ".
 func (p Problem) String() string {
 	msg := p.Message
 	if p.Severity == SeverityWarning {
 		msg = "warning: " + msg
+	}
+	if p.Line == 0 {
+		return fmt.Sprintf("%s: %s: %s", p.File, p.Rule, msg)
 	}
 	return fmt.Sprintf("%s:%d:%d: %s: %s", p.File, p.Line, p.Column, p.Rule, msg)
 }
@@ -115,7 +120,8 @@ func (ps Problems) WriteText(w io.Writer) error {
 }
 
 // WriteJSON writes the problems as a JSON array of objects with file, line,
-// column, rule, severity and message ([] when there is none).
+// column, rule, severity and message ([] when there is none); line and
+// column are 0 for a problem about a whole file.
 func (ps Problems) WriteJSON(w io.Writer) error {
 	if ps == nil {
 		ps = Problems{}
@@ -124,3 +130,35 @@ func (ps Problems) WriteJSON(w io.Writer) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(ps)
 }
+
+// WriteGitHub writes one GitHub Actions workflow command per problem,
+// "::error file=F,line=L,col=C::RULE: message" (::warning for a warning;
+// no line and col for a problem about a whole file), so that a workflow
+// step shows each problem as an annotation on its line. Values are escaped
+// as the runner requires: "%", CR and LF everywhere, and ":" and "," in
+// the properties too, so no file name or message can end the command
+// early or start another.
+func (ps Problems) WriteGitHub(w io.Writer) error {
+	for _, p := range ps {
+		cmd := "error"
+		if p.Severity == SeverityWarning {
+			cmd = "warning"
+		}
+		props := "file=" + githubProperty(p.File)
+		if p.Line > 0 {
+			props += fmt.Sprintf(",line=%d,col=%d", p.Line, p.Column)
+		}
+		if _, err := fmt.Fprintf(w, "::%s %s::%s\n", cmd, props, githubData(p.Rule+": "+p.Message)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var (
+	githubDataEscaper     = strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A")
+	githubPropertyEscaper = strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C")
+)
+
+func githubData(s string) string     { return githubDataEscaper.Replace(s) }
+func githubProperty(s string) string { return githubPropertyEscaper.Replace(s) }

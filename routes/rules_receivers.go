@@ -134,7 +134,7 @@ func (c *Config) checkSenders(add func(Problem)) {
 			} else if err := checkHTTPURL(o.QueueURL); err != nil {
 				add(c.Errorf(op+".queue_url", "url", "%s.queue_url: %v", op, err))
 			}
-			fifo := len(o.QueueURL) > 5 && o.QueueURL[len(o.QueueURL)-5:] == ".fifo"
+			fifo := isFIFOQueue(o.QueueURL)
 			switch {
 			case fifo && o.MessageGroupID == "":
 				add(c.Errorf(op+".message_group_id", "sqs-fifo",

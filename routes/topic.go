@@ -151,10 +151,17 @@ func Covers(outer, inner string) bool {
 	return len(o) == len(in) || (len(o) == len(in)+1 && o[len(in)] == "#")
 }
 
-// Overlaps reports whether some topic matches both filters.
+// Overlaps reports whether some topic name matches both filters (both
+// valid; $share/GROUP/ prefixes are ignored), so that a message on that topic
+// is delivered by a subscription to one and taken by a route with the other.
+// It agrees with Match: a wildcard first level never matches a topic that
+// starts with "$", so "#" and "$SYS/#" do not overlap.
 func Overlaps(a, b string) bool {
 	x := strings.Split(stripShare(a), "/")
 	y := strings.Split(stripShare(b), "/")
+	if dollarOnly(x[0], y[0]) || dollarOnly(y[0], x[0]) {
+		return false
+	}
 	for i := 0; i < len(x) && i < len(y); i++ {
 		if x[i] == "#" || y[i] == "#" {
 			return true
@@ -167,9 +174,16 @@ func Overlaps(a, b string) bool {
 	case len(x) == len(y):
 		return true
 	case len(x) == len(y)+1:
-		return x[len(y)] == "#"
+		return x[len(y)] == "#" // "a/#" matches its parent "a"
 	case len(y) == len(x)+1:
 		return y[len(x)] == "#"
 	}
 	return false
+}
+
+// dollarOnly reports whether a filter whose first level is first matches
+// only "$" topics, which a filter whose first level is other can never
+// match (MQTT 3.1.1 §4.7.2).
+func dollarOnly(first, other string) bool {
+	return strings.HasPrefix(first, "$") && (other == "+" || other == "#")
 }

@@ -130,6 +130,22 @@ func TestOverlaps_Filters(t *testing.T) {
 		{"a/b", "a/c", false},
 		{"+/b", "a/+", true},
 		{"a/b/c", "a/+", false},
+		{"a/+/#", "a", false},
+		{"+/#", "a", true},
+		{"#", "+", true},
+		{"/", "+/+", true},
+		{"+", "/", false},
+		// a wildcard first level never matches a "$" topic
+		{"#", "$SYS/broker", false},
+		{"$SYS/#", "#", false},
+		{"+/broker", "$SYS/+", false},
+		{"$SYS/#", "$SYS/broker/+", true},
+		{"$SYS/#", "$share/g/#", false},
+		// $share/GROUP/ is not part of the topic
+		{"$share/g/a/+", "a/b", true},
+		{"$share/g/a/+", "$share/h/+/b", true},
+		{"$share/g/#", "x/y", true},
+		{"$share/g/a/#", "b", false},
 	}
 	for _, c := range cases {
 		if got := routes.Overlaps(c.a, c.b); got != c.want {

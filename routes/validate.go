@@ -51,6 +51,9 @@ func (c *Config) Validate() Problems {
 	c.checkSenders(add)
 	c.checkRoutes(add)
 	c.checkDivergentSessions(add)
+	c.checkExplicitZeros(add)
+	c.checkWiring(add)
+	c.checkTargets(add)
 	return ps
 }
 

@@ -6,80 +6,184 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/gobridge/gobridge/processors"
 	"github.com/gobridge/gobridge/routes"
 )
 
-// CheckCommand validates a config file: `gobridge check -c FILE
-// [--format text|json]`. It prints every problem and fails (errInvalid) if
-// any is an error; warnings alone do not fail.
+// CheckCommand validates config files: `gobridge check [flags] FILE...`.
+// It checks every file, prints every problem of every file, and fails
+// (errInvalid) if any is an error, or with --strict a warning. A file that
+// cannot be read, and a pattern that matches nothing, are problems in the
+// output like any other.
 type CheckCommand struct {
 	Stdout, Stderr io.Writer
 }
 
-// Run parses args and checks the config they name.
-func (c *CheckCommand) Run(_ context.Context, args []string) error {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(c.Stderr)
-	path := fs.String("c", "", "config `FILE` to check (required)")
-	format := fs.String("format", "text", "output `format`: text (FILE:LINE:COL: RULE: message) or json")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: gobridge check -c FILE [--format text|json]
+// fileFlags collects a repeated -c FILE.
+type fileFlags []string
 
-Check loads FILE exactly as "gobridge run" would and prints every problem,
-one per line as FILE:LINE:COL: RULE: message (warnings read
-"RULE: warning: message"), or as a JSON array with --format json.
-Exit status: 0 valid (warnings allowed), 1 invalid, 2 usage error.
+func (f *fileFlags) String() string     { return strings.Join(*f, " ") }
+func (f *fileFlags) Set(v string) error { *f = append(*f, v); return nil }
+
+// Run parses args and checks the configs they name.
+func (c *CheckCommand) Run(_ context.Context, args []string) error {
+	fset := flag.NewFlagSet("check", flag.ContinueOnError)
+	fset.SetOutput(c.Stderr)
+	var targets []string // -c FILEs and FILE arguments, in the order given
+	fset.Var((*fileFlags)(&targets), "c", "config `FILE` to check (may be repeated; the same as a FILE argument)")
+	format := fset.String("format", "text", "output `format`: text (FILE:LINE:COL: RULE: message), json or github (workflow annotations)")
+	strict := fset.Bool("strict", false, "fail (exit 1) on warnings as well as errors")
+	fset.Usage = func() {
+		fmt.Fprint(fset.Output(), `Usage: gobridge check [--format text|json|github] [--strict] FILE...
+
+Check loads each FILE exactly as "gobridge run" would and prints every
+problem of every file, one per line as FILE:LINE:COL: RULE: message
+(warnings read "RULE: warning: message"), as one JSON array with
+--format json, or as GitHub workflow annotations with --format github.
+FILE may be a glob ('blueprints/*.yaml'), expanded by check itself when
+the shell did not; -c FILE is the same as a FILE argument. Flags may come
+before or after the files. A file that cannot be read and a pattern that
+matches no file are reported as problems.
+Exit status: 0 no errors (and with --strict no warnings), 1 at least one
+error (or, with --strict, a warning), 2 usage error.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		fset.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+	if err := parseInterspersed(fset, args, &targets); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return errUsage
 	}
-	if *path == "" || fs.NArg() > 0 || (*format != "text" && *format != "json") {
-		switch {
-		case *path == "":
-			fmt.Fprintln(c.Stderr, "check: -c FILE is required")
-		case fs.NArg() > 0:
-			fmt.Fprintf(c.Stderr, "check: unexpected argument %q\n", fs.Arg(0))
-		default:
-			fmt.Fprintf(c.Stderr, "check: --format must be text or json, not %q\n", *format)
-		}
-		fs.Usage()
+	var usageErr string
+	switch {
+	case len(targets) == 0:
+		usageErr = "check: no config file given"
+	case !slices.Contains([]string{"text", "json", "github"}, *format):
+		usageErr = fmt.Sprintf("check: --format must be text, json or github, not %q", *format)
+	}
+	if usageErr != "" {
+		fmt.Fprintln(c.Stderr, usageErr)
+		fset.Usage()
 		return errUsage
 	}
-	_, probs, err := loadConfig(*path)
-	if err != nil {
-		return err
+
+	paths, probs := expandTargets(targets)
+	for _, p := range paths {
+		probs = append(probs, checkFile(p)...)
 	}
-	if err := c.print(probs, *format); err != nil {
+	if err := c.print(probs, *format, len(paths)); err != nil {
 		return fmt.Errorf("write problems: %w", err)
 	}
-	if probs.HasErrors() {
+	if probs.HasErrors() || (*strict && len(probs) > 0) {
 		return errInvalid
 	}
 	return nil
 }
 
-func (c *CheckCommand) print(probs routes.Problems, format string) error {
-	if format == "json" {
+// parseInterspersed parses flags wherever they stand among the files, as
+// CI users type them (`gobridge check *.yaml --strict`), appending each
+// file argument to files; everything after a lone "--" is a file.
+func parseInterspersed(fset *flag.FlagSet, args []string, files *[]string) error {
+	for {
+		if err := fset.Parse(args); err != nil {
+			return err
+		}
+		rest := fset.Args()
+		if consumed := args[:len(args)-len(rest)]; len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			*files = append(*files, rest...)
+			return nil
+		}
+		if len(rest) == 0 {
+			return nil
+		}
+		*files, args = append(*files, rest[0]), rest[1:]
+	}
+}
+
+// expandTargets turns the command line's files and patterns into the list
+// of files to check, in the order given and without repeats. A target that
+// names an existing path is used as it is, even if it holds glob
+// characters; otherwise a target with glob characters is expanded with
+// filepath.Glob (for a shell that did not expand it, or a quoted pattern).
+// A pattern that is malformed or matches nothing is a problem.
+func expandTargets(targets []string) ([]string, routes.Problems) {
+	var paths []string
+	var probs routes.Problems
+	seen := map[string]bool{}
+	add := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			paths = append(paths, p)
+		}
+	}
+	for _, t := range targets {
+		if _, err := os.Lstat(t); err == nil || !strings.ContainsAny(t, `*?[\`) {
+			add(t)
+			continue
+		}
+		matches, err := filepath.Glob(t)
+		switch {
+		case err != nil:
+			probs = append(probs, fileProblem(t, "glob", fmt.Sprintf("%q is not a valid pattern: %v", t, err)))
+		case len(matches) == 0:
+			probs = append(probs, fileProblem(t, "glob", fmt.Sprintf("no file matches %q", t)))
+		}
+		for _, m := range matches {
+			add(m)
+		}
+	}
+	return paths, probs
+}
+
+// checkFile loads one config and returns its problems, sorted by position;
+// a file that cannot be read is one problem.
+func checkFile(path string) routes.Problems {
+	_, probs, err := loadConfig(path)
+	if err != nil {
+		msg := err.Error()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg = pe.Err.Error()
+		}
+		return routes.Problems{fileProblem(path, "file", "cannot read the config: "+msg)}
+	}
+	return probs
+}
+
+// fileProblem is an error about a whole file (or pattern): it has no line.
+func fileProblem(file, rule, msg string) routes.Problem {
+	return routes.Problem{File: file, Rule: rule, Severity: routes.SeverityError, Message: msg}
+}
+
+func (c *CheckCommand) print(probs routes.Problems, format string, files int) error {
+	switch format {
+	case "json":
 		return probs.WriteJSON(c.Stdout)
+	case "github":
+		return probs.WriteGitHub(c.Stdout)
 	}
 	if err := probs.WriteText(c.Stdout); err != nil {
 		return err
 	}
 	errs, warns := len(probs.Errors()), len(probs.Warnings())
+	what := "config"
+	if files != 1 {
+		what = fmt.Sprintf("%d configs", files)
+	}
 	if errs == 0 {
-		_, err := fmt.Fprintf(c.Stderr, "config ok (%d warnings)\n", warns)
+		_, err := fmt.Fprintf(c.Stderr, "%s ok (%d warnings)\n", what, warns)
 		return err
 	}
-	_, err := fmt.Fprintf(c.Stderr, "config invalid: %d errors, %d warnings\n", errs, warns)
+	_, err := fmt.Fprintf(c.Stderr, "%s invalid: %d errors, %d warnings\n", what, errs, warns)
 	return err
 }
 

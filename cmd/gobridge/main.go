@@ -56,8 +56,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = (&OutboxCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
 	case "dynamodb":
 		err = (&DynamoDBCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
-	// Other subcommands ("run", "dlq", "outbox") are added here, each in its
-	// own file with its own flag.FlagSet.
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
@@ -86,7 +84,8 @@ func usage(w io.Writer) {
 
 Usage:
   gobridge run -c FILE                          run the bridge until SIGINT/SIGTERM
-  gobridge check -c FILE [--format text|json]   validate a config
+  gobridge check [--format text|json|github] [--strict] FILE...
+                                                validate configs (files or globs)
   gobridge dlq list|show|requeue|drop -c FILE   inspect, requeue or drop dead letters
   gobridge outbox stats -c FILE                 per-route pending, due, oldest, dead, done
   gobridge dynamodb create-tables -c FILE       create the config's DynamoDB tables and indexes

@@ -60,7 +60,7 @@ func openOutbox(ctx context.Context, path string, stderr io.Writer) (*routes.Con
 	case "memory":
 		return nil, nil, errMemoryStore
 	case "sqlite":
-		opts := sqlite.Options{Sync: sc.Options.Sync, DoneRetention: sc.Options.DoneRetention}
+		opts := bridge.SQLiteOptions(*sc)
 		st, err := sqlite.Open(sc.Options.Path, opts)
 		var locked *sqlite.LockedError
 		if errors.As(err, &locked) {

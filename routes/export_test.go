@@ -1,0 +1,4 @@
+package routes
+
+// ZeroFields exposes zeroFields to the tests of package routes_test.
+func ZeroFields() map[string]string { return zeroFields }

@@ -1,0 +1,64 @@
+package routes
+
+import (
+	"cmp"
+	"fmt"
+	"strings"
+)
+
+// Rules about what a route promises its target: order, duplicates, and
+// what a delivery mode can do at all.
+
+// isFIFOQueue reports whether an SQS queue URL names a FIFO queue.
+func isFIFOQueue(url string) bool { return strings.HasSuffix(url, ".fifo") }
+
+// checkTargets runs the rules of this file.
+func (c *Config) checkTargets(add func(Problem)) {
+	senders := map[string]*SenderConfig{}
+	for i := range c.Senders {
+		if _, dup := senders[c.Senders[i].ID]; !dup {
+			senders[c.Senders[i].ID] = &c.Senders[i]
+		}
+	}
+	for i, r := range c.Routes {
+		path := fmt.Sprintf("routes[%d]", i)
+		hasKey := false
+		for j, p := range r.Processors {
+			switch p.Type {
+			case "idempotency_key":
+				hasKey = true
+			case "coalesce":
+				if r.DeliveryMode == DirectHold {
+					pp := fmt.Sprintf("%s.processors[%d].type", path, j)
+					add(c.Errorf(pp, "coalesce-direct-hold",
+						"%s: coalesce replaces pending records of the route's backlog, and a direct_hold route has no backlog to coalesce: it holds its source until the target accepts each message; use delivery_mode: shared_outbox, or remove the processor", pp))
+				}
+			}
+		}
+		s := senders[r.Sender]
+		if s == nil {
+			continue // unknown-sender reports it
+		}
+		fifo := s.Type == SenderSQS && isFIFOQueue(s.Options.QueueURL)
+		if fifo && r.OrderingKey == "" {
+			add(c.Warnf(path, "fifo-unordered",
+				"%s: route %q sends to the FIFO queue of sender %q without an ordering_key: records are sent concurrently, so SQS can receive them out of order within a message group; set ordering_key (for example to the message_group_id, %q) to keep each group in order",
+				path, r.ID, s.ID, cmp.Or(s.Options.MessageGroupID, "{topic}")))
+		}
+		if hasKey {
+			continue
+		}
+		var dedup string
+		switch {
+		case fifo:
+			dedup = "the FIFO queue deduplicates on the envelope ID (MessageDeduplicationId)"
+		case s.Type == SenderHTTP:
+			dedup = "the http sender passes the envelope ID as the Idempotency-Key header"
+		default:
+			continue
+		}
+		add(c.Warnf(path, "no-idempotency-key",
+			"%s: route %q has no idempotency_key processor, but %s: every delivery gets a fresh envelope ID, so a message the broker redelivers (after a crash or a lost acknowledgement) reaches %q as a new message; add {type: idempotency_key, from: \"{payload.msg_id}\"} (a message id of the producer) or {type: idempotency_key, hash: true}",
+			path, r.ID, dedup, s.ID))
+	}
+}

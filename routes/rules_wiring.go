@@ -1,0 +1,135 @@
+package routes
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Rules about how receivers, routes and senders connect: nothing a
+// receiver takes in may vanish unrouted, nothing configured may sit unused
+// unnoticed, and one held route must not stall its neighbours.
+
+// checkWiring runs the rules of this file.
+func (c *Config) checkWiring(add func(Problem)) {
+	c.checkUnroutedSubscriptions(add)
+	c.checkUnusedSenders(add)
+	c.checkDirectHoldNeighbours(add)
+}
+
+// checkUnroutedSubscriptions reports every subscription that delivers no
+// topic any route of its receiver takes: the bridge acknowledges such
+// messages and discards them. A subscription is routed when some route
+// topic overlaps it (Overlaps), so "factory/#" is routed by a route on
+// "factory/+/alarms" even though most of what it delivers is not.
+func (c *Config) checkUnroutedSubscriptions(add func(Problem)) {
+	if c.danglingRef(func(r RouteConfig) string { return r.Receiver }, c.receiverIDs()) {
+		return // a route meant some receiver; do not guess which
+	}
+	for i, r := range c.Receivers {
+		path := fmt.Sprintf("receivers[%d]", i)
+		if r.ID == "" || c.isBroken(path) {
+			continue
+		}
+		var topics []string
+		unsure := false
+		for j, rt := range c.Routes {
+			if rt.Receiver != r.ID {
+				continue
+			}
+			if ValidateFilter(rt.Topic) != nil || c.isBroken(fmt.Sprintf("routes[%d].topic", j)) {
+				unsure = true // reported on its own; do not guess
+				continue
+			}
+			topics = append(topics, rt.Topic)
+		}
+		if unsure {
+			continue
+		}
+		if len(topics) == 0 && len(r.Topics) > 0 {
+			add(c.Errorf(path+".id", "unrouted-subscription",
+				"%s: no route takes messages from receiver %q: everything it receives would be acknowledged and discarded; add a route with receiver: %s, or remove the receiver",
+				path, r.ID, r.ID))
+			continue
+		}
+		for j, s := range r.Topics {
+			if ValidateFilter(s.Topic) != nil {
+				continue // the topic-filter rule reports it
+			}
+			if slices.ContainsFunc(topics, func(t string) bool { return Overlaps(s.Topic, t) }) {
+				continue
+			}
+			tp := fmt.Sprintf("%s.topics[%d].topic", path, j)
+			add(c.Errorf(tp, "unrouted-subscription",
+				"%s: no route of receiver %q matches any topic %q delivers (its routes: %s): such messages would be acknowledged and discarded; add a route for them or remove the subscription",
+				tp, r.ID, s.Topic, quoteList(topics)))
+		}
+	}
+}
+
+// checkUnusedSenders warns about a sender no route sends to: it is not
+// even started, which is seldom what its author meant.
+func (c *Config) checkUnusedSenders(add func(Problem)) {
+	if c.danglingRef(func(r RouteConfig) string { return r.Sender }, c.senderIDs()) {
+		return // a route meant some sender; do not guess which
+	}
+	used := map[string]bool{}
+	for _, r := range c.Routes {
+		used[r.Sender] = true
+	}
+	for i, s := range c.Senders {
+		if s.ID == "" || used[s.ID] {
+			continue
+		}
+		p := fmt.Sprintf("senders[%d].id", i)
+		add(c.Warnf(p, "unused-sender", "%s: no route sends to sender %q, so it is never started; route messages to it or remove it", p, s.ID))
+	}
+}
+
+// checkDirectHoldNeighbours warns about a direct_hold route that shares its
+// receiver with other routes. Acknowledgements go back in arrival order on
+// each connection, so while the held route waits for an unreachable
+// target, every message that arrived after the held one stays
+// unacknowledged too, whatever route it is for. Other direct_hold routes to
+// the same sender are not counted: they stop with the same target anyway.
+func (c *Config) checkDirectHoldNeighbours(add func(Problem)) {
+	for i, r := range c.Routes {
+		if r.DeliveryMode != DirectHold || r.Receiver == "" {
+			continue
+		}
+		var others []string
+		for j, o := range c.Routes {
+			if j == i || o.Receiver != r.Receiver || (o.DeliveryMode == DirectHold && o.Sender == r.Sender) {
+				continue
+			}
+			others = append(others, o.ID)
+		}
+		if len(others) == 0 {
+			continue
+		}
+		p := fmt.Sprintf("routes[%d].receiver", i)
+		add(c.Warnf(p, "direct-hold-shared-receiver",
+			"%s: direct_hold route %q shares receiver %q with route(s) %s: acknowledgements go back in arrival order on each connection, so while %q holds a message for an unreachable target, the messages of the other routes that arrived after it stay unacknowledged too; give %q a receiver of its own (an mqtt receiver with its own client_id)",
+			p, r.ID, r.Receiver, idList(others), r.ID, r.ID))
+	}
+}
+
+// danglingRef reports whether some route's reference (ref) is missing or
+// names none of ids: the unknown-/required rules report it, and the rules
+// about unused receivers and senders stay quiet rather than guess.
+func (c *Config) danglingRef(ref func(RouteConfig) string, ids []string) bool {
+	return slices.ContainsFunc(c.Routes, func(r RouteConfig) bool {
+		return ref(r) == "" || !slices.Contains(ids, ref(r))
+	})
+}
+
+func quoteList(ss []string) string {
+	if len(ss) == 0 {
+		return "none"
+	}
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
