@@ -17,7 +17,7 @@ require (
 	modernc.org/sqlite v1.62.0
 )
 
-require github.com/google/uuid v1.6.0 // indirect
+require github.com/google/uuid v1.6.0
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0

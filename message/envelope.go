@@ -8,11 +8,9 @@
 package message
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
-	"sync"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Envelope is one message in flight through gobridge.
@@ -52,51 +50,7 @@ func (e *Envelope) Clone() *Envelope {
 	return &c
 }
 
-var idState struct {
-	sync.Mutex
-	lastMS  uint64
-	counter uint64
-}
-
 // NewID returns a new time-ordered unique ID: a UUIDv7 in its canonical text
-// form. IDs made by one process sort in creation order, also within one
-// millisecond (a 12-bit counter fills the rand_a field, as RFC 9562 §6.2
-// method 1 allows).
-func NewID() string { return newIDAt(time.Now()) }
-
-func newIDAt(now time.Time) string {
-	ms := uint64(now.UnixMilli())
-	idState.Lock()
-	if ms <= idState.lastMS {
-		ms = idState.lastMS
-		idState.counter++
-		if idState.counter > 0xfff {
-			ms++
-			idState.counter = 0
-		}
-	} else {
-		idState.counter = 0
-	}
-	idState.lastMS = ms
-	counter := idState.counter
-	idState.Unlock()
-
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[0:8], ms<<16)
-	b[6] = 0x70 | byte(counter>>8)
-	b[7] = byte(counter)
-	_, _ = rand.Read(b[8:])
-	b[8] = 0x80 | (b[8] & 0x3f)
-
-	var s [36]byte
-	hex.Encode(s[0:8], b[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], b[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], b[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], b[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:], b[10:])
-	return string(s[:])
-}
+// form (github.com/google/uuid keeps IDs made by one process in creation
+// order, also within one millisecond).
+func NewID() string { return uuid.Must(uuid.NewV7()).String() }

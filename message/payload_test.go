@@ -69,7 +69,7 @@ func TestDecodeJSON_AgreesWithEncodingJSON(t *testing.T) {
 		checkDecode(t, []byte(s))
 	}
 	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
-	if _, err := decodeJSON([]byte(deep), nil); !errors.Is(err, ErrNotJSON) {
+	if _, err := decodeJSON([]byte(deep)); !errors.Is(err, ErrNotJSON) {
 		t.Errorf("10001 levels of nesting: err = %v, want ErrNotJSON", err)
 	}
 }
@@ -77,7 +77,7 @@ func TestDecodeJSON_AgreesWithEncodingJSON(t *testing.T) {
 func checkDecode(t *testing.T, b []byte) {
 	t.Helper()
 	want, ok := referenceDecode(b)
-	got, err := decodeJSON(b, nil)
+	got, err := decodeJSON(b)
 	if ok != (err == nil) {
 		t.Fatalf("decodeJSON(%q) err = %v, encoding/json valid = %v", b, err, ok)
 	}
