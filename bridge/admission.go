@@ -194,6 +194,16 @@ func (a *admission) refresh(ctx context.Context) {
 	a.changed = make(chan struct{})
 }
 
+// live is the count of session's live records as admission sees it.
+func (a *admission) live(session string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c := a.sessions[session]; c != nil {
+		return c.live
+	}
+	return 0
+}
+
 // deadFull reports whether route holds max_dead_letters.
 func (a *admission) deadFull(route string) bool {
 	a.mu.Lock()

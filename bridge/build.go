@@ -37,8 +37,10 @@ type route struct {
 	homePartitions int
 	ttl            time.Duration
 	stallAfter     time.Duration
-	dlq            bool    // failures are dead-lettered (else dropped)
-	hold           *holder // direct_hold only
+	directTimeout  time.Duration
+	dlq            bool      // failures are dead-lettered (else dropped)
+	hold           *holder   // direct_hold only
+	fallback       *fallback // direct_or_outbox only
 }
 
 // session is one outbox session and its drainer.
@@ -124,7 +126,7 @@ func (b *Bridge) buildRoutes(built map[string]drainer.Sender, health map[string]
 				DropExpired: p.OnExpired == routes.PolicyDrop, DropPermanent: p.OnPermanentFailure == routes.PolicyDrop,
 				Backoff: drainer.Backoff{Initial: p.Backoff.InitialInterval.D(), Max: p.Backoff.MaxInterval.D(), Multiplier: p.Backoff.Multiplier},
 			},
-			ttl: p.TTL.D(), stallAfter: p.StallAfter.D(),
+			ttl: p.TTL.D(), stallAfter: p.StallAfter.D(), directTimeout: p.DirectTimeout.D(),
 			dlq: p.OnPermanentFailure == routes.PolicyDLQ && b.store != nil,
 		}
 		if r.sender == nil {
@@ -136,12 +138,15 @@ func (b *Bridge) buildRoutes(built map[string]drainer.Sender, health map[string]
 		}
 		r.process = proc
 		switch r.mode {
-		case routes.SharedOutbox:
+		case routes.SharedOutbox, routes.DirectOrOutbox:
 			if b.store == nil || rc.Session.ID == "" {
-				return fmt.Errorf("bridge: route %s: shared_outbox needs stores.outbox and session.id", rc.ID)
+				return fmt.Errorf("bridge: route %s: %s needs stores.outbox and session.id", rc.ID, r.mode)
 			}
 			r.session, r.partitions = rc.Session.ID, rc.Session.Partitions
 			r.home, r.homePartitions = r.session, r.partitions
+			if r.mode == routes.DirectOrOutbox {
+				r.fallback = newFallback(b, r)
+			}
 		case routes.DirectHold:
 			r.hold = newHolder(b, r)
 			r.home, r.homePartitions = homePrefix+rc.ID, 1
@@ -165,7 +170,7 @@ func (b *Bridge) addToSession(r *route, rc routes.RouteConfig) {
 		s = &session{id: r.home, partitions: r.homePartitions, batch: routes.DefaultSessionBatchSize,
 			poll: drainer.Poll{Min: time.Second, Max: 30 * time.Second, Multiplier: 2}, stallAfter: r.stallAfter,
 			routes: map[string]drainer.Route{}}
-		if r.mode == routes.SharedOutbox {
+		if rc.UsesOutbox() {
 			s.batch = rc.Session.BatchSize
 			if ds := rc.Session.DrainStrategy; ds.Type == routes.DrainAdaptiveBackoff {
 				s.poll = drainer.Poll{Min: ds.MinInterval.D(), Max: ds.MaxInterval.D(), Multiplier: ds.Multiplier}

@@ -23,18 +23,17 @@ import (
 // poisons records). At shutdown the retries stop and the message is left
 // unacknowledged, so the broker redelivers it.
 type holder struct {
-	b   *Bridge
-	r   *route
-	sem chan struct{}
+	b     *Bridge
+	r     *route
+	sem   chan struct{}
+	turns turns
 
 	mu      sync.Mutex
-	keys    map[string][]chan struct{} // per ordering key: turns of the messages waiting, in arrival order
 	started map[*message.Envelope]time.Time
 }
 
 func newHolder(b *Bridge, r *route) *holder {
-	return &holder{b: b, r: r, sem: make(chan struct{}, r.policy.MaxInFlight),
-		keys: map[string][]chan struct{}{}, started: map[*message.Envelope]time.Time{}}
+	return &holder{b: b, r: r, sem: make(chan struct{}, r.policy.MaxInFlight), started: map[*message.Envelope]time.Time{}}
 }
 
 // submit waits for a send slot (or ctx) and starts the delivery of env;
@@ -46,7 +45,7 @@ func (h *holder) submit(ctx context.Context, env *message.Envelope, received mes
 	case <-ctx.Done():
 		return false
 	}
-	turn := h.queue(env.Key)
+	turn := h.turns.queue(env.Key)
 	h.b.holds.Add(1)
 	h.b.metrics.inFlight.WithLabelValues(h.r.id).Set(float64(len(h.sem)))
 	go func() {
@@ -55,7 +54,7 @@ func (h *holder) submit(ctx context.Context, env *message.Envelope, received mes
 			<-h.sem
 			h.b.metrics.inFlight.WithLabelValues(h.r.id).Set(float64(len(h.sem)))
 		}()
-		defer h.next(env.Key)
+		defer h.turns.next(env.Key)
 		select {
 		case <-turn:
 		case <-h.b.stopping:
@@ -75,36 +74,46 @@ func (h *holder) submit(ctx context.Context, env *message.Envelope, received mes
 	return true
 }
 
-// queue returns the channel that opens when a message of key may be sent:
-// at once without a key or when none of its key is ahead of it.
-func (h *holder) queue(key string) chan struct{} {
+// turns lets the messages of one ordering key go one at a time, in arrival
+// order. The zero value is ready to use.
+type turns struct {
+	mu   sync.Mutex
+	keys map[string][]chan struct{} // per key: the turns of the messages waiting
+}
+
+// queue returns the channel that opens when a message of key may go: at
+// once without a key, or when no message of its key is ahead of it.
+func (t *turns) queue(key string) chan struct{} {
 	turn := make(chan struct{})
 	if key == "" {
 		close(turn)
 		return turn
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.keys[key]) == 0 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.keys == nil {
+		t.keys = map[string][]chan struct{}{}
+	}
+	if len(t.keys[key]) == 0 {
 		close(turn)
 	}
-	h.keys[key] = append(h.keys[key], turn)
+	t.keys[key] = append(t.keys[key], turn)
 	return turn
 }
 
 // next ends the turn of the message of key at the head and opens the next.
-func (h *holder) next(key string) {
+func (t *turns) next(key string) {
 	if key == "" {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	q := h.keys[key][1:]
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	q := t.keys[key][1:]
 	if len(q) == 0 {
-		delete(h.keys, key)
+		delete(t.keys, key)
 		return
 	}
-	h.keys[key] = q
+	t.keys[key] = q
 	close(q[0])
 }
 

@@ -85,6 +85,13 @@ func runStoppable(t testing.TB, cfg *routes.Config) (*Bridge, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rt, startRun(t, rt)
+}
+
+// startRun runs b; the returned stop (also called at cleanup) cancels it and
+// checks that Run returned nil.
+func startRun(t testing.TB, rt *Bridge) func() {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- rt.Run(ctx) }()
@@ -103,7 +110,7 @@ func runStoppable(t testing.TB, cfg *routes.Config) (*Bridge, func()) {
 		})
 	}
 	t.Cleanup(stop)
-	return rt, stop
+	return stop
 }
 
 // waitFor polls cond until it holds or the deadline passes.

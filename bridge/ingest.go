@@ -102,8 +102,11 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, s
 		}
 		coalesceKey = ck
 	}
-	if r.mode == routes.DirectHold {
+	switch r.mode {
+	case routes.DirectHold:
 		return r.hold.submit(ctx, &env, received, settleRoute)
+	case routes.DirectOrOutbox:
+		return r.fallback.submit(ctx, &env, received, coalesceKey, settleRoute)
 	}
 	rec := stores.Record{
 		Session: r.session, Route: r.id, Envelope: env, CoalesceKey: coalesceKey,

@@ -33,6 +33,8 @@ type metrics struct {
 	expired      *prometheus.CounterVec   // gobridge_delivery_expired_total{route}
 	abandoned    *prometheus.CounterVec   // gobridge_delivery_abandoned_total{route}
 	stale        *prometheus.CounterVec   // gobridge_delivery_stale_total{route}
+	direct       *prometheus.CounterVec   // gobridge_delivery_direct_total{route}
+	fallback     *prometheus.CounterVec   // gobridge_delivery_fallback_total{route}
 	senderUp     *prometheus.GaugeVec     // gobridge_sender_up{sender}
 	sendSeconds  *prometheus.HistogramVec // gobridge_delivery_send_seconds{route}
 	limit        *prometheus.GaugeVec     // gobridge_delivery_limit{route}
@@ -79,6 +81,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		expired:      counter("delivery", "expired_total", "Records past their ttl, settled by on_expired.", "route"),
 		abandoned:    counter("delivery", "abandoned_total", "Sends abandoned for ignoring their context past send_timeout (their records are retried).", "route"),
 		stale:        counter("delivery", "stale_total", "Outcomes the store refused because another owner holds the record now (its claim was taken over).", "route"),
+		direct:       counter("delivery", "direct_total", "direct_or_outbox: messages the target accepted on the direct attempt (no store write).", "route"),
+		fallback:     counter("delivery", "fallback_total", "direct_or_outbox: messages that went to the outbox because the direct attempt failed, timed out, or was skipped (sender down, or earlier messages of its key in the outbox).", "route"),
 		senderUp:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gobridge", Name: "sender_up", Help: "1 when the sender is up, 0 while it is down (probed once per backoff step; DESIGN 11.3)."}, []string{"sender"}),
 		sendSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "gobridge", Subsystem: "delivery", Name: "send_seconds",
@@ -117,7 +121,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.received, m.rejected, m.acked, m.unmatched,
 		m.routeReceived, m.routeAcked, m.filtered, m.persisted,
-		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.abandoned, m.stale, m.senderUp, m.sendSeconds, m.limit, m.inFlight,
+		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.abandoned, m.stale, m.direct, m.fallback, m.senderUp, m.sendSeconds, m.limit, m.inFlight,
 		m.pending, m.bytes, m.deadLetters, m.oldestAge, m.backpressure, m.appendSeconds, m.appendBatch, m.appendErrors,
 		m.connected, m.subscribed, m.ready,
 	} {
@@ -131,7 +135,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // initRoute makes a route's series visible at zero.
 func (m *metrics) initRoute(route string) {
 	for _, c := range []*prometheus.CounterVec{m.routeReceived, m.routeAcked, m.filtered, m.persisted,
-		m.sent, m.deadLettered, m.dropped, m.expired} {
+		m.sent, m.deadLettered, m.dropped, m.expired, m.abandoned, m.stale, m.direct, m.fallback} {
 		c.WithLabelValues(route)
 	}
 	m.retried.WithLabelValues(route, "transient")

@@ -10,8 +10,9 @@ import "time"
 
 // Delivery modes.
 const (
-	DirectHold   = "direct_hold"
-	SharedOutbox = "shared_outbox"
+	DirectHold     = "direct_hold"
+	SharedOutbox   = "shared_outbox"
+	DirectOrOutbox = "direct_or_outbox"
 )
 
 // Acknowledgement boundaries.
@@ -233,11 +234,13 @@ type RouteConfig struct {
 	Processors []ProcessorConfig `yaml:"processors,omitempty" validate:"dive"`
 	// Sender names the target.
 	Sender string `yaml:"sender,omitempty" validate:"required"`
-	// DeliveryMode is direct_hold (default) or shared_outbox.
-	DeliveryMode string `yaml:"delivery_mode,omitempty" validate:"oneof=direct_hold shared_outbox"`
+	// DeliveryMode is direct_hold (default), shared_outbox or
+	// direct_or_outbox (a direct send first; the outbox only when it fails).
+	DeliveryMode string `yaml:"delivery_mode,omitempty" validate:"oneof=direct_hold shared_outbox direct_or_outbox"`
 	// AckAfter defaults to target_accept for direct_hold and to
-	// outbox_persist for shared_outbox; no other combination is valid.
-	AckAfter string `yaml:"ack_after,omitempty" validate:"oneof=target_accept outbox_persist"`
+	// outbox_persist for shared_outbox; no other combination is valid, and
+	// direct_or_outbox takes none (it acknowledges after either).
+	AckAfter string `yaml:"ack_after,omitempty" validate:"omitempty,oneof=target_accept outbox_persist"`
 	// OrderingKey (a template) gives per-key FIFO delivery; empty: none.
 	OrderingKey string  `yaml:"ordering_key,omitempty"`
 	Session     Session `yaml:"session,omitempty"`
@@ -259,6 +262,12 @@ type ProcessorConfig struct {
 	// Key (coalesce) is a template; newer messages replace older pending
 	// ones with the same key.
 	Key string `yaml:"key,omitempty"`
+}
+
+// UsesOutbox reports whether the route keeps records in an outbox session
+// (shared_outbox, direct_or_outbox).
+func (r *RouteConfig) UsesOutbox() bool {
+	return r.DeliveryMode == SharedOutbox || r.DeliveryMode == DirectOrOutbox
 }
 
 // Session is the outbox partition group a shared_outbox route persists into.
@@ -329,6 +338,10 @@ type Policy struct {
 	// that must pass before it is poisoned (see MaxReplayAttempts).
 	// Defaults to 15m; 0 leaves the decision to MaxReplayAttempts alone.
 	ReplayBudget Duration `yaml:"replay_budget"`
+	// DirectTimeout bounds the direct attempt of a direct_or_outbox route
+	// before the message falls back to the outbox. Defaults to 2s; must be
+	// > 0.
+	DirectTimeout Duration `yaml:"direct_timeout,omitempty"`
 	// SendTimeout bounds one send. Defaults to 30s; must be > 0.
 	SendTimeout Duration `yaml:"send_timeout,omitempty"`
 	// TTL: records older than this (since they were received) are settled

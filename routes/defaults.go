@@ -25,6 +25,7 @@ const (
 	DefaultStallAfter       = 10 * time.Minute
 	DefaultReplayBudget     = 15 * time.Minute
 	DefaultSendTimeout      = 30 * time.Second
+	DefaultDirectTimeout    = 2 * time.Second
 	DefaultBackoffInitial   = time.Second
 	DefaultBackoffMax       = 30 * time.Second
 	DefaultMultiplier       = 2.0
@@ -109,7 +110,7 @@ func (c *Config) setDefaults() {
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		r.DeliveryMode = cmp.Or(r.DeliveryMode, DirectHold)
-		if r.AckAfter == "" {
+		if r.AckAfter == "" && r.DeliveryMode != DirectOrOutbox {
 			r.AckAfter = AckTargetAccept
 			if r.DeliveryMode == SharedOutbox {
 				r.AckAfter = AckOutboxPersist
@@ -148,6 +149,7 @@ func (c *Config) setDefaults() {
 			p.ReplayBudget = cmp.Or(p.ReplayBudget, Duration(DefaultReplayBudget))
 		}
 		p.SendTimeout = cmp.Or(p.SendTimeout, Duration(DefaultSendTimeout))
+		p.DirectTimeout = cmp.Or(p.DirectTimeout, Duration(DefaultDirectTimeout))
 		p.OnExpired = cmp.Or(p.OnExpired, settle)
 		p.OnPermanentFailure = cmp.Or(p.OnPermanentFailure, settle)
 		p.Backoff.InitialInterval = cmp.Or(p.Backoff.InitialInterval, Duration(DefaultBackoffInitial))

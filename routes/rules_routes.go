@@ -52,7 +52,7 @@ func (c *Config) checkRoutes(add func(Problem)) {
 		c.checkTemplate(add, path+".ordering_key", r.OrderingKey)
 		c.checkProcessors(add, path, r.Processors)
 		c.checkDelivery(add, path, r)
-		if r.DeliveryMode == SharedOutbox && c.Stores.Outbox != nil && c.Stores.Outbox.Type == "memory" {
+		if r.UsesOutbox() && c.Stores.Outbox != nil && c.Stores.Outbox.Type == "memory" {
 			memoryRoutes = append(memoryRoutes, r.ID)
 		}
 		c.checkSession(add, path, r.Session)
@@ -156,16 +156,23 @@ func (c *Config) checkProcessors(add func(Problem), route string, ps []Processor
 
 // checkDelivery checks the delivery mode, the ack boundary and settlement.
 func (c *Config) checkDelivery(add func(Problem), path string, r RouteConfig) {
-	switch r.DeliveryMode {
-	case SharedOutbox:
+	if r.UsesOutbox() {
 		if c.Stores.Outbox == nil {
 			add(c.Errorf(path+".delivery_mode", "outbox-required",
-				"%s: delivery_mode shared_outbox needs stores.outbox (sqlite, or dynamodb for several instances)", path))
+				"%s: delivery_mode %s needs stores.outbox (sqlite, or dynamodb for several instances)", path, r.DeliveryMode))
 		}
 		if r.Session.ID == "" {
 			add(c.Errorf(path+".session.id", "session-required",
-				"%s.session.id is required for delivery_mode shared_outbox (routes may share a session)", path))
+				"%s.session.id is required for delivery_mode %s (routes may share a session)", path, r.DeliveryMode))
 		}
+	}
+	switch r.DeliveryMode {
+	case DirectOrOutbox:
+		if r.AckAfter != "" {
+			add(c.Errorf(path+".ack_after", "ack-after",
+				"%s: ack_after does not apply to direct_or_outbox, which acknowledges once the target accepted the message or, when it did not, once the outbox holds it; remove ack_after", path))
+		}
+	case SharedOutbox:
 		if r.AckAfter == AckTargetAccept {
 			add(c.Errorf(path+".ack_after", "ack-after",
 				"%s: ack_after target_accept can never be honoured on a shared_outbox route (the outbox acknowledges on persist); use delivery_mode: direct_hold to acknowledge after the target accepts, or ack_after: outbox_persist", path))

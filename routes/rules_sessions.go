@@ -39,7 +39,7 @@ func (d *DrainStrategy) describe() string {
 func (c *Config) checkDivergentSessions(add func(Problem)) {
 	first := map[string]int{}
 	for i, r := range c.Routes {
-		if r.DeliveryMode != SharedOutbox || r.Session.ID == "" {
+		if !r.UsesOutbox() || r.Session.ID == "" {
 			continue
 		}
 		j, seen := first[r.Session.ID]

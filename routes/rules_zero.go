@@ -36,6 +36,7 @@ var zeroFields = map[string]string{
 	"routes[].policy.max_replay_attempts":          "", // replay_budget alone decides when a record is poisoned
 	"routes[].policy.replay_budget":                "", // the attempt count alone decides
 	"routes[].policy.send_timeout":                 "every send would time out before it started",
+	"routes[].policy.direct_timeout":               "every direct attempt would time out before it started",
 	"routes[].policy.ttl":                          "", // records never expire (the default)
 	"routes[].policy.backoff.initial_interval":     "retries would follow each other without any delay",
 	"routes[].policy.backoff.max_interval":         "retries would follow each other without any delay",

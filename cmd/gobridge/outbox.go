@@ -108,7 +108,7 @@ func withConfiguredRoutes(cfg *routes.Config, stats []admin.RouteStats) []admin.
 		}
 	}
 	for _, r := range cfg.Routes {
-		if r.DeliveryMode != routes.SharedOutbox || r.Session.ID == "" {
+		if !r.UsesOutbox() || r.Session.ID == "" {
 			continue
 		}
 		if !have[[2]string{r.Session.ID, r.ID}] {

@@ -1,0 +1,130 @@
+package bridge
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/senders"
+	"github.com/gobridge/gobridge/stores"
+)
+
+// fallback delivers a direct_or_outbox route's messages (DESIGN.md §11.6,
+// the seeds' tell_reliable): a direct send first, bounded by
+// policy.direct_timeout; when the target accepts, the source is
+// acknowledged with no store write. When the direct send fails or times
+// out, or while the sender is down (its Health: the drainer probes it
+// then), the message is appended to the route's outbox session and
+// acknowledged once durable; the drainer delivers it like any outbox
+// record. A permanent failure follows on_permanent_failure instead.
+//
+// Order: messages of one ordering key go one at a time, in arrival order,
+// and once a key has records in the outbox its later messages go there too,
+// until the session's outbox is empty again, so the drainer delivers them
+// in order behind the earlier ones.
+type fallback struct {
+	b     *Bridge
+	r     *route
+	sem   chan struct{}
+	turns turns
+
+	mu      sync.Mutex
+	sticky  map[string]bool // ordering keys with records in the outbox
+	pending int             // fallbacks not yet counted in the session's live records
+}
+
+func newFallback(b *Bridge, r *route) *fallback {
+	return &fallback{b: b, r: r, sem: make(chan struct{}, r.policy.MaxInFlight), sticky: map[string]bool{}}
+}
+
+// submit waits for a slot (or ctx) and starts the delivery of env; settle
+// is called once it is delivered, durable in the outbox, or settled by
+// policy. It returns false when ctx ended first.
+func (f *fallback) submit(ctx context.Context, env *message.Envelope, received message.Envelope, coalesceKey string, settle func()) bool {
+	select {
+	case f.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	turn := f.turns.queue(env.Key)
+	f.b.holds.Add(1)
+	go func() {
+		defer f.b.holds.Done()
+		defer func() { <-f.sem }()
+		defer f.turns.next(env.Key)
+		select {
+		case <-turn:
+		case <-f.b.stopping:
+			return // left unacknowledged
+		}
+		if f.direct(env, received, settle) {
+			return
+		}
+		f.b.metrics.fallback.WithLabelValues(f.r.id).Inc()
+		f.mark(env.Key, 1)
+		defer f.mark("", -1) // admitted (counted live) or given up by now
+		rec := stores.Record{
+			Session: f.r.session, Route: f.r.id, Envelope: *env, CoalesceKey: coalesceKey,
+			Partition: stores.PartitionOf(partitionKey(env), f.r.partitions),
+		}
+		if f.r.ttl > 0 {
+			rec.ExpiresAt = env.ReceivedAt.Add(f.r.ttl)
+		}
+		f.b.persist(ctx, rec, settle) // false at shutdown: left unacknowledged
+	}()
+	return true
+}
+
+// direct tries the direct send and reports whether it settled the message
+// (delivered, or settled by on_permanent_failure); false means: fall back.
+func (f *fallback) direct(env *message.Envelope, received message.Envelope, settle func()) bool {
+	b, r := f.b, f.r
+	if f.held(env.Key) || !r.health.Up() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(b.holdCtx, r.directTimeout)
+	start := time.Now()
+	err := r.sender.Send(ctx, []*message.Envelope{env})[0]
+	cancel()
+	b.metrics.sendSeconds.WithLabelValues(r.id).Observe(time.Since(start).Seconds())
+	r.health.Record(env.ID, err, time.Now(), r.policy.Backoff.Ceiling)
+	switch class, _ := senders.Classify(err); class {
+	case senders.OK:
+		b.metrics.sent.WithLabelValues(r.id).Inc()
+		b.metrics.direct.WithLabelValues(r.id).Inc()
+		b.noteSent(r.session, time.Now())
+		settle()
+		return true
+	case senders.Fatal:
+		received.ID = env.ID
+		if !b.failAtIngest(b.holdCtx, r, received, err.Error(), false, settle) {
+			b.log.Warn("shutdown: message left unacknowledged for redelivery", "route", r.id, "record_id", env.ID)
+		}
+		return true
+	}
+	b.log.Debug("direct send failed; the message goes to the outbox", "route", r.id, "record_id", env.ID, "error", err)
+	return false
+}
+
+// held reports whether key has records in the outbox; once the session's
+// outbox is empty, no key has.
+func (f *fallback) held(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.sticky) > 0 && f.pending == 0 && f.b.limits.live(f.r.session) == 0 {
+		clear(f.sticky)
+	}
+	return key != "" && f.sticky[key]
+}
+
+// mark notes that a fallback of key starts (n = 1: key has a record in
+// the outbox from now on) or has been admitted to the outbox (n = -1).
+func (f *fallback) mark(key string, n int) {
+	f.mu.Lock()
+	f.pending += n
+	if key != "" {
+		f.sticky[key] = true
+	}
+	f.mu.Unlock()
+}
