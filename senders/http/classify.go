@@ -55,13 +55,19 @@ var ErrStatus = errors.New("http: unexpected status")
 func (e *StatusError) Is(target error) bool { return target == ErrStatus }
 
 // classify turns a response into a delivery outcome and drains and closes its
-// body so that the connection can be reused.
+// body so that the connection can be reused. It tells the target's failures
+// (retried; DESIGN.md §11.3) from the message's (settled at once):
 //
-//	2xx                    nil
-//	429, 503               senders.Capacity, with Retry-After (seconds or HTTP date)
-//	408, other 5xx         transient (*StatusError)
-//	other (3xx, 4xx, 1xx)  senders.Permanent(*StatusError), first 512 body bytes in the reason
-func classify(resp *nethttp.Response, now time.Time, method, url string) error {
+//	2xx                          nil
+//	429, 503                     senders.Capacity, with Retry-After (seconds or HTTP date)
+//	400, 413, 415, 422           senders.Permanent: this message is refused
+//	404, 410 with a URL that has
+//	  per-message placeholders   senders.Permanent: this message's URL is wrong
+//	anything else (3xx, 401, 403, 404/410 on a fixed URL, 405, 407, 408,
+//	  other 4xx, 5xx)            transient: the target is down or misconfigured
+//
+// The first 512 body bytes go into the error.
+func classify(resp *nethttp.Response, now time.Time, method, url string, perMessageURL bool) error {
 	defer resp.Body.Close()
 	code := resp.StatusCode
 	if code >= 200 && code <= 299 {
@@ -73,15 +79,21 @@ func classify(resp *nethttp.Response, now time.Time, method, url string) error {
 	n, _ := io.ReadFull(resp.Body, head)
 	se.Body = printable(head[:n])
 	drain(resp.Body)
-	switch {
-	case code == nethttp.StatusTooManyRequests || code == nethttp.StatusServiceUnavailable:
+	switch code {
+	case nethttp.StatusTooManyRequests, nethttp.StatusServiceUnavailable:
 		return senders.Capacity(se, RetryAfter(resp.Header.Get("Retry-After"), now))
-	case code == nethttp.StatusRequestTimeout || code >= 500:
-		return se
-	case code >= 300 && code <= 399:
+	case nethttp.StatusBadRequest, nethttp.StatusRequestEntityTooLarge, nethttp.StatusUnsupportedMediaType,
+		nethttp.StatusUnprocessableEntity:
+		return senders.Permanent(se)
+	case nethttp.StatusNotFound, nethttp.StatusGone:
+		if perMessageURL {
+			return senders.Permanent(se)
+		}
+	}
+	if code >= 300 && code <= 399 {
 		se.Location = resp.Header.Get("Location")
 	}
-	return senders.Permanent(se)
+	return se
 }
 
 func drain(r io.Reader) { _, _ = io.Copy(io.Discard, io.LimitReader(r, drainLimit)) }

@@ -155,7 +155,7 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 		// the message, so the record waits for its replay budget.)
 		return fmt.Errorf("http: %s %s: %w", s.method, req.URL.Redacted(), err)
 	}
-	err = classify(resp, time.Now(), s.method, req.URL.Redacted())
+	err = classify(resp, time.Now(), s.method, req.URL.Redacted(), s.url.perMessage())
 	if err != nil {
 		s.log.Debug("send failed", "record_id", e.ID, "error", err)
 	}

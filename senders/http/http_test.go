@@ -123,11 +123,19 @@ func TestSender_StatusClasses(t *testing.T) {
 		{status: 500, body: "boom", want: senders.Transient},
 		{status: 502, want: senders.Transient},
 		{status: 504, want: senders.Transient},
+		// The message's failures (DESIGN.md §11.3): settled at once.
 		{status: 400, body: `{"error":"bad field"}`, want: senders.Fatal},
-		{status: 401, want: senders.Fatal},
-		{status: 404, want: senders.Fatal},
 		{status: 413, body: longBody, want: senders.Fatal},
-		{status: 301, header: map[string]string{"Location": "/elsewhere"}, want: senders.Fatal},
+		{status: 415, want: senders.Fatal},
+		{status: 422, want: senders.Fatal},
+		// The target's failures: retried, however many messages wait.
+		{status: 401, want: senders.Transient},
+		{status: 403, want: senders.Transient},
+		{status: 404, want: senders.Transient}, // a fixed URL: the endpoint is gone, not the message
+		{status: 405, want: senders.Transient},
+		{status: 407, want: senders.Transient},
+		{status: 410, want: senders.Transient},
+		{status: 301, header: map[string]string{"Location": "/elsewhere"}, want: senders.Transient},
 	}
 	for _, c := range cases {
 		t.Run(nethttp.StatusText(c.status), func(t *testing.T) {
@@ -294,5 +302,15 @@ func TestSender_ReusesConnections(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("20 sequential requests used %d connections, want 1", n)
+	}
+}
+
+// A 404 on a URL filled from the message says this message's URL is wrong:
+// the message's failure, settled at once (DESIGN.md §11.3).
+func TestSender_NotFoundOnAPerMessageURLIsPermanent(t *testing.T) {
+	srv, _ := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) { w.WriteHeader(nethttp.StatusNotFound) })
+	err := sendOne(t, newSender(t, routes.SenderOptions{URL: srv.URL + "/devices/{topic.1}"}), envelope("x"))
+	if class, _ := senders.Classify(err); class != senders.Fatal {
+		t.Fatalf("404 on a per-message URL: class %v (%v), want permanent", class, err)
 	}
 }

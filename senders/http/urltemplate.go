@@ -22,6 +22,17 @@ type urlPart struct {
 	query   bool              // the placeholder is after the first '?'
 }
 
+// perMessage reports whether the URL has per-message placeholders (a 404
+// then says this message's URL is wrong, not that the target is).
+func (u *urlTemplate) perMessage() bool {
+	for _, p := range u.parts {
+		if p.value != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // parseURLTemplate parses s with the delivery template grammar and splits it
 // into literals and single placeholders.
 func parseURLTemplate(s string) (*urlTemplate, error) {

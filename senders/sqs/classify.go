@@ -22,28 +22,27 @@ var throttleCodes = func() map[string]bool {
 	return m
 }()
 
-// transientCodes are client-side error codes that a later attempt can
-// outlive: expired temporary credentials are refreshed, a clock is fixed.
-var transientCodes = map[string]bool{
-	"ExpiredToken":          true,
-	"ExpiredTokenException": true,
-	"RequestExpired":        true,
-	"RequestTimeTooSkewed":  true,
-	"RequestTimeout":        true,
-	"IDPCommunicationError": true,
-	"InternalError":         true,
-	"InternalFailure":       true,
-	"ServiceUnavailable":    true,
+// messageCodes are the error codes that say this message (not the queue,
+// the credentials or the service) can never be accepted: the message's
+// failures of DESIGN.md §11.3. Every other error is the target's and is
+// retried: AccessDenied, QueueDoesNotExist, InvalidClientTokenId,
+// ExpiredToken, KMS errors, throttling, 5xx.
+var messageCodes = map[string]bool{
+	"InvalidMessageContents": true,
+	"MessageTooLong":         true,
+	"InvalidAttributeName":   true,
+	"InvalidAttributeValue":  true,
+	"InvalidParameterValue":  true,
+	"BatchRequestTooLong":    true,
 }
 
 // classifyCall sorts the error of a whole SendMessageBatch call:
 //
 //	throttling (*types.RequestThrottled, *types.KmsThrottled, a throttling
-//	  error code, HTTP 429)                                  senders.Capacity
-//	ctx cancelled or past its deadline, HTTP 5xx, server faults, network
-//	  errors, unreadable responses, expired credentials      transient
-//	other API errors (client faults: QueueDoesNotExist, AccessDenied,
-//	  InvalidMessageContents, …) and other HTTP 4xx          senders.Permanent
+//	  error code, HTTP 429)                         senders.Capacity
+//	a message error code (messageCodes)             senders.Permanent
+//	anything else (AccessDenied, QueueDoesNotExist, credentials, KMS,
+//	  5xx, network, ctx cancelled or timed out)     transient
 func classifyCall(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
@@ -65,11 +64,7 @@ func classifyCall(err error) error {
 	switch {
 	case isAPI && throttleCodes[api.ErrorCode()], status == 429:
 		return senders.Capacity(err, 0)
-	case status >= 500, status == 408:
-		return err
-	case isAPI && (transientCodes[api.ErrorCode()] || api.ErrorFault() == smithy.FaultServer):
-		return err
-	case isAPI, status >= 400:
+	case isAPI && messageCodes[api.ErrorCode()]:
 		return senders.Permanent(err)
 	}
 	return err
@@ -95,16 +90,16 @@ func (e *EntryError) Error() string {
 func (e *EntryError) ErrorCode() string { return e.Code }
 
 // classifyEntry sorts a failed entry: throttling codes are
-// senders.Capacity, a sender fault is senders.Permanent (SQS says this
-// message will never be accepted), anything else is transient.
+// senders.Capacity, a sender fault with a message error code is
+// senders.Permanent (SQS says this message will never be accepted),
+// anything else (a sender fault about the queue or the credentials, a
+// server fault) is transient.
 func classifyEntry(f types.BatchResultErrorEntry) error {
 	e := &EntryError{Code: deref(f.Code), Message: deref(f.Message), SenderFault: f.SenderFault}
 	switch {
 	case throttleCodes[e.Code]:
 		return senders.Capacity(e, 0)
-	case transientCodes[e.Code]:
-		return e
-	case e.SenderFault:
+	case e.SenderFault && messageCodes[e.Code]:
 		return senders.Permanent(e)
 	}
 	return e

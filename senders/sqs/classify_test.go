@@ -58,11 +58,15 @@ func TestSender_CallErrorClasses(t *testing.T) {
 		{name: "ServiceUnavailable 503", status: 503, body: `{"__type":"ServiceUnavailable"}`, want: senders.Transient},
 		{name: "expired credentials", status: 400, body: `{"__type":"ExpiredToken","message":"renew"}`, want: senders.Transient},
 		{name: "not JSON 502", status: 502, body: `<html>bad gateway</html>`, want: senders.Transient},
-		{name: "AccessDenied", status: 403, body: `{"__type":"AccessDeniedException","message":"no"}`, want: senders.Fatal},
+		// The target's failures (DESIGN.md §11.3): retried, never dead-lettered.
+		{name: "AccessDenied", status: 403, body: `{"__type":"AccessDeniedException","message":"no"}`, want: senders.Transient},
+		{name: "InvalidClientTokenId", status: 403, body: `{"__type":"InvalidClientTokenId","message":"who"}`, want: senders.Transient},
+		{name: "KmsAccessDenied", status: 400, body: `{"__type":"com.amazonaws.sqs#KmsAccessDenied","message":"kms"}`, want: senders.Transient},
+		// The message's failures: settled at once.
 		{name: "InvalidMessageContents", status: 400, body: `{"__type":"com.amazonaws.sqs#InvalidMessageContents","message":"bad char"}`, want: senders.Fatal,
 			as: func(err error) bool { _, ok := errors.AsType[*types.InvalidMessageContents](err); return ok }},
 		{name: "QueueDoesNotExist", status: 400, headers: map[string]string{"X-Amzn-Query-Error": "AWS.SimpleQueueService.NonExistentQueue;Sender"},
-			body: `{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"gone"}`, want: senders.Fatal,
+			body: `{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"gone"}`, want: senders.Transient,
 			as: func(err error) bool { _, ok := errors.AsType[*types.QueueDoesNotExist](err); return ok }},
 	}
 	for _, c := range cases {
@@ -136,7 +140,11 @@ func TestClassifyCall_NeverReadsText(t *testing.T) {
 	if class, _ := senders.Classify(classifyCall(throttle)); class != senders.Saturated {
 		t.Errorf("throttle: %v", class)
 	}
-	if class, _ := senders.Classify(classifyCall(gone)); class != senders.Fatal {
+	if class, _ := senders.Classify(classifyCall(gone)); class != senders.Transient {
 		t.Errorf("access denied: %v", class)
+	}
+	bad := &smithy.GenericAPIError{Code: "InvalidMessageContents", Message: "throttling"}
+	if class, _ := senders.Classify(classifyCall(bad)); class != senders.Fatal {
+		t.Errorf("invalid message: %v", class)
 	}
 }

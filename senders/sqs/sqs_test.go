@@ -317,14 +317,17 @@ func TestSender_PartialBatchFailure(t *testing.T) {
 	q.receive(t, 3)
 }
 
-func TestSender_NonexistentQueueIsPermanent(t *testing.T) {
+// TestSender_NonexistentQueueIsTheTargetsFailure: a queue that does not
+// exist (yet, or any more) is the target's failure: retried, never a dead
+// letter for the message (DESIGN.md §11.3).
+func TestSender_NonexistentQueueIsTheTargetsFailure(t *testing.T) {
 	q := newQueue(t, false)
 	s := newSender(t, routes.SenderOptions{QueueURL: strings.TrimSuffix(q.queueURL, "/") + "-missing", Endpoint: q.endpoint})
 	errs := s.Send(t.Context(), envelopes(2, "a/b", func(int) string { return "x" }))
 	for _, err := range errs {
 		var qdne *types.QueueDoesNotExist
-		if class, _ := senders.Classify(err); class != senders.Fatal || !errors.As(err, &qdne) {
-			t.Fatalf("class %v, err %v: want a permanent *types.QueueDoesNotExist", class, err)
+		if class, _ := senders.Classify(err); class != senders.Transient || !errors.As(err, &qdne) {
+			t.Fatalf("class %v, err %v: want a transient *types.QueueDoesNotExist", class, err)
 		}
 	}
 }
