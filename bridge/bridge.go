@@ -202,6 +202,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	var serve, drain, recv errgroup.Group
 	if b.store != nil {
+		if err := b.checkOrphans(ingestCtx); err != nil {
+			return err
+		}
 		le, err := b.claimInstance(ingestCtx)
 		if err != nil {
 			return err

@@ -190,9 +190,12 @@ func (b *Bridge) addToSession(r *route, rc routes.RouteConfig) {
 		drop, _, err := r.process(env)
 		return drop, err
 	}
-	s.routes[r.id] = drainer.Route{
+	dr := drainer.Route{
 		Sender: r.sender, Health: r.health, Policy: r.policy, Prepare: prep,
 		DeadFull: func() bool { return b.limits.deadFull(r.id) },
+	}
+	for _, id := range append([]string{r.id}, rc.PreviousIDs...) {
+		s.routes[id] = dr
 	}
 }
 

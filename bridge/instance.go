@@ -74,3 +74,38 @@ func (b *Bridge) keepInstance(ctx context.Context, le stores.Lease) {
 		}
 	}
 }
+
+// ErrOrphans is returned by Run when the outbox holds live records of a
+// route the configuration neither has nor had (routes[].previous_ids).
+var ErrOrphans = errors.New("bridge: the outbox holds records of routes this configuration does not have")
+
+// checkOrphans refuses to start while the outbox holds live records that
+// no drainer of this configuration would deliver: records of a route that
+// was renamed or removed (DESIGN.md §11.5; issue 14). Dead letters of such
+// routes are left alone: `gobridge dlq requeue --to-route` moves them.
+func (b *Bridge) checkOrphans(ctx context.Context) error {
+	all, err := b.store.Stats(ctx)
+	if err != nil {
+		return fmt.Errorf("bridge: read outbox stats: %w", err)
+	}
+	var orphans []error
+	for _, st := range all {
+		s := b.sessions[st.Session]
+		for route, c := range st.Routes {
+			if c.Live == 0 {
+				continue
+			}
+			if s != nil {
+				if _, ok := s.routes[route]; ok {
+					continue
+				}
+			}
+			orphans = append(orphans, fmt.Errorf("session %s holds %d records of route %q", st.Session, c.Live, route))
+		}
+	}
+	if len(orphans) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w; if the route was renamed, add its old id to the new route's previous_ids "+
+		"(in the same session), or put the route back; `gobridge outbox stats` lists them", ErrOrphans, errors.Join(orphans...))
+}

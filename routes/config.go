@@ -241,6 +241,11 @@ type RouteConfig struct {
 	// outbox_persist for shared_outbox; no other combination is valid, and
 	// direct_or_outbox takes none (it acknowledges after either).
 	AckAfter string `yaml:"ack_after,omitempty" validate:"omitempty,oneof=target_accept outbox_persist"`
+	// PreviousIDs are ids this route had before (a rename): the records the
+	// outbox holds under them, in the route's session, are delivered by
+	// this route. run refuses to start while the outbox holds records of a
+	// route that neither has nor had.
+	PreviousIDs []string `yaml:"previous_ids,omitempty"`
 	// OrderingKey (a template) gives per-key FIFO delivery; empty: none.
 	OrderingKey string  `yaml:"ordering_key,omitempty"`
 	Session     Session `yaml:"session,omitempty"`

@@ -2,6 +2,7 @@ package routes
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -32,8 +33,21 @@ func (c *Config) checkRoutes(add func(Problem)) {
 		senders[s.ID] = true
 	}
 	var memoryRoutes []string
+	previous := map[string]int{}
 	for i, r := range c.Routes {
 		path := fmt.Sprintf("routes[%d]", i)
+		for j, old := range r.PreviousIDs {
+			pp := fmt.Sprintf("%s.previous_ids[%d]", path, j)
+			switch k, dup := previous[old]; {
+			case slices.Contains(ids, old):
+				add(c.Errorf(pp, "previous-id", "%s: %q is the id of a route of this configuration, so it cannot be a previous id", pp, old))
+			case dup:
+				add(c.Errorf(pp, "previous-id", "%s: %q is already a previous id of routes[%d]: the records of one old route go to one route", pp, old, k))
+			case !r.UsesOutbox():
+				add(c.Errorf(pp, "previous-id", "%s: previous ids take over outbox records, and %s does not use the outbox", pp, r.DeliveryMode))
+			}
+			previous[old] = i
+		}
 		rcv := receivers[r.Receiver]
 		if r.Receiver != "" && rcv == nil {
 			add(c.Errorf(path+".receiver", "unknown-receiver", "%s.receiver: no receiver has id %q (receivers: %s)", path, r.Receiver, idList(c.receiverIDs())))
