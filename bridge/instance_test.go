@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/dynamodb"
 	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
@@ -60,4 +63,48 @@ func TestBridge_RefusesOrphanedRecordsUntilARouteTakesThemOver(t *testing.T) {
 	}
 	runStoppable(t, parseConfig(t, config("\n    previous_ids: [old]")))
 	waitFor(t, 10*time.Second, "the renamed route delivering the old route's records", func() bool { return s.distinct() == 5 })
+}
+
+// Two live processes with one bridge.id on a shared (DynamoDB) store would
+// take each other's leases: the second is refused at start, naming it,
+// once the first has kept its instance lease for a whole TTL; a holder that
+// stopped renewing (a process killed a moment ago) only delays the start
+// (DESIGN.md §11.2).
+func TestBridge_RefusesASecondLiveInstanceWithTheSameID(t *testing.T) {
+	t.Parallel()
+	endpoint := testservices.DynamoDBEndpoint(t)
+	table := fmt.Sprintf("rt_dup_%d", time.Now().UnixNano())
+	client, err := dynamodb.NewClient(t.Context(), dynamodb.Options{Table: table, Region: "us-east-1", Endpoint: endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = dynamodb.DeleteTable(ctx, client, table)
+	})
+	store := fmt.Sprintf("{type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}", table, endpoint)
+	cfg := func() string {
+		return listenerConfig(freeAddr(t), "", store, `  - {id: out, type: stdout}`, `
+  - {id: r, receiver: edge, topic: "#", sender: out, delivery_mode: shared_outbox, session: {id: s1}}`)
+	}
+	first, err := New(parseConfig(t, cfg()), Options{Logger: testLogger(t), Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, first)
+	waitFor(t, 20*time.Second, "the first instance holding its lease", func() bool {
+		ls, err := first.store.List(t.Context(), instanceLease("test"), time.Now())
+		return err == nil && len(ls) == 1
+	})
+	second, err := New(parseConfig(t, cfg()), Options{Logger: testLogger(t), Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = second.Run(t.Context())
+	if !errors.Is(err, ErrDuplicateInstance) || !strings.Contains(err.Error(), `"test"`) {
+		t.Fatalf("second instance: %v, want ErrDuplicateInstance naming the bridge.id", err)
+	}
+	t.Logf("refused after %s: %v", time.Since(start).Round(time.Second), err)
 }
