@@ -10,6 +10,7 @@ import (
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/topics"
 )
 
 // ingest is the receivers.Sink of one receiver: it matches the message
@@ -43,7 +44,7 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 	mt.received.WithLabelValues(in.receiver).Inc()
 	var matched []*route
 	for _, r := range in.routes {
-		if routes.Match(r.cfg.Topic, m.Topic) {
+		if topics.Match(r.cfg.Topic, m.Topic) {
 			matched = append(matched, r)
 		}
 	}

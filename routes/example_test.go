@@ -41,13 +41,3 @@ routes:
 	// line-7.yaml:18:21: duration: routes[0].policy.send_timeout: "5" has no unit; write a duration such as "5s"
 	// true direct_hold target_accept
 }
-
-func ExampleMatch() {
-	fmt.Println(routes.Match("factory/+/telemetry", "factory/line-1/telemetry"))
-	fmt.Println(routes.Match("$share/gobridge/factory/#", "factory/line-1/alarms"))
-	fmt.Println(routes.Match("#", "$SYS/uptime"))
-	// Output:
-	// true
-	// true
-	// false
-}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
@@ -63,40 +62,4 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("config changed on a round trip:\n%s\n---\n%s", out, out2)
 		}
 	})
-}
-
-// FuzzMatch checks Match against a straightforward split-based matcher.
-func FuzzMatch(f *testing.F) {
-	f.Add("a/+/c", "a/b/c")
-	f.Add("a/#", "a")
-	f.Add("#", "$SYS/x")
-	f.Add("$share/g/+/x", "a/x")
-	f.Fuzz(func(t *testing.T, filter, topic string) {
-		if routes.ValidateFilter(filter) != nil || strings.ContainsAny(topic, "+#") {
-			return
-		}
-		if got, want := routes.Match(filter, topic), refMatch(filter, topic); got != want {
-			t.Fatalf("Match(%q, %q) = %v, reference says %v", filter, topic, got, want)
-		}
-	})
-}
-
-func refMatch(filter, topic string) bool {
-	if strings.HasPrefix(filter, "$share/") {
-		_, rest, _ := strings.Cut(filter[len("$share/"):], "/")
-		filter = rest
-	}
-	fs, ts := strings.Split(filter, "/"), strings.Split(topic, "/")
-	if strings.HasPrefix(topic, "$") && (fs[0] == "+" || fs[0] == "#") {
-		return false
-	}
-	for i, f := range fs {
-		if f == "#" {
-			return true
-		}
-		if i >= len(ts) || (f != "+" && f != ts[i]) {
-			return false
-		}
-	}
-	return len(fs) == len(ts)
 }

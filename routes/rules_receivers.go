@@ -2,6 +2,8 @@ package routes
 
 import (
 	"fmt"
+
+	"github.com/gobridge/gobridge/topics"
 )
 
 var receiverOptions = map[string][]string{
@@ -47,14 +49,14 @@ func (c *Config) checkReceivers(add func(Problem)) {
 		for j, s := range r.Topics {
 			tp := fmt.Sprintf("%s.topics[%d]", path, j)
 			if s.Topic != "" {
-				if err := ValidateFilter(s.Topic); err != nil {
+				if err := topics.ValidateFilter(s.Topic); err != nil {
 					add(c.Errorf(tp+".topic", "topic-filter", "%s.topic: %v", tp, err))
 					continue
 				}
 			}
 			if s.QoS != nil && *s.QoS == 0 {
 				for _, rt := range feeds {
-					if Overlaps(s.Topic, rt.Topic) {
+					if topics.Overlaps(s.Topic, rt.Topic) {
 						add(c.Warnf(tp+".qos", "qos0", "%s subscribes to %q with QoS 0, feeding route %q: the broker may drop such messages before gobridge sees them; use qos: 1",
 							tp, s.Topic, rt.ID))
 						break
