@@ -86,7 +86,7 @@ func (h *harness) Provides(b byte) bool {
 	return b == mochi.OnPacketEncode || b == mochi.OnPacketRead || b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck
 }
 func (h *harness) OnConnectAuthenticate(*mochi.Client, packets.Packet) bool { return true }
-func (h *harness) OnACLCheck(*mochi.Client, string, bool) bool             { return true }
+func (h *harness) OnACLCheck(*mochi.Client, string, bool) bool              { return true }
 
 // OnPacketEncode records a PUBLISH before it is written (OnPacketSent runs
 // after the write, when the PUBACK may already be back).
