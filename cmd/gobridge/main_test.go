@@ -141,7 +141,7 @@ func TestCheck_ReportsExpressionErrors(t *testing.T) {
 	cfg := `version: 1
 bridge: {id: test}
 receivers:
-  - {id: edge, type: mqtt_listener, topics: [{topic: "#"}]}
+  - {id: edge, type: mqtt_listener, options: {allow_anonymous: true}, topics: [{topic: "#"}]}
 senders:
   - {id: out, type: stdout}
 routes:
