@@ -2,6 +2,8 @@ package mqtt
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -336,5 +338,33 @@ func TestReceiver_RedeliversAfterConnectionLoss(t *testing.T) {
 	publish(t, url, "plant/1", "c")
 	if d := next.Next(t); string(d.Msg.Payload) != "c" {
 		t.Fatalf("got %q: the redelivered messages were not acknowledged", d.Msg.Payload)
+	}
+}
+
+// TestReceiver_OversizedFromMosquitto: a payload over max_payload_bytes
+// (Mosquitto's own message_size_limit is unset) reaches the sink truncated
+// and is acknowledged once settled, so the broker does not send it again.
+func TestReceiver_OversizedFromMosquitto(t *testing.T) {
+	t.Parallel()
+	url := testservices.MQTTURL(t)
+	id := unique(t)
+	topic := "gbtest/" + id + "/big"
+	sink := testsink.New(true)
+	r := newReceiver(t, config(url, id, topic), sink) // default max_payload_bytes: 262144
+	run(t, r)
+	waitSubscribed(t, r)
+	big := strings.Repeat("0123456789", 30_000)
+	publish(t, url, topic, big, "small")
+	sum := sha256.Sum256([]byte(big))
+	if d := sink.Next(t); !d.Msg.Truncated || d.Msg.Size != len(big) || d.Msg.SHA256 != hex.EncodeToString(sum[:]) ||
+		string(d.Msg.Payload) != big[:1024] {
+		t.Fatalf("got truncated=%v size=%d sha256=%s, %d payload bytes", d.Msg.Truncated, d.Msg.Size, d.Msg.SHA256, len(d.Msg.Payload))
+	}
+	if d := sink.Next(t); string(d.Msg.Payload) != "small" || d.Msg.Truncated {
+		t.Fatalf("then got %+v", d.Msg)
+	}
+	testsink.Eventually(t, "both acknowledged", func() bool { return r.Stats().Acked == 2 })
+	if s := r.Stats(); s.TooLarge != 1 {
+		t.Fatalf("stats = %+v", s)
 	}
 }
