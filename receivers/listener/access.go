@@ -122,9 +122,12 @@ func (acl *ACL) mayPublish(topic string) bool {
 	return false
 }
 
-// maySubscribe reports whether filter (or a topic delivered to it) is
-// covered by one of the ACL's subscribe filters.
+// maySubscribe reports whether filter (or a topic delivered to it) is a
+// valid filter covered by one of the ACL's subscribe filters.
 func (acl *ACL) maySubscribe(filter string) bool {
+	if len(acl.Subscribe) == 0 || topics.ValidateFilter(filter) != nil {
+		return false
+	}
 	for _, f := range acl.Subscribe {
 		if topics.Covers(f, filter) {
 			return true
