@@ -4,46 +4,18 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 
-	mochi "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
-
 	"github.com/gobridge/gobridge/receivers/internal/testsink"
 )
-
-// startQoSBroker runs a mochi broker that grants at most maxQoS.
-func startQoSBroker(t *testing.T, maxQoS byte) string {
-	t.Helper()
-	caps := mochi.NewDefaultServerCapabilities()
-	caps.MaximumQos = maxQoS
-	srv := mochi.New(&mochi.Options{Capabilities: caps, Logger: testLogger(t)})
-	h := &harness{}
-	if err := srv.AddHook(h, nil); err != nil { // allows everyone
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.AddListener(listeners.NewNet("t", ln)); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	return "tcp://" + ln.Addr().String()
-}
 
 func TestReceiver_QoSGrants(t *testing.T) {
 	t.Parallel()
 	t.Run("QoS 0 for a QoS 1 subscription is not ready", func(t *testing.T) {
 		t.Parallel()
-		r := newReceiver(t, config(startQoSBroker(t, 0), "gobridge-qos0", "a/#"), testsink.New(true))
+		r := newReceiver(t, config(startBroker(t, 0), "gobridge-qos0", "a/#"), testsink.New(true))
 		run(t, r)
 		testsink.Eventually(t, "the downgrade reported", func() bool {
 			s := r.Status()
@@ -53,7 +25,7 @@ func TestReceiver_QoSGrants(t *testing.T) {
 	})
 	t.Run("QoS 1 for a QoS 2 subscription is ready", func(t *testing.T) {
 		t.Parallel()
-		o := config(startQoSBroker(t, 1), "gobridge-qos1", "a/#")
+		o := config(startBroker(t, 1), "gobridge-qos1", "a/#")
 		o.Topics[0].QoS = 2
 		r := newReceiver(t, o, testsink.New(true))
 		run(t, r)

@@ -188,8 +188,8 @@ func TestReceiver_ReconnectsAfterBrokerRestart(t *testing.T) {
 
 func TestReceiver_ReportsRefusedSubscription(t *testing.T) {
 	t.Parallel()
-	b := startOrderBroker(t, "nobody") // refuses filters under secret/
-	r := newReceiver(t, config(b.url, "gobridge-refused", "allowed/#", "secret/#"), testsink.New(true))
+	url := startBroker(t, 2) // refuses filters under secret/
+	r := newReceiver(t, config(url, "gobridge-refused", "allowed/#", "secret/#"), testsink.New(true))
 	run(t, r)
 	testsink.Eventually(t, "refusal reported", func() bool {
 		s := r.Status()
