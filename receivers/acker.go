@@ -151,10 +151,12 @@ func (a *Acker) Run(ctx context.Context) {
 	}
 }
 
+// release gives back a message's room; the counters go down first, so that
+// they never show more than the window holds.
 func (a *Acker) release(p *pending) {
-	a.w.bytes.Release(p.weight)
 	a.w.inFlight.Add(-1)
 	a.w.inFlightBytes.Add(-p.weight)
+	a.w.bytes.Release(p.weight)
 	<-a.slots
 }
 
