@@ -229,7 +229,6 @@ func (l *Listener) Run(ctx context.Context) error {
 	caps.MaximumClientWritesPending = int32(perSubscriber)
 	caps.ReceiveMaximum = 65535
 	caps.MaximumPacketSize = uint32(l.o.MaxPayloadBytes + PacketOverhead)
-	caps.MaximumClients = int64(l.o.MaxClients)
 	caps.MaximumSessionExpiryInterval = uint32(l.o.SessionExpiry / time.Second)
 	srv := mochi.New(&mochi.Options{
 		Capabilities: caps,
