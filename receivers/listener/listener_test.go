@@ -1,6 +1,7 @@
 package listener
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -332,4 +334,51 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestListener_OneComponentKeyPerLogLine: mochi's own log lines and the
+// listener's carry one component key each (mochi's logger once had
+// component=receiver and component=mochi).
+func TestListener_OneComponentKeyPerLogLine(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	l, err := New(Options{ID: "edge", Listen: "127.0.0.1:0", Topics: []string{"factory/#"}}, testsink.New(true),
+		slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, l, nil, nil)
+	publisher(t, b.url, nil).Disconnect(0)
+	b.stop()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	mochiLines := 0
+	for _, line := range lines {
+		if n := strings.Count(line, `"component":`); n != 1 {
+			t.Errorf("%d component keys in %s", n, line)
+		}
+		if strings.Contains(line, `"component":"mochi"`) {
+			mochiLines++
+		}
+	}
+	if mochiLines == 0 {
+		t.Fatalf("no line of mochi's among %d", len(lines))
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
