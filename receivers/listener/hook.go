@@ -122,21 +122,24 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 		l.win.Unrouted.Add(1)
 	}
 
+	// The acknowledgement keeps what it needs, not the packet: the payload
+	// of an oversized or denied message is not held until its turn.
 	released := make(chan struct{})
+	id, topic, retain, onward := pk.PacketID, pk.TopicName, pk.FixedHeader.Retain, m.Payload
 	ack := func() {
 		if qos == 2 {
 			close(released) // the read loop answers
 			return
 		}
 		if qos == 1 {
-			puback := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID, ReasonCode: reason.Code}
+			puback := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id, ReasonCode: reason.Code}
 			if err := cl.WritePacket(puback); err != nil {
 				l.log.Debug("puback not written; the publisher sends the message again", "client", cl.ID, "error", err)
 			}
 		}
 		if reason == packets.CodeSuccess {
-			if err := l.srv.Publish(pk.TopicName, pk.Payload, pk.FixedHeader.Retain, qos); err != nil {
-				l.log.Warn("route to embedded subscribers", "topic", pk.TopicName, "error", err)
+			if err := l.srv.Publish(topic, onward, retain, qos); err != nil {
+				l.log.Warn("route to embedded subscribers", "topic", topic, "error", err)
 			}
 		}
 	}

@@ -191,7 +191,9 @@ func (r *Receiver) handle(_ paho.Client, pm paho.Message) {
 	if m.Limit(r.o.MaxPayloadBytes) {
 		r.win.TooLarge.Add(1)
 	}
-	if done := r.acker.Add(r.ctx, len(m.Payload), m.QoS > 0, pm.Ack); done != nil {
+	// The whole payload counts, truncated or not: paho's Ack holds the
+	// packet until the acknowledgement.
+	if done := r.acker.Add(r.ctx, m.Size, m.QoS > 0, pm.Ack); done != nil {
 		r.toDispatch <- delivery{m: m, done: done}
 	}
 }
