@@ -162,7 +162,7 @@ func (rt *Runtime) buildReceivers(log *slog.Logger) error {
 				in.routes = append(in.routes, r)
 			}
 		}
-		rcv, err := newReceiverBackend(rc, rt.cfg.Bridge.ID, in, log)
+		rcv, err := newReceiverBackend(rc, in, log)
 		if err != nil {
 			return fmt.Errorf("bridge: receiver %s: %w", rc.ID, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/topics"
 )
 
 // ingest is the receivers.Sink of one receiver: it matches the message
@@ -43,7 +44,7 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 	mt.received.WithLabelValues(in.receiver).Inc()
 	var matched []*route
 	for _, r := range in.routes {
-		if routes.Match(r.cfg.Topic, m.Topic) {
+		if topics.Match(r.cfg.Topic, m.Topic) {
 			matched = append(matched, r)
 		}
 	}
@@ -62,7 +63,17 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		env := message.Envelope{
 			ID: message.NewID(), Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, ReceivedAt: m.ReceivedAt,
 		}
-		if !in.rt.dispatch(ctx, r, newMessage(env, nil), s.settle) {
+		ok := false
+		if m.Truncated {
+			// Never routed (DESIGN.md §11.1): an ingest dead letter of its
+			// first 1 KiB, or dropped and counted without an outbox store.
+			reason := fmt.Sprintf("%s: %d bytes, sha256 %s; the first %d bytes are kept",
+				receivers.ReasonPayloadTooLarge, m.Size, m.SHA256, len(m.Payload))
+			ok = in.rt.failAtIngest(ctx, r, newMessage(env, nil), reason, s.settle)
+		} else {
+			ok = in.rt.dispatch(ctx, r, newMessage(env, nil), s.settle)
+		}
+		if !ok {
 			return
 		}
 	}
