@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 
 	"github.com/gobridge/gobridge/message"
 
@@ -85,12 +87,54 @@ func compileProcessors(rc routes.RouteConfig) (func(*message.Envelope) (bool, st
 	}, nil
 }
 
-func newReceiverBackend(c routes.ReceiverConfig, bridgeID string, sink receivers.Sink, log *slog.Logger) (receiver, error) {
+// newReceiverBackend maps a receiver's config to its component's Options.
+func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.Logger) (receiver, error) {
+	o := c.Options
+	tc, err := tlsConfig(o.TLS, c.Type == routes.ReceiverMQTTListener)
+	if err != nil {
+		return nil, err
+	}
 	switch c.Type {
 	case routes.ReceiverMQTT:
-		return mqtt.New(c, bridgeID, sink, log)
+		subs := make([]mqtt.Subscription, len(c.Topics))
+		for i, t := range c.Topics {
+			qos := routes.DefaultQoS
+			if t.QoS != nil {
+				qos = *t.QoS
+			}
+			subs[i] = mqtt.Subscription{Filter: t.Topic, QoS: byte(qos)}
+		}
+		return mqtt.New(mqtt.Options{
+			ID: c.ID, BrokerURLs: o.BrokerURLs, ClientID: o.ClientID, CleanSession: o.CleanSession,
+			Username: o.Username, Password: string(o.Password), KeepAlive: o.KeepAlive.D(),
+			ConnectTimeout: o.ConnectTimeout.D(), TLS: tc, Topics: subs,
+			MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes,
+		}, sink, log)
 	case routes.ReceiverMQTTListener:
-		return listener.New(c, sink, log)
+		filters := make([]string, len(c.Topics))
+		for i, t := range c.Topics {
+			filters[i] = t.Topic
+		}
+		users := make([]listener.User, len(o.Users))
+		for i, u := range o.Users {
+			password := string(u.Password)
+			if password == "" && u.PasswordFile != "" {
+				// Until routes resolves *_file secrets at load time.
+				b, err := os.ReadFile(u.PasswordFile)
+				if err != nil {
+					return nil, fmt.Errorf("users[%d].password_file: %w", i, err)
+				}
+				password = strings.TrimRight(string(b), "\r\n")
+			}
+			users[i] = listener.User{Username: u.Username, Password: password, PasswordHash: string(u.PasswordHash),
+				ACL: listener.ACL{Publish: u.Publish, Subscribe: u.Subscribe}}
+		}
+		return listener.New(listener.Options{
+			ID: c.ID, Listen: o.Listen, Topics: filters, TLS: tc, Users: users,
+			AllowAnonymous: o.AllowAnonymous, Anonymous: listener.ACL{Publish: o.Anonymous.Publish, Subscribe: o.Anonymous.Subscribe},
+			MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes, MaxClients: o.MaxClients,
+			ConnectTimeout: o.ConnectTimeout.D(), Retain: o.Retain, SessionExpiry: o.SessionExpiry.D(),
+		}, sink, log)
 	}
 	return nil, fmt.Errorf("unknown receiver type %q", c.Type)
 }

@@ -245,7 +245,7 @@ func (b *Bridge) buildReceivers(log *slog.Logger) error {
 				in.routes = append(in.routes, r)
 			}
 		}
-		rcv, err := newReceiverBackend(rc, b.cfg.Bridge.ID, in, log)
+		rcv, err := newReceiverBackend(rc, in, log)
 		if err != nil {
 			return fmt.Errorf("bridge: receiver %s: %w", rc.ID, err)
 		}

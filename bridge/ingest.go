@@ -10,6 +10,7 @@ import (
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/topics"
 )
 
 // ingest is the receivers.Sink of one receiver: it matches each message
@@ -45,7 +46,7 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 	mt.received.WithLabelValues(in.receiver).Inc()
 	var matched []*route
 	for _, r := range in.routes {
-		if routes.Match(r.topic, m.Topic) {
+		if topics.Match(r.topic, m.Topic) {
 			matched = append(matched, r)
 		}
 	}
@@ -64,9 +65,10 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		env := message.Envelope{ID: message.NewID(), Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, ReceivedAt: m.ReceivedAt}
 		var ok bool
 		if m.Truncated {
-			mt.rejected.WithLabelValues(in.receiver, "payload_too_large").Inc()
-			reason := fmt.Sprintf("payload_too_large (payload %d bytes, sha256 %s; first %d bytes kept)",
-				m.Size, m.SHA256, len(m.Payload))
+			// Never routed (DESIGN.md §11.1): an ingest dead letter of its
+			// first 1 KiB, or dropped and counted without an outbox store.
+			reason := fmt.Sprintf("%s: %d bytes, sha256 %s; the first %d bytes are kept",
+				receivers.ReasonPayloadTooLarge, m.Size, m.SHA256, len(m.Payload))
 			ok = in.b.failAtIngest(ctx, r, env, reason, true, s.settle)
 		} else {
 			ok = in.b.dispatch(ctx, r, env, s.settle)

@@ -15,7 +15,6 @@ import (
 type metrics struct {
 	// ingest (per receiver)
 	received  *prometheus.CounterVec // gobridge_ingest_received_total{receiver}
-	rejected  *prometheus.CounterVec // gobridge_ingest_rejected_total{receiver,reason}
 	acked     *prometheus.CounterVec // gobridge_ingest_acked_total{receiver}
 	unmatched *prometheus.CounterVec // gobridge_ingest_unmatched_total{receiver}
 
@@ -65,7 +64,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m := &metrics{
 		received:  counter("ingest", "received_total", "Messages handed to gobridge by a receiver.", "receiver"),
-		rejected:  counter("ingest", "rejected_total", "Messages refused at ingest, by reason (payload_too_large: kept as a truncated dead letter, or dropped without an outbox store).", "receiver", "reason"),
 		acked:     counter("ingest", "acked_total", "Messages settled on every matched route and released for acknowledgement.", "receiver"),
 		unmatched: counter("ingest", "unmatched_total", "Messages that matched no route (acknowledged at once).", "receiver"),
 
@@ -119,7 +117,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.received, m.rejected, m.acked, m.unmatched,
+		m.received, m.acked, m.unmatched,
 		m.routeReceived, m.routeAcked, m.filtered, m.persisted,
 		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.abandoned, m.stale, m.direct, m.fallback, m.senderUp, m.sendSeconds, m.limit, m.inFlight,
 		m.pending, m.bytes, m.deadLetters, m.oldestAge, m.backpressure, m.appendSeconds, m.appendBatch, m.appendErrors,
@@ -163,18 +161,23 @@ var (
 	descReconnects = prometheus.NewDesc("gobridge_receiver_reconnects_total",
 		"Successful connections after the first (mqtt).", []string{"receiver"}, nil)
 	descDropped = prometheus.NewDesc("gobridge_receiver_dropped_total",
-		"QoS 0 messages dropped because the ingest queue was full (mqtt).", []string{"receiver"}, nil)
+		"QoS 0 messages dropped because the receiver's in-flight bound was reached (mqtt).", []string{"receiver"}, nil)
 	descAbandoned = prometheus.NewDesc("gobridge_receiver_abandoned_total",
 		"Messages left unacknowledged because the receiver stopped or lost its connection before they settled (they are sent again).", []string{"receiver"}, nil)
 	descUnrouted = prometheus.NewDesc("gobridge_receiver_unrouted_total",
 		"Messages the embedded listener accepted on topics none of its subscriptions match.", []string{"receiver"}, nil)
 	descRecvInFlight = prometheus.NewDesc("gobridge_receiver_in_flight",
 		"Messages received and not yet acknowledged.", []string{"receiver"}, nil)
+	descRecvInFlightBytes = prometheus.NewDesc("gobridge_receiver_in_flight_bytes",
+		"Payload bytes received and not yet acknowledged (bounded by max_inflight_bytes).", []string{"receiver"}, nil)
+	descRejected = prometheus.NewDesc("gobridge_ingest_rejected_total",
+		"Messages a receiver refused to route: payload_too_large (over max_payload_bytes: dead-lettered truncated, or dropped without an outbox store) or denied (the listener's publish ACL; acknowledged and discarded).",
+		[]string{"receiver", "reason"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (c receiverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReconnects, descDropped, descAbandoned, descUnrouted, descRecvInFlight} {
+	for _, d := range []*prometheus.Desc{descReconnects, descDropped, descAbandoned, descUnrouted, descRecvInFlight, descRecvInFlightBytes, descRejected} {
 		ch <- d
 	}
 }
@@ -192,6 +195,9 @@ func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAbandoned, prometheus.CounterValue, float64(st.Abandoned), nr.id)
 		ch <- prometheus.MustNewConstMetric(descUnrouted, prometheus.CounterValue, float64(st.Unrouted), nr.id)
 		ch <- prometheus.MustNewConstMetric(descRecvInFlight, prometheus.GaugeValue, float64(st.InFlight), nr.id)
+		ch <- prometheus.MustNewConstMetric(descRecvInFlightBytes, prometheus.GaugeValue, float64(st.InFlightBytes), nr.id)
+		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(st.TooLarge), nr.id, receivers.ReasonPayloadTooLarge)
+		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(st.Denied), nr.id, receivers.ReasonDenied)
 	}
 }
 

@@ -1,6 +1,8 @@
 // Package receivers defines how inbound MQTT messages reach gobridge's
 // routes. The backends are receivers/mqtt (a paho client of an existing
-// broker) and receivers/listener (an embedded mochi-mqtt broker).
+// broker) and receivers/listener (an embedded mochi-mqtt broker); both
+// acknowledge through the one in-order Acker of this package and pass the
+// conformance suite in receivers/receivertest.
 //
 // Each message is handed to a Sink together with a done callback. The
 // receiver acknowledges the message to its publisher or broker only after
@@ -10,7 +12,29 @@ package receivers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
+)
+
+// Defaults of the limits every receiver type takes.
+const (
+	// DefaultMaxPayloadBytes is the largest payload routed as it is; a
+	// larger one reaches the sink truncated.
+	DefaultMaxPayloadBytes = 256 << 10
+	// DefaultMaxInflightBytes bounds the payload bytes a receiver holds
+	// unacknowledged.
+	DefaultMaxInflightBytes = 64 << 20
+	// TruncatedBytes is how much of an oversized payload a truncated
+	// message keeps.
+	TruncatedBytes = 1024
+)
+
+// Rejection reasons, as counted in Stats and labelled in
+// gobridge_ingest_rejected_total{reason}.
+const (
+	ReasonPayloadTooLarge = "payload_too_large"
+	ReasonDenied          = "denied"
 )
 
 // Message is one inbound MQTT message.
@@ -23,14 +47,33 @@ type Message struct {
 	Retained   bool
 	Duplicate  bool
 	ReceivedAt time.Time
+	// Size is the size of the whole payload in bytes, also when Truncated.
+	Size int
 	// Truncated is set when the payload was larger than the receiver's
-	// max_payload_bytes: Payload holds only its first KiB, Size the full
-	// size and SHA256 the hex digest of the whole payload. The sink keeps
-	// it as a truncated dead letter (reason payload_too_large) and never
-	// routes it.
+	// max_payload_bytes: Payload then holds only its first TruncatedBytes
+	// and SHA256 identifies the whole. The sink must settle such a message
+	// as a dead letter with reason ReasonPayloadTooLarge (or drop and count
+	// it where there is nowhere to keep one), never route it.
 	Truncated bool
-	Size      int
-	SHA256    string
+	// SHA256 is the hex SHA-256 of the whole payload; set only when
+	// Truncated.
+	SHA256 string
+}
+
+// Limit truncates m when its payload is larger than max bytes (see
+// Truncated) and reports whether it did. It sets Size either way. The kept
+// prefix (the first TruncatedBytes) is a copy, so the large payload can be
+// freed.
+func (m *Message) Limit(max int) bool {
+	m.Size = len(m.Payload)
+	if m.Size <= max {
+		return false
+	}
+	sum := sha256.Sum256(m.Payload)
+	m.SHA256 = hex.EncodeToString(sum[:])
+	m.Payload = append([]byte(nil), m.Payload[:min(TruncatedBytes, m.Size)]...)
+	m.Truncated = true
+	return true
 }
 
 // Sink takes inbound messages. Accept may block to push back on the source
@@ -51,7 +94,8 @@ func (f SinkFunc) Accept(ctx context.Context, m Message, done func()) { f(ctx, m
 // Status is a receiver's health, for /readyz and metrics.
 type Status struct {
 	Connected bool
-	// Subscribed is true once every subscription was granted.
+	// Subscribed is true once every subscription was granted with the QoS
+	// it needs (a QoS 1/2 subscription granted QoS 0 is not).
 	Subscribed bool
 	// Reason says why the receiver is not ready; empty when it is.
 	Reason string
@@ -65,8 +109,9 @@ type Stats struct {
 	// Acked counts messages acknowledged after their done (QoS 0 messages
 	// count when settled).
 	Acked uint64
-	// Dropped counts QoS 0 messages dropped because the ingest queue was
-	// full (mqtt only: QoS 0 has no flow control).
+	// Dropped counts QoS 0 messages dropped because the receiver's
+	// in-flight bound was reached (mqtt only: QoS 0 has no flow control
+	// there; the listener holds the publisher back instead).
 	Dropped uint64
 	// Unrouted counts messages accepted by the embedded listener on topics
 	// that match none of its subscriptions (mqtt_listener only).
@@ -77,6 +122,14 @@ type Stats struct {
 	Abandoned uint64
 	// Reconnects counts successful connections after the first (mqtt only).
 	Reconnects uint64
+	// TooLarge counts payloads over max_payload_bytes, handed to the sink
+	// truncated (reason payload_too_large).
+	TooLarge uint64
+	// Denied counts publications the listener's ACL refused: acknowledged
+	// and discarded (reason denied; mqtt_listener only).
+	Denied uint64
 	// InFlight is the number of messages received and not yet acknowledged.
 	InFlight int
+	// InFlightBytes is the payload bytes of those messages.
+	InFlightBytes int64
 }

@@ -144,28 +144,74 @@ type ReceiverOptions struct {
 	// connection silent for 1.5 times it. Defaults to 30s; must be > 0 (0
 	// would turn keep-alive off).
 	KeepAlive Duration `yaml:"keep_alive,omitempty"`
-	// ConnectTimeout (mqtt) bounds one connection attempt. Defaults to 10s;
+	// ConnectTimeout bounds one connection attempt (mqtt), or how long a
+	// client may take to send its CONNECT (mqtt_listener). Defaults to 10s;
 	// must be > 0.
 	ConnectTimeout Duration `yaml:"connect_timeout,omitempty"`
+	// MaxPayloadBytes: a larger payload becomes an ingest dead letter
+	// (payload_too_large) holding its first 1 KiB. 1..268435456; defaults
+	// to 262144.
+	MaxPayloadBytes int `yaml:"max_payload_bytes,omitempty" validate:"min=1,max=268435456"`
+	// MaxInflightBytes bounds the payload bytes received and not yet
+	// acknowledged (mqtt_listener: across all publishers). Defaults to
+	// 67108864 (64 MiB).
+	MaxInflightBytes int `yaml:"max_inflight_bytes,omitempty" validate:"min=1"`
 	// Listen (mqtt_listener) is the TCP address to accept publishers on.
 	// Defaults to 127.0.0.1:1883.
 	Listen string `yaml:"listen,omitempty"`
-	// Users (mqtt_listener) may connect; none means anonymous access.
+	// Users (mqtt_listener) may connect.
 	Users []User `yaml:"users,omitempty" validate:"dive"`
-	TLS   TLS    `yaml:"tls,omitempty"`
+	// AllowAnonymous (mqtt_listener) lets clients without a username
+	// connect. Without it they may only on a loopback listen with no users
+	// (a warning).
+	AllowAnonymous bool `yaml:"allow_anonymous,omitempty"`
+	// Anonymous (mqtt_listener) is the ACL of anonymous clients.
+	Anonymous ACL `yaml:"anonymous,omitempty"`
+	// MaxClients (mqtt_listener) bounds the open connections. Defaults to
+	// 1024.
+	MaxClients int `yaml:"max_clients,omitempty" validate:"omitempty,min=1"`
+	// Retain (mqtt_listener) keeps retained messages; false (the default)
+	// strips the retain flag.
+	Retain bool `yaml:"retain,omitempty"`
+	// SessionExpiry (mqtt_listener) caps how long a disconnected persistent
+	// session is kept. Defaults to 1h.
+	SessionExpiry Duration `yaml:"session_expiry,omitempty"`
+	TLS           TLS      `yaml:"tls,omitempty"`
 }
 
 // User is one account of the embedded listener.
 type User struct {
 	Username string `yaml:"username,omitempty" validate:"required"`
-	Password Secret `yaml:"password,omitempty"`
+	// Password, PasswordFile (a file holding the password) or PasswordHash
+	// (bcrypt): one of them, or none for a user that connects only with a
+	// client certificate of its name (tls.client_ca_file).
+	Password     Secret `yaml:"password,omitempty"`
+	PasswordFile string `yaml:"password_file,omitempty"`
+	PasswordHash Secret `yaml:"password_hash,omitempty"`
+	// Publish are the topic filters the user may publish to; defaults to
+	// the receiver's topics.
+	Publish []string `yaml:"publish,omitempty"`
+	// Subscribe are the topic filters the user may subscribe to; none by
+	// default.
+	Subscribe []string `yaml:"subscribe,omitempty"`
+}
+
+// ACL lists the topic filters clients may publish and subscribe to.
+type ACL struct {
+	// Publish defaults to the receiver's topics.
+	Publish []string `yaml:"publish,omitempty"`
+	// Subscribe defaults to none.
+	Subscribe []string `yaml:"subscribe,omitempty"`
 }
 
 // TLS holds TLS settings; empty fields mean "not used".
 type TLS struct {
-	CAFile             string `yaml:"ca_file,omitempty"`
-	CertFile           string `yaml:"cert_file,omitempty"`
-	KeyFile            string `yaml:"key_file,omitempty"`
+	CAFile   string `yaml:"ca_file,omitempty"`
+	CertFile string `yaml:"cert_file,omitempty"`
+	KeyFile  string `yaml:"key_file,omitempty"`
+	// ClientCAFile (mqtt_listener) requires client certificates signed by
+	// these CAs.
+	ClientCAFile       string `yaml:"client_ca_file,omitempty"`
 	InsecureSkipVerify bool   `yaml:"insecure_skip_verify,omitempty"`
 }
 

@@ -37,6 +37,10 @@ const (
 	DefaultMaxOutboxBytes   = 1 << 30
 	DefaultMaxDeadLetters   = 100_000
 	DefaultMaxReplay        = 5
+	DefaultMaxPayloadBytes  = 262144
+	DefaultMaxInflightBytes = 64 << 20
+	DefaultMaxClients       = 1024
+	DefaultSessionExpiry    = time.Hour
 )
 
 // setDefaults fills every unset field with its default. It is the only
@@ -75,13 +79,18 @@ func (c *Config) setDefaults() {
 
 	for i := range c.Receivers {
 		r := &c.Receivers[i]
+		o := &r.Options
+		o.ConnectTimeout = cmp.Or(o.ConnectTimeout, Duration(DefaultConnectTimeout))
+		o.MaxPayloadBytes = cmp.Or(o.MaxPayloadBytes, DefaultMaxPayloadBytes)
+		o.MaxInflightBytes = cmp.Or(o.MaxInflightBytes, DefaultMaxInflightBytes)
 		switch r.Type {
 		case ReceiverMQTT:
-			r.Options.ClientID = cmp.Or(r.Options.ClientID, DefaultClientIDPrefix+b.ID)
-			r.Options.KeepAlive = cmp.Or(r.Options.KeepAlive, Duration(DefaultKeepAlive))
-			r.Options.ConnectTimeout = cmp.Or(r.Options.ConnectTimeout, Duration(DefaultConnectTimeout))
+			o.ClientID = cmp.Or(o.ClientID, DefaultClientIDPrefix+b.ID)
+			o.KeepAlive = cmp.Or(o.KeepAlive, Duration(DefaultKeepAlive))
 		case ReceiverMQTTListener:
-			r.Options.Listen = cmp.Or(r.Options.Listen, DefaultListenerAddr)
+			o.Listen = cmp.Or(o.Listen, DefaultListenerAddr)
+			o.MaxClients = cmp.Or(o.MaxClients, DefaultMaxClients)
+			o.SessionExpiry = cmp.Or(o.SessionExpiry, Duration(DefaultSessionExpiry))
 		}
 		for j := range r.Topics {
 			if r.Topics[j].QoS == nil {

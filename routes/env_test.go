@@ -21,6 +21,7 @@ stores:
 receivers:
   - id: edge
     type: mqtt_listener
+    options: {allow_anonymous: true}
     topics:
       - topic: "#"
         qos: %s
@@ -93,7 +94,7 @@ func TestParse_EnvErrors(t *testing.T) {
 	for _, p := range probs {
 		rules = append(rules, fmt.Sprintf("%d:%s", p.Line, p.Rule))
 	}
-	if got, want := strings.Join(rules, " "), "3:env 12:env 25:env"; got != want {
+	if got, want := strings.Join(rules, " "), "3:env 13:env 26:env"; got != want {
 		t.Fatalf("problems %q, want %q\n%v", got, want, probs)
 	}
 	if !strings.Contains(probs[0].Message, "MISSING") {
@@ -139,10 +140,10 @@ func TestSecret_NeverPrints(t *testing.T) {
 func TestConfig_Position(t *testing.T) {
 	cfg, _ := load(t, fmt.Sprintf(minimal, "x", "1", "5s"), nil)
 	for path, want := range map[string][2]int{
-		"routes[0].policy.send_timeout": {25, 21},
-		"routes[0].policy.ttl":          {25, 7}, // absent: the policy block
-		"routes[0].session.id":          {23, 11},
-		"routes[5].topic":               {17, 3}, // absent route: the list
+		"routes[0].policy.send_timeout": {26, 21},
+		"routes[0].policy.ttl":          {26, 7}, // absent: the policy block
+		"routes[0].session.id":          {24, 11},
+		"routes[5].topic":               {18, 3}, // absent route: the list
 		"":                              {1, 1},
 	} {
 		l, c := cfg.Position(path)
@@ -151,7 +152,7 @@ func TestConfig_Position(t *testing.T) {
 		}
 	}
 	p := cfg.Errorf("routes[0].policy.send_timeout", "expr", "bad %s", "thing")
-	if got := p.String(); got != "test.yaml:25:21: expr: bad thing" {
+	if got := p.String(); got != "test.yaml:26:21: expr: bad thing" {
 		t.Errorf("problem = %q", got)
 	}
 }

@@ -15,6 +15,7 @@ bridge:
 receivers:
   - id: edge
     type: mqtt_listener
+    options: {allow_anonymous: true}
     topics:
       - topic: "factory/#"
 senders:
@@ -38,16 +39,6 @@ routes:
 	_ = problems.WriteText(os.Stdout)
 	fmt.Println(problems.HasErrors(), cfg.Routes[0].DeliveryMode, cfg.Routes[0].AckAfter)
 	// Output:
-	// line-7.yaml:18:21: duration: routes[0].policy.send_timeout: "5" has no unit; write a duration such as "5s"
+	// line-7.yaml:19:21: duration: routes[0].policy.send_timeout: "5" has no unit; write a duration such as "5s"
 	// true direct_hold target_accept
-}
-
-func ExampleMatch() {
-	fmt.Println(routes.Match("factory/+/telemetry", "factory/line-1/telemetry"))
-	fmt.Println(routes.Match("$share/gobridge/factory/#", "factory/line-1/alarms"))
-	fmt.Println(routes.Match("#", "$SYS/uptime"))
-	// Output:
-	// true
-	// true
-	// false
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
@@ -63,107 +62,4 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("config changed on a round trip:\n%s\n---\n%s", out, out2)
 		}
 	})
-}
-
-// FuzzMatch checks Match against a straightforward split-based matcher.
-func FuzzMatch(f *testing.F) {
-	f.Add("a/+/c", "a/b/c")
-	f.Add("a/#", "a")
-	f.Add("#", "$SYS/x")
-	f.Add("$share/g/+/x", "a/x")
-	f.Fuzz(func(t *testing.T, filter, topic string) {
-		if routes.ValidateFilter(filter) != nil || strings.ContainsAny(topic, "+#") {
-			return
-		}
-		if got, want := routes.Match(filter, topic), refMatch(filter, topic); got != want {
-			t.Fatalf("Match(%q, %q) = %v, reference says %v", filter, topic, got, want)
-		}
-	})
-}
-
-func refMatch(filter, topic string) bool {
-	if strings.HasPrefix(filter, "$share/") {
-		_, rest, _ := strings.Cut(filter[len("$share/"):], "/")
-		filter = rest
-	}
-	fs, ts := strings.Split(filter, "/"), strings.Split(topic, "/")
-	if strings.HasPrefix(topic, "$") && (fs[0] == "+" || fs[0] == "#") {
-		return false
-	}
-	for i, f := range fs {
-		if f == "#" {
-			return true
-		}
-		if i >= len(ts) || (f != "+" && f != ts[i]) {
-			return false
-		}
-	}
-	return len(fs) == len(ts)
-}
-
-// FuzzOverlaps checks Overlaps against a search for a topic that matches
-// both filters: a topic built, level by level, from the literal levels of
-// either filter or a fresh "z", at most one level longer than the longer
-// filter. Every shortest common topic has that form, so the search is
-// complete.
-func FuzzOverlaps(f *testing.F) {
-	f.Add("a/+/c", "a/b/#")
-	f.Add("#", "$SYS/x")
-	f.Add("$share/g/a/#", "a")
-	f.Add("+/+", "/")
-	f.Add("a/+/#", "a")
-	f.Fuzz(func(t *testing.T, a, b string) {
-		if routes.ValidateFilter(a) != nil || routes.ValidateFilter(b) != nil {
-			return
-		}
-		if strings.Count(a, "/") > 6 || strings.Count(b, "/") > 6 {
-			return // keep the search small
-		}
-		got, want := routes.Overlaps(a, b), refOverlaps(a, b)
-		if got != want {
-			t.Fatalf("Overlaps(%q, %q) = %v, the search says %v", a, b, got, want)
-		}
-		if routes.Overlaps(b, a) != got {
-			t.Fatalf("Overlaps(%q, %q) is not symmetric", a, b)
-		}
-	})
-}
-
-func refOverlaps(a, b string) bool {
-	levels := func(f string) []string {
-		if strings.HasPrefix(f, "$share/") {
-			_, f, _ = strings.Cut(f[len("$share/"):], "/")
-		}
-		return strings.Split(f, "/")
-	}
-	x, y := levels(a), levels(b)
-	n := max(len(x), len(y)) + 1
-	choices := func(i int) []string {
-		c := []string{"z"}
-		for _, fl := range [][]string{x, y} {
-			if i < len(fl) && fl[i] != "+" && fl[i] != "#" {
-				c = append(c, fl[i])
-			}
-		}
-		return c
-	}
-	var try func(prefix []string) bool
-	try = func(prefix []string) bool {
-		if len(prefix) > 0 {
-			topic := strings.Join(prefix, "/")
-			if routes.Match(a, topic) && routes.Match(b, topic) {
-				return true
-			}
-		}
-		if len(prefix) == n {
-			return false
-		}
-		for _, l := range choices(len(prefix)) {
-			if try(append(prefix, l)) {
-				return true
-			}
-		}
-		return false
-	}
-	return try(nil)
 }

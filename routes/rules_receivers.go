@@ -2,11 +2,18 @@ package routes
 
 import (
 	"fmt"
+	"net"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/gobridge/gobridge/topics"
 )
 
 var receiverOptions = map[string][]string{
-	ReceiverMQTT:         {"broker_urls", "client_id", "clean_session", "username", "password", "keep_alive", "connect_timeout", "tls"},
-	ReceiverMQTTListener: {"listen", "users", "tls"},
+	ReceiverMQTT: {"broker_urls", "client_id", "clean_session", "username", "password", "keep_alive", "connect_timeout",
+		"max_payload_bytes", "max_inflight_bytes", "tls"},
+	ReceiverMQTTListener: {"listen", "users", "allow_anonymous", "anonymous", "max_clients", "connect_timeout",
+		"retain", "session_expiry", "max_payload_bytes", "max_inflight_bytes", "tls"},
 }
 
 var senderOptions = map[string][]string{
@@ -41,20 +48,22 @@ func (c *Config) checkReceivers(add func(Problem)) {
 			if err := checkListenAddr(r.Options.Listen); err != nil {
 				add(c.Errorf(path+".options.listen", "listen", "%s.options.listen: %v", path, err))
 			}
+			c.checkListenerAccess(add, path+".options", r.Options)
 		}
+		c.checkReceiverLimits(add, path+".options", r.Options)
 		c.checkTLS(add, path+".options.tls", r.Options.TLS, r.Type == ReceiverMQTTListener)
 		feeds := c.routesOf(r.ID)
 		for j, s := range r.Topics {
 			tp := fmt.Sprintf("%s.topics[%d]", path, j)
 			if s.Topic != "" {
-				if err := ValidateFilter(s.Topic); err != nil {
+				if err := topics.ValidateFilter(s.Topic); err != nil {
 					add(c.Errorf(tp+".topic", "topic-filter", "%s.topic: %v", tp, err))
 					continue
 				}
 			}
 			if s.QoS != nil && *s.QoS == 0 {
 				for _, rt := range feeds {
-					if Overlaps(s.Topic, rt.Topic) {
+					if topics.Overlaps(s.Topic, rt.Topic) {
 						add(c.Warnf(tp+".qos", "qos0", "%s subscribes to %q with QoS 0, feeding route %q: the broker may drop such messages before gobridge sees them; use qos: 1",
 							tp, s.Topic, rt.ID))
 						break
@@ -81,6 +90,91 @@ func (c *Config) checkTLS(add func(Problem), path string, t TLS, server bool) {
 	if server && t.InsecureSkipVerify {
 		add(c.Errorf(path+".insecure_skip_verify", "option", "%s.insecure_skip_verify applies to clients only", path))
 	}
+	switch {
+	case !server && t.ClientCAFile != "":
+		add(c.Errorf(path+".client_ca_file", "option", "%s.client_ca_file applies to the embedded listener only", path))
+	case t.ClientCAFile != "" && t.CertFile == "":
+		add(c.Errorf(path+".client_ca_file", "tls", "%s: client_ca_file needs cert_file and key_file (client certificates need a TLS listener)", path))
+	}
+}
+
+// checkListenerAccess checks who may connect to an embedded listener
+// (DESIGN.md §11.4): anonymous access only with allow_anonymous, or on a
+// loopback listen with no users (a warning); passwords and ACL filters.
+func (c *Config) checkListenerAccess(add func(Problem), path string, o ReceiverOptions) {
+	certs := o.TLS.ClientCAFile != ""
+	anonymous := o.AllowAnonymous || (len(o.Users) == 0 && !certs && isLoopback(o.Listen))
+	switch {
+	case o.AllowAnonymous || len(o.Users) > 0 || certs || checkListenAddr(o.Listen) != nil:
+	case !anonymous:
+		add(c.Errorf(path+".listen", "listener-anonymous",
+			"%s: the listener on %s (not a loopback address) has no users and no tls.client_ca_file, so anyone on the network could publish; add users, or set allow_anonymous: true to accept that", path, o.Listen))
+	default:
+		add(c.Warnf(path+".listen", "listener-anonymous",
+			"%s: no users, so any local client may connect to %s and publish; add users, or set allow_anonymous: true to say so", path, o.Listen))
+	}
+	if !anonymous && (o.Anonymous.Publish != nil || o.Anonymous.Subscribe != nil) {
+		add(c.Errorf(path+".anonymous", "listener-anonymous", "%s.anonymous applies only when anonymous clients may connect (allow_anonymous: true)", path))
+	}
+	c.checkACL(add, path+".anonymous", o.Anonymous.Publish, o.Anonymous.Subscribe)
+	seen := map[string]bool{}
+	for i, u := range o.Users {
+		up := fmt.Sprintf("%s.users[%d]", path, i)
+		if seen[u.Username] {
+			add(c.Errorf(up+".username", "duplicate-id", "%s.username: %q is listed twice", up, u.Username))
+		}
+		seen[u.Username] = true
+		switch {
+		case u.PasswordHash != "" && (u.Password != "" || u.PasswordFile != ""):
+			add(c.Errorf(up+".password_hash", "user-password", "%s: password_hash excludes password and password_file", up))
+		case u.PasswordHash == "" && u.Password == "" && u.PasswordFile == "" && !certs:
+			add(c.Errorf(up, "user-password", "%s has no password, password_file or password_hash (and no tls.client_ca_file to log in with a certificate)", up))
+		}
+		if u.PasswordHash != "" {
+			if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
+				add(c.Errorf(up+".password_hash", "password-hash", "%s.password_hash is not a bcrypt hash (such as htpasswd -nbB or mosquitto_passwd makes): %v", up, err))
+			}
+		}
+		c.checkACL(add, up, u.Publish, u.Subscribe)
+	}
+}
+
+func (c *Config) checkACL(add func(Problem), path string, publish, subscribe []string) {
+	for _, l := range []struct {
+		key     string
+		filters []string
+	}{{"publish", publish}, {"subscribe", subscribe}} {
+		for i, f := range l.filters {
+			if err := topics.ValidateFilter(f); err != nil {
+				p := fmt.Sprintf("%s.%s[%d]", path, l.key, i)
+				add(c.Errorf(p, "topic-filter", "%s: %v", p, err))
+			}
+		}
+	}
+}
+
+// checkReceiverLimits checks max_inflight_bytes against max_payload_bytes,
+// and warns that without an outbox store an oversized message cannot be
+// dead-lettered.
+func (c *Config) checkReceiverLimits(add func(Problem), path string, o ReceiverOptions) {
+	if o.MaxPayloadBytes <= 256<<20 && o.MaxInflightBytes > 0 && o.MaxInflightBytes < o.MaxPayloadBytes {
+		add(c.Errorf(path+".max_inflight_bytes", "range", "%s.max_inflight_bytes (%d) must be at least max_payload_bytes (%d)",
+			path, o.MaxInflightBytes, o.MaxPayloadBytes))
+	}
+	if c.Stores.Outbox == nil && c.Has(path+".max_payload_bytes") {
+		add(c.Warnf(path+".max_payload_bytes", "payload-without-outbox",
+			"%s.max_payload_bytes: there is no stores.outbox, so a larger message is dropped and counted, not dead-lettered; configure stores.outbox to keep it", path))
+	}
+}
+
+// isLoopback reports whether a listen address accepts only local clients.
+func isLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
 // checkListenConflicts reports two servers configured on one address.

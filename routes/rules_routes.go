@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/gobridge/gobridge/topics"
 )
 
 // processorOptions lists the options each processor type reads.
@@ -56,7 +58,7 @@ func (c *Config) checkRoutes(add func(Problem)) {
 			add(c.Errorf(path+".sender", "unknown-sender", "%s.sender: no sender has id %q (senders: %s)", path, r.Sender, idList(c.senderIDs())))
 		}
 		if r.Topic != "" {
-			if err := ValidateFilter(r.Topic); err != nil {
+			if err := topics.ValidateFilter(r.Topic); err != nil {
 				add(c.Errorf(path+".topic", "topic-filter", "%s.topic: %v", path, err))
 			} else if rcv != nil && !coveredBy(rcv, r.Topic) {
 				add(c.Errorf(path+".topic", "topic-not-covered", "%s.topic %q is not covered by any subscription of receiver %q (%s)",
@@ -80,7 +82,7 @@ func (c *Config) checkRoutes(add func(Problem)) {
 
 func coveredBy(rcv *ReceiverConfig, topic string) bool {
 	for _, s := range rcv.Topics {
-		if ValidateFilter(s.Topic) == nil && Covers(s.Topic, topic) {
+		if topics.ValidateFilter(s.Topic) == nil && topics.Covers(s.Topic, topic) {
 			return true
 		}
 	}

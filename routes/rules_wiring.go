@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/gobridge/gobridge/topics"
 )
 
 // Rules about how receivers, routes and senders connect: nothing a
@@ -31,38 +33,38 @@ func (c *Config) checkUnroutedSubscriptions(add func(Problem)) {
 		if r.ID == "" || c.isBroken(path) {
 			continue
 		}
-		var topics []string
+		var filters []string
 		unsure := false
 		for j, rt := range c.Routes {
 			if rt.Receiver != r.ID {
 				continue
 			}
-			if ValidateFilter(rt.Topic) != nil || c.isBroken(fmt.Sprintf("routes[%d].topic", j)) {
+			if topics.ValidateFilter(rt.Topic) != nil || c.isBroken(fmt.Sprintf("routes[%d].topic", j)) {
 				unsure = true // reported on its own; do not guess
 				continue
 			}
-			topics = append(topics, rt.Topic)
+			filters = append(filters, rt.Topic)
 		}
 		if unsure {
 			continue
 		}
-		if len(topics) == 0 && len(r.Topics) > 0 {
+		if len(filters) == 0 && len(r.Topics) > 0 {
 			add(c.Errorf(path+".id", "unrouted-subscription",
 				"%s: no route takes messages from receiver %q: everything it receives would be acknowledged and discarded; add a route with receiver: %s, or remove the receiver",
 				path, r.ID, r.ID))
 			continue
 		}
 		for j, s := range r.Topics {
-			if ValidateFilter(s.Topic) != nil {
+			if topics.ValidateFilter(s.Topic) != nil {
 				continue // the topic-filter rule reports it
 			}
-			if slices.ContainsFunc(topics, func(t string) bool { return Overlaps(s.Topic, t) }) {
+			if slices.ContainsFunc(filters, func(t string) bool { return topics.Overlaps(s.Topic, t) }) {
 				continue
 			}
 			tp := fmt.Sprintf("%s.topics[%d].topic", path, j)
 			add(c.Errorf(tp, "unrouted-subscription",
 				"%s: no route of receiver %q matches any topic %q delivers (its routes: %s): such messages would be acknowledged and discarded; add a route for them or remove the subscription",
-				tp, r.ID, s.Topic, quoteList(topics)))
+				tp, r.ID, s.Topic, quoteList(filters)))
 		}
 	}
 }

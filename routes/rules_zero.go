@@ -18,6 +18,10 @@ var zeroFields = map[string]string{
 	"stores.outbox.options.done_retention":         "", // keep no delivered tombstones
 	"receivers[].topics[].qos":                     "", // QoS 0, at most once (warned when it feeds a route)
 	"receivers[].options.keep_alive":               "it turns MQTT keep-alive off, so a dead connection to the broker would go unnoticed",
+	"receivers[].options.max_clients":              "no client could ever connect",
+	"receivers[].options.session_expiry":           "", // sessions end when their client disconnects
+	"receivers[].options.max_payload_bytes":        "every payload would be a dead letter",
+	"receivers[].options.max_inflight_bytes":       "gobridge could never read a message",
 	"receivers[].options.connect_timeout":          "a connection attempt to an unresponsive broker would never time out",
 	"senders[].options.batch_size":                 "SendMessageBatch takes 1 to 10 messages",
 	"senders[].options.timeout":                    "a request to a target that never answers would never time out",

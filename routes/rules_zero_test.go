@@ -15,7 +15,7 @@ bridge: {id: test}
 stores:
   outbox: {type: sqlite, options: {done_retention: %s}}
 receivers:
-  - {id: edge, type: mqtt_listener, topics: [{topic: "#"}]}
+  - {id: edge, type: mqtt_listener, options: {allow_anonymous: true}, topics: [{topic: "#"}]}
 senders:
   - {id: out, type: stdout}
 routes:

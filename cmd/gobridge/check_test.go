@@ -204,7 +204,7 @@ func TestCheck_LiteralNameWithGlobCharacters(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, _ := gobridge(t, "check", file)
-	if code != exitOK || !strings.HasPrefix(out, file+":15:9: unused-sender: warning: ") {
+	if code != exitOK || !strings.HasPrefix(out, file+":16:9: unused-sender: warning: ") {
 		t.Errorf("exit %d, output:\n%s", code, out)
 	}
 }
@@ -251,7 +251,7 @@ func TestCheck_ReportsExpressionErrors(t *testing.T) {
 	cfg := `version: 1
 bridge: {id: test}
 receivers:
-  - {id: edge, type: mqtt_listener, topics: [{topic: "#"}]}
+  - {id: edge, type: mqtt_listener, options: {allow_anonymous: true}, topics: [{topic: "#"}]}
 senders:
   - {id: out, type: stdout}
 routes:

@@ -2,17 +2,18 @@ package listener
 
 import (
 	"bytes"
-	"crypto/subtle"
-	"sync"
+	"crypto/tls"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/gobridge/gobridge/receivers"
+	"github.com/gobridge/gobridge/topics"
 )
 
-// hook authenticates publishers and hands their messages to the sink.
+// hook authenticates clients, enforces their ACLs and limits, and hands
+// messages to the sink.
 type hook struct {
 	mochi.HookBase
 	l *Listener
@@ -21,40 +22,66 @@ type hook struct {
 func (h *hook) ID() string { return "gobridge-listener" }
 
 func (h *hook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPublish, mochi.OnDisconnect}, []byte{b})
+	return bytes.Contains([]byte{mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPublish,
+		mochi.OnDisconnect, mochi.OnWill, mochi.OnPacketEncode}, []byte{b})
 }
 
-// OnConnectAuthenticate allows everyone when no users are configured, and
-// otherwise only a known username with its password.
-func (h *hook) OnConnectAuthenticate(_ *mochi.Client, pk packets.Packet) bool {
-	if h.l.users == nil {
-		return true
+// OnConnectAuthenticate admits a client by its identity (see access) and
+// records the identity as the client's username, for its ACL. A will on a
+// topic outside the client's publish ACL refuses the connection.
+func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
+	a := h.l.access
+	identity, ok := a.authenticate(string(pk.Connect.Username), pk.Connect.Password, certName(cl))
+	why := "bad credentials"
+	if ok && pk.Connect.WillFlag && !a.acl(identity).mayPublish(pk.Connect.WillTopic) {
+		ok, why = false, "will topic not allowed"
 	}
-	want, ok := h.l.users[string(pk.Connect.Username)]
 	if !ok {
-		subtle.ConstantTimeCompare(pk.Connect.Password, pk.Connect.Password) // same work either way
+		if n := h.l.refused.Add(1); n&(n-1) == 0 {
+			h.l.log.Warn("connection refused", "why", why, "remote", cl.Net.Remote, "username", string(pk.Connect.Username), "count", n)
+		}
 		return false
 	}
-	return subtle.ConstantTimeCompare([]byte(want), pk.Connect.Password) == 1
+	cl.Properties.Username = []byte(identity)
+	return true
 }
 
-// OnACLCheck lets every authenticated client publish and subscribe.
-func (h *hook) OnACLCheck(*mochi.Client, string, bool) bool { return true }
+// certName is the common name of the client's verified certificate, or "".
+func certName(cl *mochi.Client) string {
+	if c, ok := cl.Net.Conn.(*tls.Conn); ok {
+		if certs := c.ConnectionState().VerifiedChains; len(certs) > 0 {
+			return certs[0][0].Subject.CommonName
+		}
+	}
+	return ""
+}
 
-// OnPublish runs in the publisher's read loop, before mochi would write
-// the PUBACK/PUBREC.
-//
-// QoS 0 and 1: it queues the message on the connection's pubAcker (waiting
-// while PublisherWindow messages are unsettled), hands it to the sink and
-// rejects the packet, so mochi writes no PUBACK and routes nothing; the
-// pubAcker writes the PUBACK after done, in arrival order, and routes the
-// message to the embedded broker's subscribers. The read loop moves on to
-// the next message at once, so one publisher can have many messages in
-// flight.
-//
-// QoS 2: it waits for done and returns, and mochi then writes the PUBREC
-// and runs the PUBREL/PUBCOMP exchange; one QoS 2 message per publisher is
-// in flight at a time.
+// OnACLCheck allows a subscription (and a delivery to it) covered by the
+// client's subscribe ACL; a refused subscription gets SUBACK 0x80 (MQTT 5:
+// 0x87). Publications are checked in OnPublish, which acknowledges a
+// denied one: mochi would disconnect an MQTT 3.1.1 publisher instead.
+func (h *hook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
+	return write || h.l.access.acl(string(cl.Properties.Username)).maySubscribe(topic)
+}
+
+// OnWill strips the retain flag of a will unless retained messages are kept.
+func (h *hook) OnWill(_ *mochi.Client, w mochi.Will) (mochi.Will, error) {
+	w.Retain = w.Retain && h.l.o.Retain
+	return w, nil
+}
+
+// OnPacketEncode tells MQTT 5 clients the hard packet limit in the CONNACK.
+func (h *hook) OnPacketEncode(_ *mochi.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Connack {
+		pk.Properties.MaximumPacketSize = uint32(h.l.o.MaxPayloadBytes + PacketOverhead)
+	}
+	return pk
+}
+
+// OnPublish runs in the publisher's read loop, before mochi would write the
+// PUBACK/PUBREC (see the package documentation for the flow). It waits
+// while the connection's acker or the receiver's byte window is full, and
+// while the sink pushes back.
 //
 // If Run's ctx ends first, the publisher's connection is dropped and the
 // packet rejected, so no acknowledgement is sent for an unsettled message.
@@ -63,81 +90,116 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	if cl.Net.Inline {
 		return pk, nil // the broker's own publications are not ingested again
 	}
-	if !l.matches(pk.TopicName) {
-		l.unrouted.Add(1)
-		return pk, nil
-	}
 	if !l.enter() {
 		cl.Stop(errShutdown)
 		return pk, packets.ErrRejectPacket
 	}
 	defer l.hooks.Done()
-
-	ctx := l.ctx
-	m := receivers.Message{
-		Receiver:   l.id,
-		Topic:      pk.TopicName,
-		Payload:    pk.Payload,
-		QoS:        pk.FixedHeader.Qos,
-		Retained:   pk.FixedHeader.Retain,
-		Duplicate:  pk.FixedHeader.Dup,
-		ReceivedAt: time.Now(),
-	}
-	done := make(chan struct{})
-	var once sync.Once
-	// done may be called from any goroutine, exactly once; a second call is
-	// ignored rather than a panic on a closed channel.
-	settle := func() { once.Do(func() { close(done) }) }
-
-	if pk.FixedHeader.Qos < 2 {
-		a := l.acker(cl)
-		if a == nil || ctx.Err() != nil {
-			cl.Stop(errShutdown)
-			return pk, packets.ErrRejectPacket
-		}
-		l.inFlight.Add(1) // before the acker can see it, so it never goes negative
-		select {
-		case a.queue <- &pendingPub{pk: pk, done: done}:
-		case <-ctx.Done():
-			l.inFlight.Add(-1)
-			cl.Stop(errShutdown)
-			return pk, packets.ErrRejectPacket
-		}
-		l.received.Add(1)
-		l.sink.Accept(ctx, m, settle)
-		return pk, packets.ErrRejectPacket // the pubAcker acknowledges and routes
-	}
-
-	l.received.Add(1)
-	l.inFlight.Add(1)
-	defer l.inFlight.Add(-1)
-	l.sink.Accept(ctx, m, settle)
-	select {
-	case <-done:
-		l.acked.Add(1)
-		return pk, nil
-	case <-ctx.Done():
-		select {
-		case <-done: // settled just in time
-			l.acked.Add(1)
-			return pk, nil
-		default:
-		}
-		l.abandoned.Add(1)
-		l.log.Debug("stopping: message not settled, publisher disconnected without acknowledgement",
-			"client", cl.ID, "topic", pk.TopicName)
+	a := l.acker(cl)
+	if a == nil {
 		cl.Stop(errShutdown)
 		return pk, packets.ErrRejectPacket
 	}
+	pk.FixedHeader.Retain = pk.FixedHeader.Retain && l.o.Retain
+	qos := pk.FixedHeader.Qos
+	m := receivers.Message{
+		Receiver: l.o.ID, Topic: pk.TopicName, Payload: pk.Payload, QoS: qos,
+		Retained: pk.FixedHeader.Retain, Duplicate: pk.FixedHeader.Dup, ReceivedAt: time.Now(),
+	}
+	reason := packets.CodeSuccess
+	toSink := l.matches(pk.TopicName)
+	switch {
+	case !l.access.acl(string(cl.Properties.Username)).mayPublish(pk.TopicName):
+		l.win.Denied.Add(1)
+		reason, toSink, m.Payload = packets.ErrNotAuthorized, false, nil
+	case m.Limit(l.o.MaxPayloadBytes):
+		l.win.TooLarge.Add(1)
+		reason = packets.ErrPacketTooLarge
+		if !toSink {
+			m.Payload = nil // discarded, not routed to subscribers either
+		}
+	case !toSink:
+		l.win.Unrouted.Add(1)
+	}
+
+	// The acknowledgement keeps what it needs, not the packet: the payload
+	// of an oversized or denied message is not held until its turn.
+	released := make(chan struct{})
+	id, topic, retain, onward := pk.PacketID, pk.TopicName, pk.FixedHeader.Retain, m.Payload
+	ack := func() {
+		if qos == 2 {
+			close(released) // the read loop answers
+			return
+		}
+		if qos == 1 {
+			puback := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: id, ReasonCode: reason.Code}
+			if err := cl.WritePacket(puback); err != nil {
+				l.log.Debug("puback not written; the publisher sends the message again", "client", cl.ID, "error", err)
+			}
+		}
+		if reason == packets.CodeSuccess {
+			if err := l.srv.Publish(topic, onward, retain, qos); err != nil {
+				l.log.Warn("route to embedded subscribers", "topic", topic, "error", err)
+			}
+		}
+	}
+	done := a.Add(a.ctx, len(m.Payload), true, ack)
+	if done == nil { // stopping
+		cl.Stop(errShutdown)
+		return pk, packets.ErrRejectPacket
+	}
+	if toSink {
+		l.win.Received.Add(1)
+		l.sink.Accept(l.ctx, m, done)
+	} else {
+		done()
+	}
+	if qos < 2 {
+		return pk, packets.ErrRejectPacket // the acker acknowledges and routes
+	}
+	select {
+	case <-released:
+	case <-a.ctx.Done():
+		select {
+		case <-released: // released just in time
+		default:
+			l.log.Debug("stopping: message not settled, publisher disconnected without acknowledgement",
+				"client", cl.ID, "topic", pk.TopicName)
+			cl.Stop(errShutdown)
+			return pk, packets.ErrRejectPacket
+		}
+	}
+	switch {
+	case reason == packets.CodeSuccess:
+		return pk, nil // mochi writes the PUBREC and routes the message
+	case cl.Properties.ProtocolVersion == 5:
+		pubrec := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: pk.PacketID, ReasonCode: reason.Code}
+		if err := cl.WritePacket(pubrec); err != nil {
+			l.log.Debug("pubrec not written; the publisher sends the message again", "client", cl.ID, "error", err)
+		}
+		return pk, packets.ErrRejectPacket // a failing PUBREC ends the exchange
+	default:
+		return pk, packets.CodeSuccessIgnore // PUBREC as usual, routed nowhere
+	}
 }
 
-// OnDisconnect ends the connection's pubAcker.
+// OnDisconnect ends the connection's acker: what it still holds is
+// abandoned, and the publisher sends it again.
 func (h *hook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 	h.l.mu.Lock()
 	a := h.l.ackers[cl]
 	delete(h.l.ackers, cl)
 	h.l.mu.Unlock()
 	if a != nil {
-		a.close()
+		a.cancel()
 	}
+}
+
+func (l *Listener) matches(topic string) bool {
+	for _, f := range l.o.Topics {
+		if topics.Match(f, topic) {
+			return true
+		}
+	}
+	return false
 }

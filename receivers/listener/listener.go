@@ -1,32 +1,35 @@
 // Package listener is the receiver that embeds an MQTT broker (mochi-mqtt):
 // publishers connect to gobridge itself.
 //
-// A PUBLISH whose topic matches one of the receiver's topics is handed to
-// the sink from mochi's OnPublish hook, in the publisher's read loop, so
-// messages reach the sink in the order each publisher sent them.
+// A PUBLISH is handled by mochi's OnPublish hook, in the publisher's read
+// loop, so messages reach the sink in the order each publisher sent them.
+// Every PUBLISH of a connection is queued on that connection's
+// receivers.Acker, so acknowledgements go back in arrival order (MQTT
+// 3.1.1 §4.6) whatever became of each message:
 //
-//   - QoS 0 and 1: the hook queues the message on a per-connection acker
-//     (at most PublisherWindow unsettled; then the read loop waits and TCP
-//     holds the publisher back), hands it to the sink and returns
-//     packets.ErrRejectPacket, so mochi writes no PUBACK and routes
-//     nothing. The acker writes the PUBACK itself once done was called for
-//     that message and every earlier one of the same connection (arrival
-//     order, MQTT 3.1.1 §4.6), then routes the message to the embedded
-//     broker's subscribers through mochi's inline client. The hook ignores
-//     the inline client, so nothing is ingested twice.
-//   - QoS 2: the hook waits for done and returns; mochi then writes the
-//     PUBREC (after OnPublish returns) and runs PUBREL/PUBCOMP. One QoS 2
-//     message per publisher is in flight at a time.
+//   - routed (its topic matches one of the receiver's topics and the ACL
+//     allows it): handed to the sink, acknowledged after done;
+//   - unrouted (no topic matches): acknowledged in turn, counted;
+//   - denied by the client's publish ACL: discarded, acknowledged in turn
+//     (MQTT 5: PUBACK reason 0x87), counted;
+//   - over max_payload_bytes: handed to the sink truncated
+//     (receivers.Message.Truncated), acknowledged after done (MQTT 5:
+//     reason 0x95).
 //
-// Messages on topics that match none of the receiver's topics are accepted
-// and routed to the embedded broker's subscribers only (counted as
-// Unrouted): they never reach the sink.
+// QoS 0 and 1: the hook returns packets.ErrRejectPacket, so mochi writes no
+// PUBACK and routes nothing; the acker writes the PUBACK itself and then
+// re-publishes the message (routed and unrouted ones) to the embedded
+// broker's subscribers through mochi's inline client, which the hook
+// ignores. QoS 2: the hook waits until the acker releases the message and
+// returns; mochi then writes the PUBREC and runs PUBREL/PUBCOMP, so one QoS
+// 2 message per publisher is in flight at a time. (mochi ignores any
+// OnPublish error other than ErrRejectPacket/CodeSuccessIgnore for an MQTT
+// 3.1.1 client and acknowledges anyway, so rejection is the only safe way
+// to withhold an acknowledgement.)
 //
 // When Run's ctx is done before a message is settled, the publisher's
-// connection is closed and no PUBACK is sent for it: the publisher sends it
-// again after reconnecting. (mochi ignores any OnPublish error other than
-// ErrRejectPacket/CodeSuccessIgnore for an MQTT 3.1.1 client and PUBACKs
-// anyway, so rejection is the only safe way to withhold the PUBACK.)
+// connection is closed and no acknowledgement is sent for it: the publisher
+// sends it again after reconnecting.
 package listener
 
 import (
@@ -39,21 +42,31 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/gobridge/gobridge/receivers"
-	"github.com/gobridge/gobridge/routes"
 )
 
-// DefaultListen is the address New uses when options.listen is empty.
-const DefaultListen = "127.0.0.1:1883"
+// Defaults New applies to zero Options fields.
+const (
+	DefaultListen         = "127.0.0.1:1883"
+	DefaultMaxClients     = 1024
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultSessionExpiry  = time.Hour
+)
 
-// MaxInflight is the value of mochi's MaximumInflight,
-// MaximumClientWritesPending and ReceiveMaximum: its defaults (8192) drop
-// QoS 1 messages to slow subscribers under load; 65535 is the ceiling.
-const MaxInflight = 65535
+// PacketOverhead is what the hard packet limit allows beyond
+// MaxPayloadBytes: a 64 KiB topic, properties and headers.
+const PacketOverhead = 66560
+
+// PublisherWindow is how many messages of one publisher connection may be
+// unacknowledged. When it is full (or the receiver's MaxInflightBytes is
+// reached), mochi's read loop for that publisher waits: TCP flow control
+// holds the publisher back.
+const PublisherWindow = 1024
 
 var (
 	// ErrConfig is wrapped by every configuration error New returns.
@@ -65,22 +78,84 @@ var (
 	errShutdown = errors.New("mqtt listener: stopping before the message was settled")
 )
 
+// Options configure a Listener. Zero fields take the defaults named.
+type Options struct {
+	// ID names the receiver in messages and logs. Required.
+	ID string
+	// Listen is the TCP address; defaults to DefaultListen.
+	Listen string
+	// Topics are the filters whose messages go to the sink. At least one.
+	Topics []string
+	// TLS, when set, makes the listener TLS-only. With ClientAuth
+	// tls.RequireAndVerifyClientCert, a client that sends no username is
+	// identified by its certificate's common name: the user of that name,
+	// or the default ACL when there is none.
+	TLS *tls.Config
+	// Users may connect with their password.
+	Users []User
+	// AllowAnonymous lets clients that send no username (and present no
+	// certificate) connect, under the Anonymous ACL. Without it they are
+	// accepted only on a loopback Listen with no Users.
+	AllowAnonymous bool
+	Anonymous      ACL
+	// MaxPayloadBytes: a larger payload reaches the sink truncated and is
+	// then acknowledged (MQTT 5: PUBACK 0x95). A packet larger than
+	// MaxPayloadBytes + PacketOverhead is refused before it is read, and
+	// its connection closed; MQTT 5 clients are told the limit in the
+	// CONNACK. Defaults to receivers.DefaultMaxPayloadBytes.
+	MaxPayloadBytes int
+	// MaxInflightBytes bounds the payload bytes unacknowledged across all
+	// publishers, and (as MaxInflightBytes / MaxPayloadBytes messages,
+	// 16..65535) what the broker queues per subscriber. Defaults to
+	// receivers.DefaultMaxInflightBytes.
+	MaxInflightBytes int
+	// MaxClients bounds the open connections; one more is closed at once.
+	// Defaults to DefaultMaxClients.
+	MaxClients int
+	// ConnectTimeout is how long a connection may take to send its
+	// CONNECT (and finish its TLS handshake); defaults to
+	// DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// Retain keeps retained messages; false strips the retain flag of
+	// every publication and will.
+	Retain bool
+	// SessionExpiry caps how long a disconnected persistent session is
+	// kept; defaults to DefaultSessionExpiry.
+	SessionExpiry time.Duration
+}
+
+// User is one account.
+type User struct {
+	Username string
+	// Password is compared in constant time, PasswordHash is a bcrypt
+	// hash; set one. With neither, the user connects only with a client
+	// certificate whose common name is Username.
+	Password, PasswordHash string
+	ACL
+}
+
+// ACL lists the topic filters a client may publish to and subscribe to. A
+// nil Publish defaults to the listener's Topics; a nil Subscribe allows no
+// subscription.
+type ACL struct {
+	Publish, Subscribe []string
+}
+
 // Listener is an embedded MQTT broker that hands matching messages to a
 // sink. Create it with New; it is safe for concurrent use.
 type Listener struct {
-	id      string
-	listen  string
-	filters []string
-	users   map[string]string
-	tls     *tls.Config
+	o       Options
+	access  *access
 	sink    receivers.Sink
 	log     *slog.Logger
+	base    *slog.Logger // without the component key, for mochi's logger
+	win     *receivers.Window
+	ran     atomic.Bool
+	ready   chan struct{}
+	addr    atomic.Pointer[net.Addr]
+	refused atomic.Uint64 // connections refused (authentication, will ACL)
 
-	ran   atomic.Bool
-	ready chan struct{}
-	addr  atomic.Pointer[net.Addr]
-
-	// hooks counts OnPublish calls in progress and running pubAckers; Run
+	// hooks counts OnPublish calls in progress and running ackers; Run
 	// waits for them.
 	hooks   sync.WaitGroup
 	closing bool                        // under mu: no new hook may enter
@@ -88,72 +163,60 @@ type Listener struct {
 	srv     *mochi.Server               // set by Run before it serves
 	ctx     context.Context             // Run's ctx, set before the server starts
 
-	received, acked, unrouted, abandoned atomic.Uint64
-	inFlight                             atomic.Int64
-
 	mu     sync.Mutex
 	status receivers.Status
 
-	// extraHooks (tests) are added to the server after the listener's own.
-	extraHooks []mochi.Hook
+	// Tests: extraHooks are added to the server after the listener's own;
+	// wrapListener wraps the TCP listener.
+	extraHooks   []mochi.Hook
+	wrapListener func(net.Listener) net.Listener
 }
 
-// New validates cfg and builds a listener that hands messages to sink. It
-// does not listen: Run does. options.listen defaults to 127.0.0.1:1883;
-// options.users (none: anonymous access) and options.tls (cert_file and
-// key_file: TLS only) are honoured. A nil logger discards.
-func New(cfg routes.ReceiverConfig, sink receivers.Sink, logger *slog.Logger) (*Listener, error) {
+// pubAcker is the acker of one publisher connection; its ctx ends with the
+// connection or with Run.
+type pubAcker struct {
+	*receivers.Acker
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// New validates o and builds a listener that hands messages to sink. It
+// does not listen: Run does. Errors wrap ErrConfig. A nil logger discards.
+func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Listener, error) {
 	if sink == nil {
 		return nil, fmt.Errorf("%w: nil sink", ErrConfig)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if len(cfg.Topics) == 0 {
-		return nil, fmt.Errorf("%w: receiver %q has no topics", ErrConfig, cfg.ID)
+	if o.ID == "" || len(o.Topics) == 0 {
+		return nil, fmt.Errorf("%w: receiver %q needs an ID and topics", ErrConfig, o.ID)
 	}
-	l := &Listener{
-		id:     cfg.ID,
-		listen: cmp.Or(cfg.Options.Listen, DefaultListen),
-		sink:   sink,
-		log:    logger.With("component", "receiver", "receiver", cfg.ID),
+	o.Listen = cmp.Or(o.Listen, DefaultListen)
+	o.MaxPayloadBytes = cmp.Or(o.MaxPayloadBytes, receivers.DefaultMaxPayloadBytes)
+	o.MaxInflightBytes = cmp.Or(o.MaxInflightBytes, receivers.DefaultMaxInflightBytes)
+	o.MaxClients = cmp.Or(o.MaxClients, DefaultMaxClients)
+	o.ConnectTimeout = cmp.Or(o.ConnectTimeout, DefaultConnectTimeout)
+	o.SessionExpiry = cmp.Or(o.SessionExpiry, DefaultSessionExpiry)
+	acc, err := newAccess(o)
+	if err != nil {
+		return nil, err
+	}
+	base := logger.With("receiver", o.ID)
+	return &Listener{
+		o: o, access: acc, sink: sink, base: base,
+		log:    base.With("component", "receiver"),
+		win:    receivers.NewWindow(o.MaxInflightBytes),
 		ready:  make(chan struct{}),
 		status: receivers.Status{Reason: "not listening yet"},
-	}
-	for i, t := range cfg.Topics {
-		if t.Topic == "" {
-			return nil, fmt.Errorf("%w: topics[%d].topic is empty", ErrConfig, i)
-		}
-		l.filters = append(l.filters, t.Topic)
-	}
-	if len(cfg.Options.Users) > 0 {
-		l.users = make(map[string]string, len(cfg.Options.Users))
-		for i, u := range cfg.Options.Users {
-			if u.Username == "" {
-				return nil, fmt.Errorf("%w: options.users[%d].username is empty", ErrConfig, i)
-			}
-			l.users[u.Username] = string(u.Password)
-		}
-	}
-	t := cfg.Options.TLS
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		return nil, fmt.Errorf("%w: tls.cert_file and tls.key_file go together", ErrConfig)
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("load tls server certificate: %w", err)
-		}
-		l.tls = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	}
-	return l, nil
+	}, nil
 }
 
 // Run listens and serves publishers until ctx is done, then closes the
 // listener and every client connection, waits for the hooks in progress
 // (messages still waiting for their done are not acknowledged) and returns
-// nil. It returns an error only when it cannot listen. Run may be called
-// once.
+// nil. It returns an error only when it cannot listen; a failing Accept is
+// retried with backoff. Run may be called once.
 func (l *Listener) Run(ctx context.Context) error {
 	if !l.ran.CompareAndSwap(false, true) {
 		return ErrAlreadyRun
@@ -161,35 +224,42 @@ func (l *Listener) Run(ctx context.Context) error {
 	l.ctx = ctx
 
 	caps := mochi.NewDefaultServerCapabilities()
-	caps.MaximumInflight = MaxInflight
-	caps.MaximumClientWritesPending = MaxInflight
-	caps.ReceiveMaximum = MaxInflight
+	perSubscriber := uint16(min(max(l.o.MaxInflightBytes/l.o.MaxPayloadBytes, 16), 65535))
+	caps.MaximumInflight = perSubscriber
+	caps.MaximumClientWritesPending = int32(perSubscriber)
+	caps.ReceiveMaximum = 65535
+	caps.MaximumPacketSize = uint32(l.o.MaxPayloadBytes + PacketOverhead)
+	caps.MaximumSessionExpiryInterval = uint32(l.o.SessionExpiry / time.Second)
 	srv := mochi.New(&mochi.Options{
 		Capabilities: caps,
-		Logger:       l.log.With("component", "mochi"),
+		Logger:       l.base.With("component", "mochi"),
 		InlineClient: true, // routes settled messages to embedded subscribers
 	})
 	l.srv = srv
 	l.ackers = make(map[*mochi.Client]*pubAcker)
-	if err := srv.AddHook(&hook{l: l}, nil); err != nil {
-		return fmt.Errorf("add listener hook: %w", err)
-	}
-	for _, h := range l.extraHooks {
+	for _, h := range append([]mochi.Hook{&hook{l: l}}, l.extraHooks...) {
 		if err := srv.AddHook(h, nil); err != nil {
 			return fmt.Errorf("add hook %s: %w", h.ID(), err)
 		}
 	}
 
-	ln, err := net.Listen("tcp", l.listen)
+	ln, err := net.Listen("tcp", l.o.Listen)
 	if err != nil {
-		l.setStatus(receivers.Status{Reason: fmt.Sprintf("listen on %s: %v", l.listen, err)})
-		return fmt.Errorf("listen on %s: %w", l.listen, err)
+		l.setStatus(receivers.Status{Reason: fmt.Sprintf("listen on %s: %v", l.o.Listen, err)})
+		return fmt.Errorf("listen on %s: %w", l.o.Listen, err)
 	}
 	addr := ln.Addr()
-	if l.tls != nil {
-		ln = tls.NewListener(ln, l.tls)
+	if l.wrapListener != nil {
+		ln = l.wrapListener(ln)
 	}
-	if err := srv.AddListener(newNetListener(l.id, ln, func(id string) { disconnectClients(srv, id) })); err != nil {
+	if l.o.TLS != nil {
+		ln = tls.NewListener(ln, l.o.TLS)
+	}
+	nl := &netListener{
+		id: l.o.ID, ln: ln, log: l.log, maxConns: l.o.MaxClients, connectTimeout: l.o.ConnectTimeout,
+		disconnect: func(id string) { disconnectClients(srv, id) },
+	}
+	if err := srv.AddListener(nl); err != nil {
 		ln.Close()
 		return fmt.Errorf("add listener: %w", err)
 	}
@@ -200,7 +270,8 @@ func (l *Listener) Run(ctx context.Context) error {
 	l.addr.Store(&addr)
 	l.setStatus(receivers.Status{Connected: true, Subscribed: true})
 	close(l.ready)
-	l.log.Info("listening", "address", addr.String(), "tls", l.tls != nil, "anonymous", l.users == nil)
+	l.log.Info("listening", "address", addr.String(), "tls", l.o.TLS != nil, "anonymous", l.access.anonymous,
+		"max_packet_bytes", caps.MaximumPacketSize, "max_clients", l.o.MaxClients)
 
 	<-ctx.Done()
 	l.mu.Lock()
@@ -243,15 +314,7 @@ func (l *Listener) Status() receivers.Status {
 }
 
 // Stats returns the listener's counters.
-func (l *Listener) Stats() receivers.Stats {
-	return receivers.Stats{
-		Received:  l.received.Load(),
-		Acked:     l.acked.Load(),
-		Unrouted:  l.unrouted.Load(),
-		Abandoned: l.abandoned.Load(),
-		InFlight:  int(l.inFlight.Load()),
-	}
-}
+func (l *Listener) Stats() receivers.Stats { return l.win.Stats() }
 
 func (l *Listener) setStatus(s receivers.Status) {
 	l.mu.Lock()
@@ -259,8 +322,8 @@ func (l *Listener) setStatus(s receivers.Status) {
 	l.status = s
 }
 
-// acker returns the publisher connection's pubAcker, starting it on first
-// use; nil once Run is stopping.
+// acker returns the publisher connection's acker, starting it on first use;
+// nil once Run is stopping.
 func (l *Listener) acker(cl *mochi.Client) *pubAcker {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -270,10 +333,10 @@ func (l *Listener) acker(cl *mochi.Client) *pubAcker {
 	if l.closing {
 		return nil
 	}
-	a := &pubAcker{l: l, srv: l.srv, cl: cl, queue: make(chan *pendingPub, PublisherWindow), gone: make(chan struct{})}
+	a := &pubAcker{Acker: l.win.NewAcker(PublisherWindow)}
+	a.ctx, a.cancel = context.WithCancel(l.ctx)
 	l.ackers[cl] = a
-	l.hooks.Add(1)
-	go a.run(l.ctx)
+	l.hooks.Go(func() { a.Run(a.ctx) })
 	return a
 }
 
@@ -286,13 +349,4 @@ func (l *Listener) enter() bool {
 	}
 	l.hooks.Add(1)
 	return true
-}
-
-func (l *Listener) matches(topic string) bool {
-	for _, f := range l.filters {
-		if filterMatches(f, topic) {
-			return true
-		}
-	}
-	return false
 }

@@ -11,7 +11,6 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/receivers"
-	"github.com/gobridge/gobridge/routes"
 )
 
 // BenchmarkListener_QoS1 measures QoS 1 ingest through the embedded
@@ -31,8 +30,7 @@ func BenchmarkListener_QoS1(b *testing.B) {
 					}
 					time.AfterFunc(delay, done)
 				})
-				l, err := New(routes.ReceiverConfig{ID: "bench", Options: routes.ReceiverOptions{Listen: "127.0.0.1:0"},
-					Topics: []routes.Subscription{{Topic: "#"}}}, sink, nil)
+				l, err := New(Options{ID: "bench", Listen: "127.0.0.1:0", Topics: []string{"#"}}, sink, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

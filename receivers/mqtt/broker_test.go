@@ -112,61 +112,26 @@ func (m *privateMosquitto) shutdown() {
 
 func (m *privateMosquitto) addr() string { return fmt.Sprintf("127.0.0.1:%d", m.port) }
 
-// orderBroker is an embedded mochi broker recording, for one subscriber,
-// the packet ids of the PUBLISHes it sent and of the PUBACKs it got back.
-type orderBroker struct {
-	mochi.HookBase
-	srv    *mochi.Server
-	url    string
-	client string
+// aclBroker admits every client and refuses subscriptions under secret/.
+type aclBroker struct{ mochi.HookBase }
 
-	mu        sync.Mutex
-	published []uint16
-	acked     []uint16
+func (aclBroker) ID() string { return "acl" }
+func (aclBroker) Provides(b byte) bool {
+	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck
 }
-
-func (h *orderBroker) ID() string { return "order-recorder" }
-func (h *orderBroker) Provides(b byte) bool {
-	return b == mochi.OnPacketSent || b == mochi.OnPacketRead || b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck
-}
-
-func (h *orderBroker) OnConnectAuthenticate(*mochi.Client, packets.Packet) bool { return true }
-
-// OnACLCheck refuses every filter under secret/.
-func (h *orderBroker) OnACLCheck(_ *mochi.Client, topic string, _ bool) bool {
+func (aclBroker) OnConnectAuthenticate(*mochi.Client, packets.Packet) bool { return true }
+func (aclBroker) OnACLCheck(_ *mochi.Client, topic string, _ bool) bool {
 	return !strings.HasPrefix(topic, "secret/")
 }
 
-func (h *orderBroker) OnPacketSent(cl *mochi.Client, pk packets.Packet, _ []byte) {
-	if cl.ID == h.client && pk.FixedHeader.Type == packets.Publish {
-		h.mu.Lock()
-		h.published = append(h.published, pk.PacketID)
-		h.mu.Unlock()
-	}
-}
-
-func (h *orderBroker) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
-	if cl.ID == h.client && pk.FixedHeader.Type == packets.Puback {
-		h.mu.Lock()
-		h.acked = append(h.acked, pk.PacketID)
-		h.mu.Unlock()
-	}
-	return pk, nil
-}
-
-func (h *orderBroker) snapshot() (published, acked []uint16) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]uint16(nil), h.published...), append([]uint16(nil), h.acked...)
-}
-
-func startOrderBroker(t *testing.T, client string) *orderBroker {
+// startBroker runs an embedded mochi broker that grants at most maxQoS and
+// refuses subscriptions under secret/; it returns its URL.
+func startBroker(t *testing.T, maxQoS byte) string {
 	t.Helper()
 	caps := mochi.NewDefaultServerCapabilities()
-	caps.MaximumInflight = 65535
-	srv := mochi.New(&mochi.Options{InlineClient: true, Capabilities: caps, Logger: testLogger(t)})
-	h := &orderBroker{srv: srv, client: client}
-	if err := srv.AddHook(h, nil); err != nil {
+	caps.MaximumQos = maxQoS
+	srv := mochi.New(&mochi.Options{Capabilities: caps, Logger: testLogger(t)})
+	if err := srv.AddHook(&aclBroker{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -180,8 +145,7 @@ func startOrderBroker(t *testing.T, client string) *orderBroker {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	h.url = "tcp://" + ln.Addr().String()
-	return h
+	return "tcp://" + ln.Addr().String()
 }
 
 // publish sends QoS 1 messages through a fresh paho client and waits for

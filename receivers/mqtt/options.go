@@ -3,23 +3,24 @@ package mqtt
 import (
 	"cmp"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/receivers"
+	"github.com/gobridge/gobridge/topics"
 )
 
-// Defaults applied by New when the configuration leaves a field empty.
+// Defaults New applies to zero Options fields.
 const (
 	DefaultKeepAlive      = 30 * time.Second
 	DefaultConnectTimeout = 10 * time.Second
-	DefaultQoS            = 1
+	// DefaultMaxInFlight is the hard cap on messages received and not yet
+	// acknowledged, whatever the broker's own in-flight window is.
+	DefaultMaxInFlight = 10_000
 	// MaxReconnectInterval caps paho's exponential reconnect backoff, which
 	// starts at 1s.
 	MaxReconnectInterval = 30 * time.Second
@@ -28,101 +29,105 @@ const (
 // ErrConfig is wrapped by every configuration error New returns.
 var ErrConfig = errors.New("mqtt receiver: invalid configuration")
 
-// subscription is one topic filter with its requested QoS.
-type subscription struct {
-	filter string
-	qos    byte
+// Options configure a Receiver. Zero fields take the defaults named.
+type Options struct {
+	// ID names the receiver in messages and logs. Required.
+	ID string
+	// BrokerURLs are tried in order: tcp://, mqtt://, ssl://, tls://,
+	// mqtts://, ws:// or wss://. At least one.
+	BrokerURLs []string
+	// ClientID is the MQTT client id. Required.
+	ClientID string
+	// CleanSession false keeps a persistent session: the broker holds QoS
+	// 1/2 messages while the receiver is away.
+	CleanSession bool
+	// Username and Password authenticate to the broker; empty: none.
+	Username, Password string
+	// KeepAlive defaults to DefaultKeepAlive.
+	KeepAlive time.Duration
+	// ConnectTimeout bounds one connection attempt; defaults to
+	// DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// TLS is used for ssl://, tls://, mqtts:// and wss:// brokers; nil uses
+	// Go's defaults (the system roots).
+	TLS *tls.Config
+	// Topics are the subscriptions, made again on every connection. At
+	// least one.
+	Topics []Subscription
+	// MaxPayloadBytes: a larger payload reaches the sink truncated
+	// (receivers.Message.Truncated) and is then acknowledged. Defaults to
+	// receivers.DefaultMaxPayloadBytes.
+	MaxPayloadBytes int
+	// MaxInflightBytes bounds the payload bytes received and not yet
+	// acknowledged; defaults to receivers.DefaultMaxInflightBytes.
+	MaxInflightBytes int
+	// MaxInFlight bounds the messages received and not yet acknowledged;
+	// defaults to DefaultMaxInFlight. When either bound is reached the
+	// receiver stops reading QoS 1/2 messages (the broker's flow control
+	// holds them) and drops QoS 0 messages, counted.
+	MaxInFlight int
 }
 
-func subscriptions(cfg routes.ReceiverConfig) ([]subscription, error) {
-	if len(cfg.Topics) == 0 {
-		return nil, fmt.Errorf("%w: receiver %q has no topics", ErrConfig, cfg.ID)
-	}
-	subs := make([]subscription, 0, len(cfg.Topics))
-	for i, t := range cfg.Topics {
-		qos := DefaultQoS
-		if t.QoS != nil {
-			qos = *t.QoS
-		}
-		if qos < 0 || qos > 2 {
-			return nil, fmt.Errorf("%w: topics[%d].qos %d is not 0, 1 or 2", ErrConfig, i, qos)
-		}
-		if t.Topic == "" {
-			return nil, fmt.Errorf("%w: topics[%d].topic is empty", ErrConfig, i)
-		}
-		subs = append(subs, subscription{filter: t.Topic, qos: byte(qos)})
-	}
-	return subs, nil
+// Subscription is one topic filter with its requested QoS.
+type Subscription struct {
+	Filter string
+	QoS    byte
 }
 
-// clientTLS builds the client TLS configuration; nil when no TLS option is
-// set (paho then uses Go's defaults for ssl:// and wss:// URLs).
-func clientTLS(t routes.TLS) (*tls.Config, error) {
-	if t == (routes.TLS{}) {
-		return nil, nil
+// validate checks o and returns it with its defaults applied, and the
+// broker URLs redacted for logs.
+func (o Options) validate() (Options, []string, error) {
+	if o.ID == "" || o.ClientID == "" {
+		return o, nil, fmt.Errorf("%w: ID and ClientID are required", ErrConfig)
 	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // operator's explicit choice
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("read tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: tls.ca_file %s holds no PEM certificate", ErrConfig, t.CAFile)
-		}
-		c.RootCAs = pool
-	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		return nil, fmt.Errorf("%w: tls.cert_file and tls.key_file go together", ErrConfig)
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("load tls client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
-}
-
-// clientOptions translates the receiver's configuration into paho options.
-// The handlers are set by the caller.
-func clientOptions(cfg routes.ReceiverConfig, bridgeID string) (*paho.ClientOptions, error) {
-	o := cfg.Options
 	if len(o.BrokerURLs) == 0 {
-		return nil, fmt.Errorf("%w: options.broker_urls is empty", ErrConfig)
+		return o, nil, fmt.Errorf("%w: no broker URL", ErrConfig)
 	}
-	opts := paho.NewClientOptions()
+	redacted := make([]string, len(o.BrokerURLs))
 	for i, raw := range o.BrokerURLs {
 		u, err := url.Parse(raw)
 		if err != nil {
-			return nil, fmt.Errorf("%w: options.broker_urls[%d]: %v", ErrConfig, i, err)
+			return o, nil, fmt.Errorf("%w: broker URL %d does not parse", ErrConfig, i) // its text may hold a password
 		}
+		redacted[i] = u.Redacted()
 		switch u.Scheme {
 		case "tcp", "ssl", "tls", "mqtt", "mqtts", "ws", "wss":
 		default:
-			return nil, fmt.Errorf("%w: options.broker_urls[%d] %q: scheme must be tcp, ssl, ws or wss", ErrConfig, i, raw)
+			return o, nil, fmt.Errorf("%w: broker URL %s: scheme must be tcp, ssl, ws or wss", ErrConfig, redacted[i])
 		}
-		opts.AddBroker(raw)
 	}
-	tc, err := clientTLS(o.TLS)
-	if err != nil {
-		return nil, err
+	if len(o.Topics) == 0 {
+		return o, nil, fmt.Errorf("%w: no topics", ErrConfig)
 	}
-	if tc != nil {
-		opts.SetTLSConfig(tc)
+	for _, s := range o.Topics {
+		if err := topics.ValidateFilter(s.Filter); err != nil || s.QoS > 2 {
+			return o, nil, fmt.Errorf("%w: subscription %q with QoS %d: %v", ErrConfig, s.Filter, s.QoS, err)
+		}
 	}
-	opts.SetClientID(cmp.Or(o.ClientID, "gobridge-"+bridgeID))
+	o.KeepAlive = cmp.Or(o.KeepAlive, DefaultKeepAlive)
+	o.ConnectTimeout = cmp.Or(o.ConnectTimeout, DefaultConnectTimeout)
+	o.MaxPayloadBytes = cmp.Or(o.MaxPayloadBytes, receivers.DefaultMaxPayloadBytes)
+	o.MaxInflightBytes = cmp.Or(o.MaxInflightBytes, receivers.DefaultMaxInflightBytes)
+	o.MaxInFlight = cmp.Or(o.MaxInFlight, DefaultMaxInFlight)
+	return o, redacted, nil
+}
+
+// clientOptions translates o into paho options; the caller sets the
+// handlers.
+func (o Options) clientOptions() *paho.ClientOptions {
+	opts := paho.NewClientOptions()
+	for _, u := range o.BrokerURLs {
+		opts.AddBroker(u)
+	}
+	if o.TLS != nil {
+		opts.SetTLSConfig(o.TLS)
+	}
+	opts.SetClientID(o.ClientID)
 	opts.SetCleanSession(o.CleanSession)
-	if o.Username != "" {
-		opts.SetUsername(o.Username)
-	}
-	if o.Password != "" {
-		opts.SetPassword(string(o.Password))
-	}
-	opts.SetKeepAlive(cmp.Or(o.KeepAlive.D(), DefaultKeepAlive))
-	opts.SetConnectTimeout(cmp.Or(o.ConnectTimeout.D(), DefaultConnectTimeout))
+	opts.SetUsername(o.Username)
+	opts.SetPassword(o.Password)
+	opts.SetKeepAlive(o.KeepAlive)
+	opts.SetConnectTimeout(o.ConnectTimeout)
 	opts.SetAutoReconnect(true)
 	opts.SetConnectRetry(true)
 	opts.SetConnectRetryInterval(time.Second)
@@ -134,5 +139,5 @@ func clientOptions(cfg routes.ReceiverConfig, bridgeID string) (*paho.ClientOpti
 	// paho's router goroutine, so they must not block for long.
 	opts.SetOrderMatters(true)
 	opts.SetAutoAckDisabled(true)
-	return opts, nil
+	return opts
 }

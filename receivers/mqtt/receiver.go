@@ -1,12 +1,13 @@
 // Package mqtt is the receiver that subscribes to an existing MQTT broker
 // (Mosquitto, EMQX, HiveMQ, ...) with the paho v3.1.1 client.
 //
-// Messages are acknowledged manually: paho's handler only appends each
-// message to the receiver's own bounded, ordered ingest queue and returns
-// (it must not block: while it does, paho stops reading the socket). A
-// dispatcher hands the messages to the sink in arrival order and an acker
-// sends PUBACK/PUBREC in arrival order, each only after the sink called done
-// for it and for every message before it (MQTT 3.1.1 §4.6).
+// Messages are acknowledged manually: paho's handler only queues each
+// message on the receiver's receivers.Acker (bounded in messages and bytes)
+// and on its dispatch queue, and returns (it must not block: while it does,
+// paho stops reading the socket). A dispatcher hands the messages to the
+// sink in arrival order; the acker sends PUBACK/PUBREC in arrival order,
+// each only after the sink called done for it and for every message before
+// it (MQTT 3.1.1 §4.6).
 package mqtt
 
 import (
@@ -21,7 +22,6 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/receivers"
-	"github.com/gobridge/gobridge/routes"
 )
 
 // ShutdownGrace is how long Run, once its ctx is done, keeps acknowledging
@@ -43,81 +43,90 @@ var ErrAlreadyRun = errors.New("mqtt receiver: Run called twice")
 // Receiver subscribes to a broker and hands each message to a sink. Create
 // it with New; it is safe for concurrent use.
 type Receiver struct {
-	id   string
-	opts *paho.ClientOptions
-	subs []subscription
-	log  *slog.Logger
-	pipe *pipeline
+	o       Options
+	brokers []string // redacted, for logs
+	opts    *paho.ClientOptions
+	sink    receivers.Sink
+	log     *slog.Logger
 
-	ran        atomic.Bool
-	reconnects atomic.Uint64
-	connects   atomic.Uint64
+	win        *receivers.Window
+	acker      *receivers.Acker
+	toDispatch chan delivery // capacity MaxInFlight: the acker holds a slot for each
+	ctx        context.Context
+
+	ran      atomic.Bool
+	connects atomic.Uint64
+	failures atomic.Uint64 // failed connection attempts since the last success
 
 	mu     sync.Mutex
 	status receivers.Status
-	broker string // the broker of the current or last connection attempt
+	broker string // the broker (redacted) of the current or last connection attempt
 	// subscribing is closed when the onConnect in progress (if any) has
 	// finished; nil before the first connection.
 	subscribing chan struct{}
 }
 
-// New validates cfg and builds a receiver that hands messages to sink. It
-// does not connect: Run does. bridgeID names the default client id
-// ("gobridge-" + bridgeID). Defaults: keep_alive 30s, connect_timeout 10s,
-// QoS 1. Errors wrap ErrConfig, or are TLS file errors. A nil logger
-// discards.
-func New(cfg routes.ReceiverConfig, bridgeID string, sink receivers.Sink, logger *slog.Logger) (*Receiver, error) {
+type delivery struct {
+	m    receivers.Message
+	done func()
+}
+
+// New validates o and builds a receiver that hands messages to sink. It
+// does not connect: Run does. Errors wrap ErrConfig. A nil logger discards.
+func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error) {
 	if sink == nil {
 		return nil, fmt.Errorf("%w: nil sink", ErrConfig)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	subs, err := subscriptions(cfg)
+	o, brokers, err := o.validate()
 	if err != nil {
 		return nil, err
 	}
-	opts, err := clientOptions(cfg, bridgeID)
-	if err != nil {
-		return nil, fmt.Errorf("receiver %q: %w", cfg.ID, err)
-	}
+	win := receivers.NewWindow(o.MaxInflightBytes)
 	r := &Receiver{
-		id:     cfg.ID,
-		opts:   opts,
-		subs:   subs,
-		log:    logger.With("component", "receiver", "receiver", cfg.ID),
-		pipe:   newPipeline(sink, DefaultMaxInFlight),
-		status: receivers.Status{Reason: "not connected yet"},
+		o:          o,
+		brokers:    brokers,
+		opts:       o.clientOptions(),
+		sink:       sink,
+		log:        logger.With("component", "receiver", "receiver", o.ID),
+		win:        win,
+		acker:      win.NewAcker(o.MaxInFlight),
+		toDispatch: make(chan delivery, o.MaxInFlight),
+		status:     receivers.Status{Reason: "not connected yet"},
 	}
-	opts.SetDefaultPublishHandler(r.handle)
-	opts.SetOnConnectHandler(r.onConnect)
-	opts.SetConnectionNotificationHandler(r.onNotification)
+	r.opts.SetDefaultPublishHandler(r.handle)
+	r.opts.SetOnConnectHandler(r.onConnect)
+	r.opts.SetConnectionNotificationHandler(r.onNotification)
 	return r, nil
 }
 
 // Run connects, subscribes and hands messages to the sink until ctx is
-// done. Connection failures are retried with backoff (1s doubling to 30s)
-// and reported by Status, never returned. When ctx is done Run stops
-// handing messages over, keeps acknowledging those the sink settles for up
-// to ShutdownGrace, disconnects cleanly and returns nil. Every goroutine it
-// starts has stopped when it returns. Run may be called once.
+// done. Connection failures are retried with backoff (every second at
+// first, then 1s doubling to 30s after a loss) and reported by Status,
+// never returned. When ctx is done Run stops handing messages over, keeps
+// acknowledging those the sink settles for up to ShutdownGrace, disconnects
+// cleanly and returns nil. Every goroutine it starts has stopped when it
+// returns. Run may be called once.
 func (r *Receiver) Run(ctx context.Context) error {
 	if !r.ran.CompareAndSwap(false, true) {
 		return ErrAlreadyRun
 	}
+	r.ctx = ctx
 	client := paho.NewClient(r.opts)
 
 	var wg sync.WaitGroup
-	quitAck := make(chan struct{})
-	wg.Go(func() { r.pipe.dispatch(ctx) })
-	wg.Go(func() { r.pipe.ackLoop(quitAck) })
+	ackCtx, stopAck := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAck()
+	wg.Go(func() { r.dispatch(ctx) })
+	wg.Go(func() { r.acker.Run(ackCtx) })
 
-	r.log.Info("connecting", "brokers", r.opts.Servers)
+	r.log.Info("connecting", "brokers", r.brokers)
 	client.Connect() // with ConnectRetry the token completes only on success
 	<-ctx.Done()
 
-	r.pipe.stop()
-	r.pipe.drain(ShutdownGrace)
+	r.drain(ShutdownGrace)
 	// paho writes the acknowledgements already handed to it before the
 	// DISCONNECT, and waits up to quiesce for that; then it closes the
 	// connection anyway (acks not yet written are lost: duplicates later).
@@ -128,7 +137,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 	// A SUBSCRIBE still in flight is let finish first (bounded by the
 	// same quiesce): disconnecting before its SUBACK lost an acknowledgement
 	// written just before (Mosquitto 2.0 redelivered the message to the
-	// next session; TestReceiver_RedeliversUnackedAfterRestart under load).
+	// next session).
 	r.mu.Lock()
 	subscribing := r.subscribing
 	r.mu.Unlock()
@@ -141,10 +150,10 @@ func (r *Receiver) Run(ctx context.Context) error {
 		wait.Stop()
 	}
 	client.Disconnect(quiesce)
-	close(quitAck)
+	before := r.win.Stats().Abandoned
+	stopAck()
 	wg.Wait()
-	if n := r.pipe.inFlight(); n > 0 {
-		r.pipe.abandoned.Add(uint64(n))
+	if n := r.win.Stats().Abandoned - before; n > 0 {
 		r.log.Info("stopped with unacknowledged messages; the broker redelivers them", "count", n)
 	}
 	r.setStatus(func(s *receivers.Status) { *s = receivers.Status{Reason: "stopped"} })
@@ -163,120 +172,63 @@ func (r *Receiver) Status() receivers.Status {
 // Stats returns the receiver's counters. Acked counts acknowledgements
 // handed to paho; one for a message of a connection that has since dropped
 // is discarded by paho and the broker redelivers the message.
-func (r *Receiver) Stats() receivers.Stats {
-	return receivers.Stats{
-		Received:   r.pipe.received.Load(),
-		Acked:      r.pipe.acked.Load(),
-		Dropped:    r.pipe.dropped.Load(),
-		Abandoned:  r.pipe.abandoned.Load(),
-		Reconnects: r.reconnects.Load(),
-		InFlight:   r.pipe.inFlight(),
-	}
-}
+func (r *Receiver) Stats() receivers.Stats { return r.win.Stats() }
 
 // handle runs in paho's router goroutine, one message at a time in arrival
-// order. It only queues the message; it blocks only when gobridge's own
-// in-flight cap is reached for a QoS 1/2 message.
-func (r *Receiver) handle(_ paho.Client, m paho.Message) {
-	it := &item{
-		msg: receivers.Message{
-			Receiver:   r.id,
-			Topic:      m.Topic(),
-			Payload:    m.Payload(),
-			QoS:        m.Qos(),
-			Retained:   m.Retained(),
-			Duplicate:  m.Duplicate(),
-			ReceivedAt: time.Now(),
-		},
-		ack:  m.Ack,
-		done: make(chan struct{}),
+// order. It only queues the message; it blocks only while the receiver's
+// in-flight bounds are reached for a QoS 1/2 message (a QoS 0 message is
+// dropped then).
+func (r *Receiver) handle(_ paho.Client, pm paho.Message) {
+	m := receivers.Message{
+		Receiver:   r.o.ID,
+		Topic:      pm.Topic(),
+		Payload:    pm.Payload(),
+		QoS:        pm.Qos(),
+		Retained:   pm.Retained(),
+		Duplicate:  pm.Duplicate(),
+		ReceivedAt: time.Now(),
 	}
-	if !r.pipe.offer(it) && it.msg.QoS == 0 {
-		r.log.Debug("dropped qos 0 message: ingest queue full")
+	if m.Limit(r.o.MaxPayloadBytes) {
+		r.win.TooLarge.Add(1)
+	}
+	// The whole payload counts, truncated or not: paho's Ack holds the
+	// packet until the acknowledgement.
+	if done := r.acker.Add(r.ctx, m.Size, m.QoS > 0, pm.Ack); done != nil {
+		r.toDispatch <- delivery{m: m, done: done}
 	}
 }
 
-// onConnect runs (in its own goroutine) after every successful connection
-// and subscribes: a broker without a persistent session, or one that was
-// restarted without persistence, has forgotten the subscriptions.
-func (r *Receiver) onConnect(c paho.Client) {
-	done := make(chan struct{})
-	defer close(done)
-	r.mu.Lock()
-	r.subscribing = done
-	r.mu.Unlock()
-	if r.connects.Add(1) > 1 {
-		r.reconnects.Add(1)
-	}
-	r.setStatus(func(s *receivers.Status) {
-		*s = receivers.Status{Connected: true, Reason: "subscribing"}
-	})
-	r.log.Info("connected", "broker", r.currentBroker())
-	for _, sub := range r.subs {
-		tok := c.Subscribe(sub.filter, sub.qos, nil)
-		if !tok.WaitTimeout(subscribeTimeout) {
-			r.subscribeFailed(sub, "no SUBACK within "+subscribeTimeout.String())
+// dispatch hands queued messages to the sink in order until ctx is done.
+// Messages still queued then are never handed over (nor acknowledged).
+func (r *Receiver) dispatch(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
 			return
-		}
-		if err := tok.Error(); err != nil {
-			r.subscribeFailed(sub, err.Error())
-			return
-		}
-		for _, granted := range tok.(*paho.SubscribeToken).Result() {
-			if granted == 0x80 {
-				r.subscribeFailed(sub, "refused by the broker")
+		case d := <-r.toDispatch:
+			if ctx.Err() != nil {
 				return
 			}
-			if granted < sub.qos {
-				r.log.Warn("broker granted a lower qos", "topic", sub.filter, "requested", sub.qos, "granted", granted)
-			}
+			r.win.Received.Add(1)
+			r.sink.Accept(ctx, d.m, d.done)
 		}
-	}
-	if !c.IsConnectionOpen() {
-		return // lost again while subscribing: the notification set the reason
-	}
-	r.setStatus(func(s *receivers.Status) {
-		if s.Connected {
-			*s = receivers.Status{Connected: true, Subscribed: true}
-		}
-	})
-	r.log.Info("subscribed", "topics", len(r.subs))
-}
-
-func (r *Receiver) subscribeFailed(sub subscription, why string) {
-	reason := fmt.Sprintf("subscription to %s %s", sub.filter, why)
-	r.log.Error("subscribe failed", "topic", sub.filter, "error", why)
-	r.setStatus(func(s *receivers.Status) {
-		s.Subscribed = false
-		s.Reason = reason
-	})
-}
-
-// onNotification tracks connection attempts and losses for Status.
-func (r *Receiver) onNotification(c paho.Client, n paho.ConnectionNotification) {
-	switch n := n.(type) {
-	case paho.ConnectionNotificationBroker:
-		r.mu.Lock()
-		r.broker = n.Broker.String()
-		r.mu.Unlock()
-	case paho.ConnectionNotificationBrokerFailed:
-		reason := fmt.Sprintf("connect to %s: %v", n.Broker, n.Reason)
-		r.log.Warn("connect failed", "broker", n.Broker.String(), "error", n.Reason)
-		r.setStatus(func(s *receivers.Status) { *s = receivers.Status{Reason: reason} })
-	case paho.ConnectionNotificationLost:
-		if c.IsConnectionOpen() {
-			return // a late notification: already connected again
-		}
-		reason := fmt.Sprintf("disconnected from %s: %v", r.currentBroker(), n.Reason)
-		r.log.Warn("connection lost", "broker", r.currentBroker(), "error", n.Reason)
-		r.setStatus(func(s *receivers.Status) { *s = receivers.Status{Reason: reason} })
 	}
 }
 
-func (r *Receiver) currentBroker() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.broker
+// drain waits, up to grace, until every message handed to the sink is
+// acknowledged (the acker acknowledges in dispatch order).
+func (r *Receiver) drain(grace time.Duration) {
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for s := r.win.Stats(); s.Acked < s.Received; s = r.win.Stats() {
+		select {
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 func (r *Receiver) setStatus(f func(*receivers.Status)) {

@@ -2,13 +2,13 @@ package mqtt
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +16,6 @@ import (
 	"github.com/gobridge/gobridge/receivers/internal/testsink"
 	"github.com/gobridge/gobridge/receivers/internal/testtls"
 	"github.com/gobridge/gobridge/receivers/listener"
-	"github.com/gobridge/gobridge/routes"
 )
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -28,25 +27,17 @@ func unique(t *testing.T) string {
 	return fmt.Sprintf("%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), time.Now().UnixNano())
 }
 
-func config(url, clientID string, topics ...string) routes.ReceiverConfig {
-	cfg := routes.ReceiverConfig{
-		ID:   "plant",
-		Type: routes.ReceiverMQTT,
-		Options: routes.ReceiverOptions{
-			BrokerURLs:     []string{url},
-			ClientID:       clientID,
-			ConnectTimeout: routes.Duration(5 * time.Second),
-		},
+func config(url, clientID string, filters ...string) Options {
+	o := Options{ID: "plant", BrokerURLs: []string{url}, ClientID: clientID, ConnectTimeout: 5 * time.Second}
+	for _, f := range filters {
+		o.Topics = append(o.Topics, Subscription{Filter: f, QoS: 1})
 	}
-	for _, tp := range topics {
-		cfg.Topics = append(cfg.Topics, routes.Subscription{Topic: tp})
-	}
-	return cfg
+	return o
 }
 
-func newReceiver(t *testing.T, cfg routes.ReceiverConfig, sink *testsink.Sink) *Receiver {
+func newReceiver(t *testing.T, o Options, sink *testsink.Sink) *Receiver {
 	t.Helper()
-	r, err := New(cfg, "line-7", sink, testLogger(t))
+	r, err := New(o, sink, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,49 +65,6 @@ func TestReceiver_DeliversQoS1FromMosquitto(t *testing.T) {
 	testsink.Eventually(t, "3 acks", func() bool { return r.Stats().Acked == 3 })
 	if s := r.Stats(); s.Received != 3 || s.InFlight != 0 || s.Dropped != 0 {
 		t.Fatalf("stats = %+v", s)
-	}
-}
-
-func TestReceiver_AcksInArrivalOrderAtTheBroker(t *testing.T) {
-	t.Parallel()
-	const clientID = "gobridge-order"
-	b := startOrderBroker(t, clientID)
-	sink := testsink.New(false)
-	r := newReceiver(t, config(b.url, clientID, "orders/#"), sink)
-	run(t, r)
-	waitSubscribed(t, r)
-
-	const n = 10
-	for i := range n {
-		if err := b.srv.Publish("orders/x", []byte(fmt.Sprint(i)), false, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var ds []testsink.Delivery
-	for i := range n {
-		d := sink.Next(t)
-		if string(d.Msg.Payload) != fmt.Sprint(i) {
-			t.Fatalf("message %d arrived as %q", i, d.Msg.Payload)
-		}
-		ds = append(ds, d)
-	}
-	// Settle every message but the first, from other goroutines, last first.
-	var wg sync.WaitGroup
-	for i := n - 1; i >= 1; i-- {
-		wg.Go(ds[i].Done)
-	}
-	wg.Wait()
-	// For a bounded while, nothing may reach the broker: message 0 holds all.
-	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if _, acked := b.snapshot(); len(acked) != 0 {
-			t.Fatalf("broker got PUBACKs %v before the first message was settled", acked)
-		}
-	}
-	ds[0].Done()
-	testsink.Eventually(t, "all PUBACKs at the broker", func() bool { _, a := b.snapshot(); return len(a) == n })
-	published, acked := b.snapshot()
-	if !slices.Equal(published, acked) {
-		t.Fatalf("PUBACK order %v, PUBLISH order %v", acked, published)
 	}
 }
 
@@ -240,8 +188,8 @@ func TestReceiver_ReconnectsAfterBrokerRestart(t *testing.T) {
 
 func TestReceiver_ReportsRefusedSubscription(t *testing.T) {
 	t.Parallel()
-	b := startOrderBroker(t, "nobody") // refuses filters under secret/
-	r := newReceiver(t, config(b.url, "gobridge-refused", "allowed/#", "secret/#"), testsink.New(true))
+	url := startBroker(t, 2) // refuses filters under secret/
+	r := newReceiver(t, config(url, "gobridge-refused", "allowed/#", "secret/#"), testsink.New(true))
 	run(t, r)
 	testsink.Eventually(t, "refusal reported", func() bool {
 		s := r.Status()
@@ -253,16 +201,11 @@ func TestReceiver_ReportsRefusedSubscription(t *testing.T) {
 func TestReceiver_TLSWithPrivateCA(t *testing.T) {
 	t.Parallel()
 	files := testtls.Write(t)
-	sink := testsink.New(true)
 
 	t.Run("embedded listener", func(t *testing.T) {
 		t.Parallel()
-		edge := testsink.New(true)
-		l, err := listener.New(routes.ReceiverConfig{
-			ID: "edge", Type: routes.ReceiverMQTTListener,
-			Options: routes.ReceiverOptions{Listen: "127.0.0.1:0", TLS: routes.TLS{CertFile: files.CertFile, KeyFile: files.KeyFile}},
-			Topics:  []routes.Subscription{{Topic: "nothing/here"}},
-		}, edge, testLogger(t))
+		l, err := listener.New(listener.Options{ID: "edge", Listen: "127.0.0.1:0", TLS: files.Server(t, false),
+			Topics: []string{"nothing/here"}, Anonymous: listener.ACL{Subscribe: []string{"tls/#"}}}, testsink.New(true), testLogger(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,18 +214,18 @@ func TestReceiver_TLSWithPrivateCA(t *testing.T) {
 		go func() { done <- l.Run(ctx) }()
 		t.Cleanup(func() { cancel(); <-done })
 		<-l.Ready()
-		cfg := config("ssl://"+l.Addr().String(), "gobridge-tls", "tls/#")
-		cfg.Options.TLS.CAFile = files.CAFile
-		r := newReceiver(t, cfg, sink)
+		o := config("ssl://"+l.Addr().String(), "gobridge-tls", "tls/#")
+		o.TLS = files.Client(t, false)
+		r := newReceiver(t, o, testsink.New(true))
 		run(t, r)
 		waitSubscribed(t, r)
 	})
 	t.Run("mosquitto", func(t *testing.T) {
 		t.Parallel()
 		m := startMosquitto(t, "cafile "+files.CAFile, "certfile "+files.CertFile, "keyfile "+files.KeyFile)
-		cfg := config("ssl://"+m.addr(), "gobridge-tls-mosq", "tls/#")
-		cfg.Options.TLS.CAFile = files.CAFile
-		r := newReceiver(t, cfg, testsink.New(true))
+		o := config("ssl://"+m.addr(), "gobridge-tls-mosq", "tls/#")
+		o.TLS = files.Client(t, false)
+		r := newReceiver(t, o, testsink.New(true))
 		run(t, r)
 		waitSubscribed(t, r)
 
@@ -298,28 +241,24 @@ func TestReceiver_TLSWithPrivateCA(t *testing.T) {
 
 func TestNew_RejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	bad := func(mut func(*routes.ReceiverConfig)) routes.ReceiverConfig {
-		c := config("tcp://127.0.0.1:1", "x", "a/#")
-		mut(&c)
-		return c
-	}
-	three := 3
-	for name, cfg := range map[string]routes.ReceiverConfig{
-		"no broker":         bad(func(c *routes.ReceiverConfig) { c.Options.BrokerURLs = nil }),
-		"unknown scheme":    bad(func(c *routes.ReceiverConfig) { c.Options.BrokerURLs = []string{"http://x"} }),
-		"no topics":         bad(func(c *routes.ReceiverConfig) { c.Topics = nil }),
-		"qos 3":             bad(func(c *routes.ReceiverConfig) { c.Topics[0].QoS = &three }),
-		"cert without key":  bad(func(c *routes.ReceiverConfig) { c.Options.TLS.CertFile = "c.pem" }),
-		"missing ca file":   bad(func(c *routes.ReceiverConfig) { c.Options.TLS.CAFile = "/nonexistent/ca.pem" }),
-		"ca file not a PEM": bad(func(c *routes.ReceiverConfig) { c.Options.TLS.CAFile = "receiver.go" }),
+	for name, mutate := range map[string]func(*Options){
+		"no broker":      func(o *Options) { o.BrokerURLs = nil },
+		"unknown scheme": func(o *Options) { o.BrokerURLs = []string{"http://x"} },
+		"no client id":   func(o *Options) { o.ClientID = "" },
+		"no topics":      func(o *Options) { o.Topics = nil },
+		"qos 3":          func(o *Options) { o.Topics[0].QoS = 3 },
+		"bad filter":     func(o *Options) { o.Topics[0].Filter = "a/#/b" },
+		"unparsable URL": func(o *Options) { o.BrokerURLs = []string{"tcp://user:pa ss@[::1"} },
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := New(cfg, "b", testsink.New(true), nil)
-			if err == nil {
-				t.Fatal("New accepted it")
+			o := config("tcp://127.0.0.1:1", "x", "a/#")
+			mutate(&o)
+			_, err := New(o, testsink.New(true), nil)
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("New = %v, want ErrConfig", err)
 			}
-			if !errors.Is(err, ErrConfig) && !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("error %v is neither ErrConfig nor a file error", err)
+			if strings.Contains(fmt.Sprint(err), "pa ss") {
+				t.Fatalf("the error shows the password: %v", err)
 			}
 		})
 	}
@@ -399,5 +338,33 @@ func TestReceiver_RedeliversAfterConnectionLoss(t *testing.T) {
 	publish(t, url, "plant/1", "c")
 	if d := next.Next(t); string(d.Msg.Payload) != "c" {
 		t.Fatalf("got %q: the redelivered messages were not acknowledged", d.Msg.Payload)
+	}
+}
+
+// TestReceiver_OversizedFromMosquitto: a payload over max_payload_bytes
+// (Mosquitto's own message_size_limit is unset) reaches the sink truncated
+// and is acknowledged once settled, so the broker does not send it again.
+func TestReceiver_OversizedFromMosquitto(t *testing.T) {
+	t.Parallel()
+	url := testservices.MQTTURL(t)
+	id := unique(t)
+	topic := "gbtest/" + id + "/big"
+	sink := testsink.New(true)
+	r := newReceiver(t, config(url, id, topic), sink) // default max_payload_bytes: 262144
+	run(t, r)
+	waitSubscribed(t, r)
+	big := strings.Repeat("0123456789", 30_000)
+	publish(t, url, topic, big, "small")
+	sum := sha256.Sum256([]byte(big))
+	if d := sink.Next(t); !d.Msg.Truncated || d.Msg.Size != len(big) || d.Msg.SHA256 != hex.EncodeToString(sum[:]) ||
+		string(d.Msg.Payload) != big[:1024] {
+		t.Fatalf("got truncated=%v size=%d sha256=%s, %d payload bytes", d.Msg.Truncated, d.Msg.Size, d.Msg.SHA256, len(d.Msg.Payload))
+	}
+	if d := sink.Next(t); string(d.Msg.Payload) != "small" || d.Msg.Truncated {
+		t.Fatalf("then got %+v", d.Msg)
+	}
+	testsink.Eventually(t, "both acknowledged", func() bool { return r.Stats().Acked == 2 })
+	if s := r.Stats(); s.TooLarge != 1 {
+		t.Fatalf("stats = %+v", s)
 	}
 }

@@ -28,7 +28,7 @@ func TestReceiver_WebSockets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := unique(t)
 			cfg := config(tc.url, id, "ws/"+id+"/#")
-			cfg.Options.TLS.CAFile = files.CAFile
+			cfg.TLS = files.Client(t, false)
 			sink := testsink.New(true)
 			r := newReceiver(t, cfg, sink)
 			run(t, r)

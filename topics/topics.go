@@ -1,4 +1,7 @@
-package routes
+// Package topics validates and matches MQTT topic filters (MQTT 3.1.1 §4.7),
+// for the config checks, route matching and the embedded listener's access
+// control.
+package topics
 
 import (
 	"errors"

@@ -1,10 +1,11 @@
-package routes_test
+package topics_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
-	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/topics"
 )
 
 func TestMatch_Wildcards(t *testing.T) {
@@ -40,7 +41,7 @@ func TestMatch_Wildcards(t *testing.T) {
 		{"factory/+/telemetry", "factory/line-1/alarms", false},
 	}
 	for _, c := range cases {
-		if got := routes.Match(c.filter, c.topic); got != c.want {
+		if got := topics.Match(c.filter, c.topic); got != c.want {
 			t.Errorf("Match(%q, %q) = %v, want %v", c.filter, c.topic, got, c.want)
 		}
 	}
@@ -48,7 +49,7 @@ func TestMatch_Wildcards(t *testing.T) {
 
 func TestMatch_DoesNotAllocate(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() {
-		routes.Match("$share/g/factory/+/telemetry/#", "factory/line-1/telemetry/x/y")
+		topics.Match("$share/g/factory/+/telemetry/#", "factory/line-1/telemetry/x/y")
 	})
 	if allocs != 0 {
 		t.Fatalf("Match allocates %v times per call", allocs)
@@ -58,13 +59,13 @@ func TestMatch_DoesNotAllocate(t *testing.T) {
 func TestValidateFilter_Syntax(t *testing.T) {
 	valid := []string{"#", "+", "a/b", "a/+/c", "a/#", "/", "+/+/#", "$SYS/#", "$share/g/a/#", "$share/g/#"}
 	for _, f := range valid {
-		if err := routes.ValidateFilter(f); err != nil {
+		if err := topics.ValidateFilter(f); err != nil {
 			t.Errorf("ValidateFilter(%q) = %v, want nil", f, err)
 		}
 	}
 	invalid := []string{"", "a/#/b", "a#", "a/b#", "a+/b", "a/+b", "$share", "$share/", "$share//a", "$share/g", "$share/g/", "$share/g#/a", "$share/g+/a", "a\x00b", "\xff"}
 	for _, f := range invalid {
-		if err := routes.ValidateFilter(f); !errors.Is(err, routes.ErrTopicFilter) {
+		if err := topics.ValidateFilter(f); !errors.Is(err, topics.ErrTopicFilter) {
 			t.Errorf("ValidateFilter(%q) = %v, want ErrTopicFilter", f, err)
 		}
 	}
@@ -93,7 +94,7 @@ func TestCovers_Filters(t *testing.T) {
 		{"$SYS/#", "$SYS/x", true},
 	}
 	for _, c := range cases {
-		if got := routes.Covers(c.outer, c.inner); got != c.want {
+		if got := topics.Covers(c.outer, c.inner); got != c.want {
 			t.Errorf("Covers(%q, %q) = %v, want %v", c.outer, c.inner, got, c.want)
 		}
 	}
@@ -103,14 +104,14 @@ func TestCovers_Filters(t *testing.T) {
 // when outer covers inner, every topic inner matches, outer matches too.
 func TestCovers_AgreesWithMatch(t *testing.T) {
 	filters := []string{"#", "+", "a", "a/#", "a/+", "a/b", "+/b", "a/+/c", "+/+", "a/b/#", "+/#"}
-	topics := []string{"a", "b", "a/b", "a/c", "x/b", "a/b/c", "a/x/c", "a/b/c/d", "", "/", "a/"}
+	names := []string{"a", "b", "a/b", "a/c", "x/b", "a/b/c", "a/x/c", "a/b/c/d", "", "/", "a/"}
 	for _, o := range filters {
 		for _, in := range filters {
-			if !routes.Covers(o, in) {
+			if !topics.Covers(o, in) {
 				continue
 			}
-			for _, tp := range topics {
-				if routes.Match(in, tp) && !routes.Match(o, tp) {
+			for _, tp := range names {
+				if topics.Match(in, tp) && !topics.Match(o, tp) {
 					t.Errorf("Covers(%q, %q) but %q matches only the inner filter", o, in, tp)
 				}
 			}
@@ -148,7 +149,7 @@ func TestOverlaps_Filters(t *testing.T) {
 		{"$share/g/a/#", "b", false},
 	}
 	for _, c := range cases {
-		if got := routes.Overlaps(c.a, c.b); got != c.want {
+		if got := topics.Overlaps(c.a, c.b); got != c.want {
 			t.Errorf("Overlaps(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
 		}
 	}
@@ -157,6 +158,16 @@ func TestOverlaps_Filters(t *testing.T) {
 func BenchmarkMatch(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		routes.Match("factory/+/telemetry/#", "factory/line-1/telemetry/press/3")
+		topics.Match("factory/+/telemetry/#", "factory/line-1/telemetry/press/3")
 	}
+}
+
+func ExampleMatch() {
+	fmt.Println(topics.Match("factory/+/telemetry", "factory/line-1/telemetry"))
+	fmt.Println(topics.Match("$share/gobridge/factory/#", "factory/line-1/alarms"))
+	fmt.Println(topics.Match("#", "$SYS/uptime"))
+	// Output:
+	// true
+	// true
+	// false
 }

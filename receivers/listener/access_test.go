@@ -1,0 +1,184 @@
+package listener
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/gobridge/gobridge/receivers/internal/testsink"
+	"github.com/gobridge/gobridge/receivers/internal/testtls"
+)
+
+func hashOf(t *testing.T, password string) string {
+	t.Helper()
+	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(h)
+}
+
+// refused reports whether a paho client configured by configure fails to
+// connect to url.
+func refused(t *testing.T, url string, configure func(*paho.ClientOptions)) bool {
+	t.Helper()
+	opts := paho.NewClientOptions().AddBroker(url).SetClientID("probe-" + strings.ReplaceAll(t.Name(), "/", "-")).
+		SetAutoReconnect(false).SetConnectTimeout(5 * time.Second)
+	if configure != nil {
+		configure(opts)
+	}
+	c := paho.NewClient(opts)
+	tok := c.Connect()
+	if !tok.WaitTimeout(10 * time.Second) {
+		t.Fatal("connect got no answer within 10s")
+	}
+	if tok.Error() == nil {
+		c.Disconnect(0)
+		return false
+	}
+	return true
+}
+
+func TestListener_Users(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) {
+		o.Users = []User{{Username: "press-1", Password: "s3cret"}, {Username: "press-2", PasswordHash: hashOf(t, "hashed")}}
+	})
+	user := func(name, pw string) func(*paho.ClientOptions) {
+		return func(o *paho.ClientOptions) { o.SetUsername(name).SetPassword(pw) }
+	}
+	for name, c := range map[string]struct {
+		configure func(*paho.ClientOptions)
+		refused   bool
+	}{
+		"anonymous (users are set)": {nil, true},
+		"wrong password":            {user("press-1", "wrong"), true},
+		"empty password":            {user("press-1", ""), true},
+		"unknown user":              {user("nobody", "s3cret"), true},
+		"wrong password for a hash": {user("press-2", "s3cret"), true},
+		"right password":            {user("press-1", "s3cret"), false},
+		"right password for a hash": {user("press-2", "hashed"), false},
+		"another user's password":   {user("press-2", "s3cret"), true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := refused(t, b.url, c.configure); got != c.refused {
+				t.Fatalf("refused = %v, want %v", got, c.refused)
+			}
+		})
+	}
+}
+
+func TestListener_DeniedPublishIsAckedAndDiscarded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) {
+		o.Users = []User{{Username: "press-1", Password: "pw", ACL: ACL{Publish: []string{"factory/press-1/#"}}}}
+	})
+	pub := publisher(t, b.url, func(o *paho.ClientOptions) { o.SetUsername("press-1").SetPassword("pw") })
+	for qos := range byte(3) {
+		// Acknowledged (the publisher's token completes without error and
+		// the connection stays up), but not handed to the sink.
+		waitToken(t, pub.Publish("factory/press-2/telemetry", qos, false, "forged"))
+	}
+	waitToken(t, pub.Publish("factory/press-1/telemetry", 1, false, "own"))
+	if d := b.sink.Next(t); string(d.Msg.Payload) != "own" {
+		t.Fatalf("the sink got %q: a denied publication went through", d.Msg.Payload)
+	}
+	if s := b.l.Stats(); s.Denied != 3 || s.Received != 1 {
+		t.Fatalf("stats = %+v", s)
+	}
+	if !pub.IsConnectionOpen() {
+		t.Fatal("the publisher was disconnected for a denied publication")
+	}
+}
+
+func TestListener_AnonymousACL(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) {
+		o.Listen, o.AllowAnonymous = "0.0.0.0:0", true
+		o.Anonymous.Publish = []string{"factory/public/#"}
+	})
+	pub := publisher(t, b.url, nil)
+	waitToken(t, pub.Publish("factory/line-1/telemetry", 1, false, "private"))
+	waitToken(t, pub.Publish("factory/public/x", 1, false, "public"))
+	if d := b.sink.Next(t); string(d.Msg.Payload) != "public" {
+		t.Fatalf("the sink got %q first", d.Msg.Payload)
+	}
+	if s := b.l.Stats(); s.Denied != 1 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestListener_SubscribeOutsideACLIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) {
+		o.Users = []User{
+			{Username: "plain", Password: "pw"},
+			{Username: "viewer", Password: "pw", ACL: ACL{Subscribe: []string{"factory/+/status"}}},
+		}
+	})
+	granted := func(user, filter string) byte {
+		t.Helper()
+		c := publisher(t, b.url, func(o *paho.ClientOptions) { o.SetUsername(user).SetPassword("pw") })
+		tok := c.Subscribe(filter, 1, nil)
+		waitToken(t, tok)
+		return tok.(*paho.SubscribeToken).Result()[filter]
+	}
+	for _, c := range []struct {
+		user, filter string
+		want         byte
+	}{
+		{"plain", "#", 0x80},
+		{"plain", "factory/#", 0x80},
+		{"viewer", "#", 0x80},
+		{"viewer", "factory/+/status", 1},
+		{"viewer", "factory/line-1/status", 1},
+		{"viewer", "factory/+/telemetry", 0x80},
+		{"viewer", "$SYS/#", 0x80},
+	} {
+		if got := granted(c.user, c.filter); got != c.want {
+			t.Errorf("%s subscribing to %s: SUBACK %#x, want %#x", c.user, c.filter, got, c.want)
+		}
+	}
+}
+
+func TestListener_ClientCertificateNamesTheUser(t *testing.T) {
+	t.Parallel()
+	files := testtls.Write(t)
+	b := setup(t, testsink.New(true), func(o *Options) {
+		o.Listen = "0.0.0.0:0"
+		o.TLS = files.Server(t, true)
+		o.Users = []User{{Username: testtls.ClientCN, ACL: ACL{Publish: []string{"factory/" + testtls.ClientCN + "/#"}}}}
+	})
+	url := b.url
+	if !refused(t, url, func(o *paho.ClientOptions) { o.SetTLSConfig(files.Client(t, false)) }) {
+		t.Fatal("a client without a certificate connected")
+	}
+	if !refused(t, url, func(o *paho.ClientOptions) {
+		o.SetTLSConfig(files.Client(t, false)).SetUsername(testtls.ClientCN) // no certificate, no password
+	}) {
+		t.Fatal("a certificate-only user connected by its name alone")
+	}
+	pub := publisher(t, url, func(o *paho.ClientOptions) { o.SetTLSConfig(files.Client(t, true)) })
+	waitToken(t, pub.Publish("factory/other/x", 1, false, "outside its ACL"))
+	waitToken(t, pub.Publish("factory/"+testtls.ClientCN+"/x", 1, false, "its own"))
+	if d := b.sink.Next(t); string(d.Msg.Payload) != "its own" {
+		t.Fatalf("the sink got %q: the certificate's user ACL was not applied", d.Msg.Payload)
+	}
+}
+
+func TestListener_WillOutsideACLIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) {
+		o.Users = []User{{Username: "press-1", Password: "pw", ACL: ACL{Publish: []string{"factory/press-1/#"}}}}
+	})
+	login := func(o *paho.ClientOptions) { o.SetUsername("press-1").SetPassword("pw") }
+	if !refused(t, b.url, func(o *paho.ClientOptions) { login(o); o.SetWill("factory/press-2/status", "gone", 1, false) }) {
+		t.Fatal("a will outside the publish ACL was accepted")
+	}
+	if refused(t, b.url, func(o *paho.ClientOptions) { login(o); o.SetWill("factory/press-1/status", "gone", 1, true) }) {
+		t.Fatal("a retained will inside the publish ACL was refused")
+	}
+}

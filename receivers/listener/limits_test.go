@@ -1,0 +1,233 @@
+package listener
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/gobridge/gobridge/receivers/internal/testsink"
+)
+
+// remainingLength encodes n as an MQTT variable byte integer.
+func remainingLength(n int) []byte {
+	var b []byte
+	for {
+		d := byte(n % 128)
+		n /= 128
+		if n > 0 {
+			d |= 0x80
+		}
+		b = append(b, d)
+		if n == 0 {
+			return b
+		}
+	}
+}
+
+// connectPacket is an MQTT 3.1.1 CONNECT with a clean session.
+func connectPacket(clientID string) []byte {
+	body := []byte{0, 4, 'M', 'Q', 'T', 'T', 4, 0x02, 0, 60}
+	body = binary.BigEndian.AppendUint16(body, uint16(len(clientID)))
+	body = append(body, clientID...)
+	return append(append([]byte{0x10}, remainingLength(len(body))...), body...)
+}
+
+// closedByServer reads from conn until the server closes it; it fails the
+// test when the server keeps it open for 10s.
+func closedByServer(t *testing.T, conn net.Conn) {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.Copy(io.Discard, conn)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("the listener kept the connection open")
+	}
+}
+
+// TestListener_HugePacketCostsNoMemory announces 200 MiB packets (a CONNECT
+// as the first packet, and a PUBLISH after a valid CONNECT) in 5 bytes of
+// fixed header: the listener must close the connection without allocating
+// the body. Not parallel: it measures the process's allocations.
+func TestListener_HugePacketCostsNoMemory(t *testing.T) {
+	b := setup(t, testsink.New(true), nil)
+	addr := strings.TrimPrefix(b.url, "tcp://")
+	const announced = 200 << 20
+	for name, prefix := range map[string][]byte{
+		"first packet":         nil,
+		"after a good CONNECT": connectPacket("huge"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			header := byte(0x10) // CONNECT
+			if prefix != nil {
+				header = 0x32 // PUBLISH, QoS 1
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			if _, err := conn.Write(append(append(prefix, header), remainingLength(announced)...)); err != nil {
+				t.Fatal(err)
+			}
+			closedByServer(t, conn)
+			runtime.ReadMemStats(&after)
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+				t.Fatalf("a %d MiB packet header made the process allocate %d MiB", announced>>20, grew>>20)
+			}
+		})
+	}
+	if s := b.l.Stats(); s.Received != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestListener_RefusesClientsOverMaxClients(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) { o.MaxClients = 3 })
+	first := publisher(t, b.url, nil)
+	publisher(t, b.url, nil)
+	// A connection counts before its CONNECT too.
+	silent, err := net.Dial("tcp", strings.TrimPrefix(b.url, "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	if !refused(t, b.url, nil) {
+		t.Fatal("a fourth client connected with max_clients 3")
+	}
+	first.Disconnect(0)
+	testsink.Eventually(t, "a client connects once another left", func() bool { return !refused(t, b.url, nil) })
+}
+
+func TestListener_DropsConnectionsThatNeverSendCONNECT(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) { o.ConnectTimeout = 200 * time.Millisecond })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	closedByServer(t, conn)
+	// A client that does send its CONNECT keeps its connection past the
+	// timeout: the keep-alive deadline replaces it.
+	c := publisher(t, b.url, nil)
+	for deadline := time.Now().Add(600 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if !c.IsConnectionOpen() {
+			t.Fatal("a connected client was dropped at the connect timeout")
+		}
+	}
+	waitToken(t, c.Publish("factory/1/x", 1, false, "a"))
+	b.sink.Next(t)
+}
+
+// flakyListener fails its first failures Accepts with EMFILE, as a process
+// out of file descriptors does.
+type flakyListener struct {
+	net.Listener
+	failures atomic.Int32
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.failures.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+func TestListener_AcceptErrorsDoNotStopIt(t *testing.T) {
+	t.Parallel()
+	sink := testsink.New(true)
+	l, err := New(Options{ID: "edge", Listen: "127.0.0.1:0", Topics: []string{"factory/#"}}, sink, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.wrapListener = func(ln net.Listener) net.Listener {
+		fl := &flakyListener{Listener: ln}
+		fl.failures.Store(5)
+		return fl
+	}
+	b := start(t, l, sink, nil)
+	pub := publisher(t, b.url, nil)
+	waitToken(t, pub.Publish("factory/1/x", 1, false, "after EMFILE"))
+	if d := sink.Next(t); string(d.Msg.Payload) != "after EMFILE" {
+		t.Fatalf("got %q", d.Msg.Payload)
+	}
+	if !l.Status().Connected {
+		t.Fatalf("status = %+v", l.Status())
+	}
+}
+
+func TestListener_DoesNotKeepRetainedMessages(t *testing.T) {
+	t.Parallel()
+	for _, retain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("retain=%v", retain), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, testsink.New(true), func(o *Options) {
+				o.Retain = retain
+				o.Anonymous.Subscribe = []string{"factory/#"}
+			})
+			pub := publisher(t, b.url, nil)
+			waitToken(t, pub.Publish("factory/1/state", 1, true, "retained?"))
+			if d := b.sink.Next(t); d.Msg.Retained != retain {
+				t.Fatalf("the sink got retained=%v", d.Msg.Retained)
+			}
+			got := make(chan string, 10)
+			sub := publisher(t, b.url, func(o *paho.ClientOptions) {
+				o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) })
+			})
+			waitToken(t, sub.Subscribe("factory/#", 1, nil))
+			// A retained message arrives right after the SUBACK, before
+			// anything published later.
+			waitToken(t, pub.Publish("factory/2/state", 1, false, "later"))
+			var first string
+			select {
+			case first = <-got:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the subscriber got nothing")
+			}
+			if want := map[bool]string{false: "later", true: "retained?"}[retain]; first != want {
+				t.Fatalf("the subscriber got %q first, want %q", first, want)
+			}
+		})
+	}
+}
+
+// TestListener_BoundsWhatIsQueuedPerSubscriber subscribes a client that
+// never acknowledges: the broker queues at most MaxInflightBytes /
+// MaxPayloadBytes messages for it, and publishers are not held back.
+func TestListener_BoundsWhatIsQueuedPerSubscriber(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) {
+		o.MaxPayloadBytes, o.MaxInflightBytes = 1024, 16*1024
+		o.Anonymous.Subscribe = []string{"factory/#"}
+	})
+	var got atomic.Int32
+	sub := publisher(t, b.url, func(o *paho.ClientOptions) {
+		o.SetAutoAckDisabled(true). // never acknowledges
+						SetDefaultPublishHandler(func(paho.Client, paho.Message) { got.Add(1) })
+	})
+	waitToken(t, sub.Subscribe("factory/#", 1, nil))
+	pub := publisher(t, b.url, nil)
+	for i := range 40 {
+		waitToken(t, pub.Publish("factory/1/x", 1, false, fmt.Sprint(i)))
+	}
+	testsink.Eventually(t, "16 messages at the subscriber", func() bool { return got.Load() >= 16 })
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if n := got.Load(); n > 16 {
+			t.Fatalf("%d unacknowledged messages reached the subscriber, bound 16", n)
+		}
+	}
+}

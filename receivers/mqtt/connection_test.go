@@ -1,0 +1,97 @@
+package mqtt
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gobridge/gobridge/receivers/internal/testsink"
+)
+
+func TestReceiver_QoSGrants(t *testing.T) {
+	t.Parallel()
+	t.Run("QoS 0 for a QoS 1 subscription is not ready", func(t *testing.T) {
+		t.Parallel()
+		r := newReceiver(t, config(startBroker(t, 0), "gobridge-qos0", "a/#"), testsink.New(true))
+		run(t, r)
+		testsink.Eventually(t, "the downgrade reported", func() bool {
+			s := r.Status()
+			return s.Connected && !s.Subscribed && strings.Contains(s.Reason, "granted QoS 0")
+		})
+		t.Logf("status: %+v", r.Status())
+	})
+	t.Run("QoS 1 for a QoS 2 subscription is ready", func(t *testing.T) {
+		t.Parallel()
+		o := config(startBroker(t, 1), "gobridge-qos1", "a/#")
+		o.Topics[0].QoS = 2
+		r := newReceiver(t, o, testsink.New(true))
+		run(t, r)
+		waitSubscribed(t, r)
+	})
+}
+
+// records is a slog handler keeping every record.
+type records struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *records) Enabled(context.Context, slog.Level) bool { return true }
+func (h *records) WithAttrs([]slog.Attr) slog.Handler       { return h } // attrs are not needed here
+func (h *records) WithGroup(string) slog.Handler            { return h }
+func (h *records) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+
+func (h *records) text() (all string, warns int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b strings.Builder
+	for _, r := range h.recs {
+		if r.Level == slog.LevelWarn {
+			warns++
+		}
+		fmt.Fprintf(&b, "%s %s", r.Level, r.Message)
+		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
+		b.WriteByte('\n')
+	}
+	return b.String(), warns
+}
+
+// TestReceiver_BrokerDownAtStart: while the broker is down, paho retries
+// every second; the receiver logs the failures at attempts 1, 2, 4, ...,
+// not at every attempt, and never prints the password of a broker URL.
+func TestReceiver_BrokerDownAtStart(t *testing.T) {
+	t.Parallel()
+	logs := &records{}
+	o := config("tcp://plant:hunter2@127.0.0.1:1", "gobridge-down", "a/#")
+	r, err := New(o, testsink.New(true), slog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr := run(t, r)
+	testsink.Eventually(t, "5 failed attempts", func() bool { return strings.Contains(r.Status().Reason, "(attempt 5)") })
+	rr.stop()
+	text, warns := logs.text()
+	t.Logf("logs:\n%s", text)
+	if warns > 3 {
+		t.Errorf("%d warnings for 5 failed attempts, want at most 3 (attempts 1, 2, 4)", warns)
+	}
+	if !strings.Contains(text, "attempt=4") {
+		t.Error("the log does not count the attempts")
+	}
+	for _, s := range []string{text, r.Status().Reason, fmt.Sprint(r.Status())} {
+		if strings.Contains(s, "hunter2") {
+			t.Errorf("the password leaked: %s", s)
+		}
+	}
+	if !strings.Contains(text, "tcp://plant:xxxxx@127.0.0.1:1") || strings.Contains(text, "{") {
+		t.Error("broker URLs are not printed as redacted URLs")
+	}
+}
