@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/senders"
 )
 
@@ -39,7 +40,7 @@ func newHolder(b *Bridge, r *route) *holder {
 // submit waits for a send slot (or ctx) and starts the delivery of env;
 // settle is called when it has settled. It returns false when ctx ended
 // first.
-func (h *holder) submit(ctx context.Context, env *message.Envelope, received message.Envelope, settle func()) bool {
+func (h *holder) submit(ctx context.Context, env *message.Envelope, received message.Envelope, settle settleFunc) bool {
 	select {
 	case h.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -63,12 +64,12 @@ func (h *holder) submit(ctx context.Context, env *message.Envelope, received mes
 		h.mu.Lock()
 		h.started[env] = time.Now()
 		h.mu.Unlock()
-		ok := h.deliver(env, received)
+		outcome := h.deliver(env, received)
 		h.mu.Lock()
 		delete(h.started, env)
 		h.mu.Unlock()
-		if ok {
-			settle()
+		if outcome != "" {
+			settle(outcome)
 		}
 	}()
 	return true
@@ -130,10 +131,10 @@ func (h *holder) heldSince() time.Time {
 	return oldest
 }
 
-// deliver sends env until the target accepts it or it fails permanently;
-// it returns false when shutdown interrupted it (the source stays
-// unacknowledged).
-func (h *holder) deliver(env *message.Envelope, received message.Envelope) bool {
+// deliver sends env until the target accepts it or it fails permanently,
+// and returns the outcome; "" when shutdown interrupted it (the source
+// stays unacknowledged).
+func (h *holder) deliver(env *message.Envelope, received message.Envelope) string {
 	b, r, mt := h.b, h.r, h.b.metrics
 	log := b.log.With("route", r.id, "record_id", env.ID)
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
@@ -141,7 +142,7 @@ func (h *holder) deliver(env *message.Envelope, received message.Envelope) bool 
 	for attempt := 1; ; attempt++ {
 		if !h.waitProbe() {
 			log.Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
-			return false
+			return ""
 		}
 		ctx, cancel := context.WithTimeout(b.holdCtx, r.policy.SendTimeout)
 		start := time.Now()
@@ -154,18 +155,18 @@ func (h *holder) deliver(env *message.Envelope, received message.Envelope) bool 
 		case senders.OK:
 			mt.sent.WithLabelValues(r.id).Inc()
 			b.noteSent(r.home, time.Now())
-			return true
+			return receivers.OutcomeDelivered
 		case senders.Fatal:
 			received.ID = env.ID
-			durable := make(chan struct{})
-			if !b.failAtIngest(b.holdCtx, r, received, err.Error(), false, func() { close(durable) }) {
-				return false
+			durable := make(chan string, 1)
+			if !b.failAtIngest(b.holdCtx, r, received, err.Error(), false, func(o string) { durable <- o }) {
+				return ""
 			}
 			select {
-			case <-durable:
-				return true
+			case o := <-durable:
+				return o
 			case <-b.holdCtx.Done():
-				return false
+				return ""
 			}
 		}
 		mt.retried.WithLabelValues(r.id, class.String()).Inc()
@@ -173,7 +174,7 @@ func (h *holder) deliver(env *message.Envelope, received message.Envelope) bool 
 		log.Debug("send failed; retrying while holding the source", "attempt", attempt, "error", err, "retry_in", wait)
 		if !sleep(b.stopping, wait) {
 			log.Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
-			return false
+			return ""
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/stores"
 )
@@ -41,7 +42,7 @@ func newFallback(b *Bridge, r *route) *fallback {
 // submit waits for a slot (or ctx) and starts the delivery of env; settle
 // is called once it is delivered, durable in the outbox, or settled by
 // policy. It returns false when ctx ended first.
-func (f *fallback) submit(ctx context.Context, env *message.Envelope, received message.Envelope, coalesceKey string, settle func()) bool {
+func (f *fallback) submit(ctx context.Context, env *message.Envelope, received message.Envelope, coalesceKey string, settle settleFunc) bool {
 	select {
 	case f.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -78,7 +79,7 @@ func (f *fallback) submit(ctx context.Context, env *message.Envelope, received m
 
 // direct tries the direct send and reports whether it settled the message
 // (delivered, or settled by on_permanent_failure); false means: fall back.
-func (f *fallback) direct(env *message.Envelope, received message.Envelope, settle func()) bool {
+func (f *fallback) direct(env *message.Envelope, received message.Envelope, settle settleFunc) bool {
 	b, r := f.b, f.r
 	if f.held(env.Key) || !r.health.Up() {
 		return false
@@ -94,7 +95,7 @@ func (f *fallback) direct(env *message.Envelope, received message.Envelope, sett
 		b.metrics.sent.WithLabelValues(r.id).Inc()
 		b.metrics.direct.WithLabelValues(r.id).Inc()
 		b.noteSent(r.session, time.Now())
-		settle()
+		settle(receivers.OutcomeDelivered)
 		return true
 	case senders.Fatal:
 		received.ID = env.ID

@@ -25,15 +25,26 @@ type ingest struct {
 
 var _ receivers.Sink = (*ingest)(nil)
 
-// settler calls done when the last of n deliveries settles.
+// settleFunc is called once a route has settled its delivery of a
+// message, with the outcome (receivers.Outcome*).
+type settleFunc func(outcome string)
+
+// settler calls done when the last of n deliveries settles; it keeps the
+// outcome of the first route, which Report gets.
 type settler struct {
-	left atomic.Int32
-	done func()
+	left  atomic.Int32
+	done  func()
+	first atomic.Pointer[string]
 }
 
-func (s *settler) settle() {
-	if s.left.Add(-1) == 0 {
-		s.done()
+func (s *settler) route(first bool) settleFunc {
+	return func(outcome string) {
+		if first {
+			s.first.Store(&outcome)
+		}
+		if s.left.Add(-1) == 0 {
+			s.done()
+		}
 	}
 }
 
@@ -50,28 +61,43 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 			matched = append(matched, r)
 		}
 	}
-	acked := func() {
+	var firstID string
+	s := &settler{}
+	s.done = func() {
 		mt.acked.WithLabelValues(in.receiver).Inc()
+		if m.Report != nil {
+			outcome := receivers.OutcomeUnrouted
+			if o := s.first.Load(); o != nil {
+				outcome = *o
+			}
+			m.Report(receivers.Settled{ID: firstID, Outcome: outcome})
+		}
 		done()
 	}
 	if len(matched) == 0 {
 		mt.unmatched.WithLabelValues(in.receiver).Inc()
-		acked()
+		s.done()
 		return
 	}
-	s := &settler{done: acked}
 	s.left.Store(int32(len(matched)))
-	for _, r := range matched {
-		env := message.Envelope{ID: message.NewID(), Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, ReceivedAt: m.ReceivedAt}
+	for i, r := range matched {
+		env := message.Envelope{ID: m.ID, Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, QoS: m.QoS, ReceivedAt: m.ReceivedAt}
+		if env.ID == "" {
+			env.ID = message.NewID()
+		}
+		if i == 0 {
+			firstID = env.ID
+		}
+		settle := s.route(i == 0)
 		var ok bool
 		if m.Truncated {
 			// Never routed (DESIGN.md §11.1): an ingest dead letter of its
 			// first 1 KiB, or dropped and counted without an outbox store.
 			reason := fmt.Sprintf("%s: %d bytes, sha256 %s; the first %d bytes are kept",
 				receivers.ReasonPayloadTooLarge, m.Size, m.SHA256, len(m.Payload))
-			ok = in.b.failAtIngest(ctx, r, env, reason, true, s.settle)
+			ok = in.b.failAtIngest(ctx, r, env, reason, true, settle)
 		} else {
-			ok = in.b.dispatch(ctx, r, env, s.settle)
+			ok = in.b.dispatch(ctx, r, env, settle)
 		}
 		if !ok {
 			return
@@ -83,12 +109,12 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 // and arranges for settle to be called once its delivery has settled. It
 // returns false when ctx ended before the delivery was accepted (settle
 // will not be called).
-func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, settle func()) bool {
+func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, settle settleFunc) bool {
 	mt := b.metrics
 	mt.routeReceived.WithLabelValues(r.id).Inc()
-	settleRoute := func() {
+	settleRoute := func(outcome string) {
 		mt.routeAcked.WithLabelValues(r.id).Inc()
-		settle()
+		settle(outcome)
 	}
 	received := env // an ingest dead letter keeps the message as it arrived
 	var coalesceKey string
@@ -99,7 +125,7 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, s
 		}
 		if drop {
 			mt.filtered.WithLabelValues(r.id).Inc()
-			settleRoute()
+			settleRoute(receivers.OutcomeFiltered)
 			return true
 		}
 		coalesceKey = ck
@@ -122,7 +148,7 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, s
 
 // persist admits rec (waiting while its limits are reached) and queues it
 // for the group commit; settle is called once it is durable.
-func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle func()) bool {
+func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle settleFunc) bool {
 	start := time.Now()
 	if !b.limits.admit(ctx, &rec) {
 		return false
@@ -131,8 +157,12 @@ func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle func()) 
 		b.metrics.backpressure.WithLabelValues(rec.Session).Add(waited.Seconds())
 	}
 	b.writer.add(rec, func(err error) {
-		if err == nil {
-			settle()
+		switch {
+		case err != nil:
+		case rec.State == stores.Dead:
+			settle(receivers.OutcomeDeadLettered)
+		default:
+			settle(receivers.OutcomeCommitted)
 		}
 	})
 	return true
@@ -151,12 +181,12 @@ func partitionKey(env *message.Envelope) string {
 // letter holding the message as it arrived (Raw: a requeue runs the route's
 // processors again; truncated: it cannot be requeued), or a drop when the
 // policy or the lack of an outbox store says so.
-func (b *Bridge) failAtIngest(ctx context.Context, r *route, received message.Envelope, reason string, truncated bool, settle func()) bool {
+func (b *Bridge) failAtIngest(ctx context.Context, r *route, received message.Envelope, reason string, truncated bool, settle settleFunc) bool {
 	log := b.log.With("route", r.id, "record_id", received.ID)
 	if !r.dlq {
 		b.metrics.dropped.WithLabelValues(r.id).Inc()
 		log.Warn("message dropped", "error", reason)
-		settle()
+		settle(receivers.OutcomeDropped)
 		return true
 	}
 	rec := stores.Record{
@@ -165,8 +195,8 @@ func (b *Bridge) failAtIngest(ctx context.Context, r *route, received message.En
 		Partition: stores.PartitionOf(received.ID, r.homePartitions),
 	}
 	log.Warn("message dead-lettered at ingest", "error", reason)
-	return b.persist(ctx, rec, func() {
+	return b.persist(ctx, rec, func(outcome string) {
 		b.metrics.deadLettered.WithLabelValues(r.id).Inc()
-		settle()
+		settle(outcome)
 	})
 }

@@ -58,7 +58,33 @@ type Message struct {
 	// SHA256 is the hex SHA-256 of the whole payload; set only when
 	// Truncated.
 	SHA256 string
+	// ID, when set, is the envelope ID of the message (a producer's
+	// idempotency key: HTTP ingest); empty: each route makes a fresh one.
+	ID string
+	// Headers are carried into the envelope's headers (HTTP ingest).
+	Headers map[string]string
+	// Report, when set, is called once, just before done, with how the
+	// message was settled: for receivers that answer their producer.
+	Report func(Settled)
 }
+
+// Settled says how the bridge settled a message: the envelope ID of its
+// first matched route and the outcome there.
+type Settled struct {
+	ID string
+	// Outcome is one of the Outcome* constants.
+	Outcome string
+}
+
+// Outcomes of a settled message, as Settled reports them.
+const (
+	OutcomeCommitted    = "committed"     // durable in the outbox
+	OutcomeDelivered    = "delivered"     // the target accepted it
+	OutcomeFiltered     = "filtered"      // a filter processor dropped it
+	OutcomeDeadLettered = "dead_lettered" // kept as a dead letter
+	OutcomeDropped      = "dropped"       // dropped by policy (no outbox store)
+	OutcomeUnrouted     = "unrouted"      // no route matched
+)
 
 // Limit truncates m when its payload is larger than max bytes (see
 // Truncated) and reports whether it did. It sets Size either way. The kept
