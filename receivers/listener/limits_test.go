@@ -184,6 +184,15 @@ func TestListener_DoesNotKeepRetainedMessages(t *testing.T) {
 			if d := b.sink.Next(t); d.Msg.Retained != retain {
 				t.Fatalf("the sink got retained=%v", d.Msg.Retained)
 			}
+			if retain { // the broker stores it when it routes the message, just after the PUBACK
+				deadline := time.Now().Add(10 * time.Second)
+				for b.l.srv.Topics.Retained.Len() == 0 {
+					if time.Now().After(deadline) {
+						t.Fatal("the retained message was not stored")
+					}
+					time.Sleep(5 * time.Millisecond) // polling interval
+				}
+			}
 			got := make(chan string, 10)
 			sub := publisher(t, b.url, func(o *paho.ClientOptions) {
 				o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) })
