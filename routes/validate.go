@@ -46,6 +46,7 @@ func (c *Config) Validate() Problems {
 	c.checkVersion(add)
 	c.checkBridge(add)
 	c.checkStores(add)
+	c.checkDiskSpace(add)
 	c.checkReceivers(add)
 	c.checkListenConflicts(add)
 	c.checkSenders(add)

@@ -168,15 +168,45 @@ routes:
 func TestOutbox_StatsPerRouteOnDynamoDB(t *testing.T) {
 	fx := newStoreFixture(t, "dynamodb")
 	fillStats(t, fx)
-	code, out, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg)
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, errOut)
+	// While the command samples, another instance delivers two of the
+	// three live records: the rate is positive and the backlog's end near.
+	type result struct {
+		code     int
+		out, err string
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	done := make(chan result, 1)
+	go func() {
+		code, out, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg, "--sample", "2s")
+		done <- result{code, out, errOut}
+	}()
+	time.Sleep(300 * time.Millisecond) // inside the sample window
+	fx.with(t, func(st stores.Store) {
+		le, err := st.Acquire(t.Context(), stores.PartitionLease("plant", 0), "other-instance", time.Minute, time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := st.Claim(t.Context(), stores.ClaimRequest{Session: "plant", Token: le.Token, Limit: 2})
+		if err != nil || len(recs) != 2 {
+			t.Fatalf("claim: %d %v", len(recs), err)
+		}
+		b := stores.Batch{}
+		for _, r := range recs {
+			b.Settle = append(b.Settle, stores.Settlement{Key: r.Key(), Token: le.Token, Outcome: stores.Done})
+		}
+		if err := st.Write(t.Context(), &b); err != nil {
+			t.Fatal(err)
+		}
+	})
+	r := <-done
+	if r.code != exitOK {
+		t.Fatalf("exit %d: %s", r.code, r.err)
+	}
+	lines := strings.Split(strings.TrimSpace(r.out), "\n")
 	if len(lines) != 4 || !strings.Contains(lines[1], "alarms") {
-		t.Fatalf("table:\n%s", out)
+		t.Fatalf("table:\n%s", r.out)
 	}
-	if f := strings.Fields(lines[1]); len(f) != 5 || f[2] != "3" || f[4] != "2" {
-		t.Errorf("alarms row = %q", lines[1])
+	f := strings.Fields(lines[1])
+	if len(f) != 7 || f[2] != "1" || f[4] != "2" || !strings.HasSuffix(f[5], "/s") || f[5] == "0.0/s" || f[6] == "-" {
+		t.Errorf("alarms row = %q, want 1 live, a positive rate and a time to empty", lines[1])
 	}
 }

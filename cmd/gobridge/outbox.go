@@ -23,16 +23,19 @@ type OutboxCommand struct {
 	Now func() time.Time
 }
 
-const outboxUsage = `Usage: gobridge outbox stats -c FILE [--format table|json]
+const outboxUsage = `Usage: gobridge outbox stats -c FILE [--format table|json] [--sample DURATION]
 
 Stats opens the outbox store configured in FILE (read-only: safe while a
 bridge runs on it) and prints, per session and route: the live records
 (waiting for delivery, held by a drainer, or retrying), the age of the
 session's oldest live record, and the dead letters. Routes named in FILE
 are listed even when they have no records; records of routes FILE does not
-name (a route renamed or removed) are listed as orphans. A memory outbox
-cannot be inspected from another process: use the admin API or console of
-the running bridge.
+name (a route renamed or removed) are listed as orphans. It reads the
+counts twice, --sample apart (default 2s; 0 reads once), and shows how fast
+each route's backlog shrinks (RATE, records per second; negative while it
+grows) and, when it shrinks, when it will be empty at that rate (EMPTY IN).
+A memory outbox cannot be inspected from another process: use the admin
+API or console of the running bridge.
 `
 
 // Run parses args and runs the subcommand.
@@ -49,6 +52,7 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 	fs.SetOutput(c.Stderr)
 	path := fs.String("c", "", "config `FILE` naming the outbox store (required)")
 	format := fs.String("format", "table", "output `format`: table or json")
+	sample := fs.Duration("sample", 2*time.Second, "read the counts twice, `DURATION` apart, to show the drain rate (0: once)")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), outboxUsage+"\nFlags:\n"); fs.PrintDefaults() }
 	if err := fs.Parse(args[1:]); err != nil {
 		return parseErr(err)
@@ -70,27 +74,73 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 	if c.Now != nil {
 		now = c.Now
 	}
-	at := now()
+	first := now()
 	all, err := st.Stats(ctx)
 	if err != nil {
 		return fmt.Errorf("outbox stats: %w", err)
 	}
-	stats := withConfiguredRoutes(cfg, admin.RouteStatsOf(all, at))
+	before := map[[2]string]int{}
+	for _, s := range admin.RouteStatsOf(all, first) {
+		before[[2]string{s.Session, s.Route}] = s.Live
+	}
+	at := first
+	if *sample > 0 {
+		t := time.NewTimer(*sample)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		at = now()
+		if all, err = st.Stats(ctx); err != nil {
+			return fmt.Errorf("outbox stats: %w", err)
+		}
+	}
+	type row struct {
+		admin.RouteStats
+		// DrainPerSecond is how fast the backlog shrank over the sample
+		// (negative: it grew); EmptyInSeconds when it empties at that rate.
+		DrainPerSecond float64  `json:"drain_per_second"`
+		EmptyInSeconds *float64 `json:"empty_in_seconds,omitempty"`
+	}
+	var rows []row
+	for _, s := range withConfiguredRoutes(cfg, admin.RouteStatsOf(all, at)) {
+		r := row{RouteStats: s}
+		if dt := at.Sub(first).Seconds(); dt > 0 {
+			r.DrainPerSecond = float64(before[[2]string{s.Session, s.Route}]-s.Live) / dt
+			if r.DrainPerSecond > 0 && s.Live > 0 {
+				eta := float64(s.Live) / r.DrainPerSecond
+				r.EmptyInSeconds = &eta
+			}
+		}
+		rows = append(rows, r)
+	}
 	if *format == "json" {
 		enc := json.NewEncoder(c.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"at": at.UTC(), "routes": stats})
+		return enc.Encode(map[string]any{"at": at.UTC(), "routes": rows})
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SESSION\tROUTE\tLIVE\tOLDEST\tDEAD\tNOTE")
-	for _, s := range stats {
-		oldest := "-"
-		if s.Live > 0 {
-			oldest = (time.Duration(s.OldestAgeSeconds * float64(time.Second))).Round(time.Second).String()
+	fmt.Fprintln(tw, "SESSION\tROUTE\tLIVE\tOLDEST\tDEAD\tRATE\tEMPTY IN\tNOTE")
+	for _, r := range rows {
+		oldest, rate, eta := "-", "-", "-"
+		if r.Live > 0 {
+			oldest = seconds(r.OldestAgeSeconds)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\n", s.Session, s.Route, s.Live, oldest, s.Dead, s.Note)
+		if *sample > 0 {
+			rate = fmt.Sprintf("%.1f/s", r.DrainPerSecond)
+		}
+		if r.EmptyInSeconds != nil {
+			eta = seconds(*r.EmptyInSeconds)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.Session, r.Route, r.Live, oldest, r.Dead, rate, eta, r.Note)
 	}
 	return tw.Flush()
+}
+
+func seconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
 }
 
 // withConfiguredRoutes adds a zero row for every shared_outbox route of cfg

@@ -14,7 +14,7 @@ import (
 func TestOutbox_StatsPerRoute(t *testing.T) {
 	fx := newStoreFixture(t, "sqlite")
 	fillStats(t, fx)
-	code, out, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg, "--format", "json")
+	code, out, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg, "--format", "json", "--sample", "0")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -37,12 +37,12 @@ func TestOutbox_StatsPerRoute(t *testing.T) {
 	if tel.Route != "telemetry" || tel.Session != "plant" || tel.Live != 0 {
 		t.Errorf("telemetry = %+v", tel)
 	}
-	code, out, _ = gobridge(t, "outbox", "stats", "-c", fx.cfg)
+	code, out, _ = gobridge(t, "outbox", "stats", "-c", fx.cfg, "--sample", "0")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != exitOK || len(lines) != 4 || !strings.HasPrefix(lines[0], "SESSION") || !strings.Contains(lines[1], "alarms") {
 		t.Fatalf("table: exit %d\n%s", code, out)
 	}
-	if f := strings.Fields(lines[1]); len(f) != 5 || f[2] != "3" || f[4] != "2" {
+	if f := strings.Fields(lines[1]); len(f) != 7 || f[2] != "3" || f[4] != "2" {
 		t.Errorf("alarms row = %q", lines[1])
 	}
 }
