@@ -67,7 +67,8 @@ type Admin struct {
 	// needs a token.
 	Token Secret `yaml:"token,omitempty"`
 	// TokenFile reads Token from a file (trailing newline trimmed); never
-	// together with Token.
+	// together with Token. After loading it is empty: Token holds the
+	// file's content.
 	TokenFile string `yaml:"token_file,omitempty" file:"token"`
 	// AllowedHosts are host names (ports ignored) clients may use in the
 	// Host header to reach /api and /console, besides the listen host,
@@ -149,6 +150,7 @@ type ReceiverOptions struct {
 	Username     string `yaml:"username,omitempty"`
 	Password     Secret `yaml:"password,omitempty"`
 	// PasswordFile (mqtt) reads Password from a file; never with Password.
+	// After loading it is empty: Password holds the file's content.
 	PasswordFile string `yaml:"password_file,omitempty" file:"password"`
 	// KeepAlive (mqtt) defaults to 30s.
 	KeepAlive Duration `yaml:"keep_alive,omitempty"`
@@ -166,7 +168,8 @@ type ReceiverOptions struct {
 type User struct {
 	Username string `yaml:"username,omitempty" validate:"required"`
 	Password Secret `yaml:"password,omitempty"`
-	// PasswordFile reads Password from a file; never with Password.
+	// PasswordFile reads Password from a file; never with Password. After
+	// loading it is empty: Password holds the file's content.
 	PasswordFile string `yaml:"password_file,omitempty" file:"password"`
 }
 
@@ -227,7 +230,7 @@ type SenderOptions struct {
 	// HeadersFile (http) maps header names to files holding their values
 	// (a secret such as "Bearer ..."; trailing newline trimmed; literal
 	// text, not a template). A header is in Headers or HeadersFile, never
-	// both.
+	// both. After loading it is empty: Headers holds the values.
 	HeadersFile map[string]string `yaml:"headers_file,omitempty" file:"headers"`
 	// Timeout (http) bounds one request. Defaults to 5s.
 	Timeout Duration `yaml:"timeout,omitempty"`

@@ -21,7 +21,9 @@ const MaxSecretFile = 64 << 10
 // cannot be read, is empty or larger than MaxSecretFile is an error at the
 // file field's position. Trailing line breaks are trimmed. A file read into
 // a template field is escaped to stay literal text. An empty path means no
-// file (an unset ${VAR:-}).
+// file (an unset ${VAR:-}). A file read is then cleared from its field, as
+// drain_interval is folded into drain_strategy: after loading, the value
+// field alone holds the secret.
 func (c *Config) loadFiles() Problems {
 	var probs Problems
 	c.loadFilesIn(reflect.ValueOf(c).Elem(), "", &probs)
@@ -86,6 +88,7 @@ func (c *Config) loadFile(file, value reflect.Value, tmpl bool, filePath, valueP
 			add(c.Errorf(filePath, "file", "%s: %v", filePath, err))
 		} else {
 			value.SetString(s)
+			file.SetString("")
 		}
 	case reflect.Map:
 		keys := make([]string, 0, file.Len())
@@ -118,13 +121,25 @@ func (c *Config) loadFile(file, value reflect.Value, tmpl bool, filePath, valueP
 				value.Set(reflect.MakeMap(value.Type()))
 			}
 			value.SetMapIndex(reflect.ValueOf(k), reflect.ValueOf(s))
+			file.SetMapIndex(reflect.ValueOf(k), reflect.Value{})
+		}
+		if file.Len() == 0 {
+			file.SetZero()
 		}
 	}
 }
 
-// readSecretFile reads a secret from path: at most MaxSecretFile bytes,
+// readSecretFile reads a secret from path, a regular file (not a device or
+// a pipe, which could block the loader): at most MaxSecretFile bytes,
 // trailing line breaks trimmed, not empty. Its errors never hold content.
 func readSecretFile(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("cannot read the file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("cannot read the file: %w", err)

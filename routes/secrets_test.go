@@ -134,9 +134,16 @@ func TestParse_SecretFiles(t *testing.T) {
 	if out, _ := message.MustParseTemplate(o.Headers["Authorization"]).Render(&message.Envelope{}); out != "Bearer {not a placeholder}" {
 		t.Errorf("header renders %q", out)
 	}
-	// Secrets loaded from files never print, in JSON or YAML either.
+	if cfg.Bridge.Admin.TokenFile != "" || o.HeadersFile != nil {
+		t.Errorf("file fields not cleared after loading: %q %v", cfg.Bridge.Admin.TokenFile, o.HeadersFile)
+	}
+	// Secrets loaded from files never print, in JSON or YAML either, and
+	// the YAML loads again.
 	j, _ := json.Marshal(cfg)
 	y, _ := yaml.Marshal(cfg)
+	if _, probs := load(t, string(y), nil); probs.HasErrors() {
+		t.Errorf("marshalled config does not load: %v", probs)
+	}
 	for _, out := range []string{string(j), string(y), fmt.Sprintf("%v %+v", cfg, cfg.Bridge)} {
 		for _, secret := range []string{"adm1n-t0ken", "br0ker pw", "us3r"} {
 			if strings.Contains(out, secret) {
@@ -178,6 +185,13 @@ func TestParse_SecretFileProblems(t *testing.T) {
 	_, probs = load(t, doc, nil)
 	if len(probs) != 2 || !strings.Contains(probs[0].Message, "no such file") || !strings.Contains(probs[1].Message, "line break") {
 		t.Errorf("missing file and two-line header: %v", probs)
+	}
+	// A directory, a device or a pipe is not read (a pipe would block).
+	for _, p := range []string{dir, "/dev/null"} {
+		_, probs = load(t, fmt.Sprintf(withFiles, p, ok, ok, ok), nil)
+		if len(probs) != 1 || !strings.Contains(probs[0].Message, "not a regular file") {
+			t.Errorf("token_file %s: %v", p, probs)
+		}
 	}
 }
 

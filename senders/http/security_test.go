@@ -130,3 +130,23 @@ func TestSender_ErrorsNeverHoldSecrets(t *testing.T) {
 		t.Errorf("New with a bad url: %v", err)
 	}
 }
+
+// TestSender_ValuesStayOneSegmentAfterRawLiterals: a literal the path
+// cannot hold raw (a space) made url.Parse drop the raw path, and every
+// value's %2F became a separator: "tenant-b/admin" added segments.
+// Found by FuzzURLTemplate.
+func TestSender_ValuesStayOneSegmentAfterRawLiterals(t *testing.T) {
+	var raw string
+	srv, _ := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) { raw = r.URL.EscapedPath() })
+	s := newSender(t, routes.SenderOptions{URL: srv.URL + "/my files/{{x}}/{payload.v}"})
+	e := &message.Envelope{ID: "1", Topic: "t", Payload: []byte(`{"v":"tenant-b/admin"}`)}
+	if err := sendOne(t, s, e); err != nil {
+		t.Fatal(err)
+	}
+	if want := "/my%20files/%7Bx%7D/tenant-b%2Fadmin"; raw != want {
+		t.Fatalf("path %q, want %q", raw, want)
+	}
+	if _, err := New(routes.SenderConfig{ID: "t", Options: routes.SenderOptions{URL: srv.URL + "/%zz/{topic}"}}, 1, nil); err == nil {
+		t.Error("New accepted a malformed escape in the literal path")
+	}
+}

@@ -1,6 +1,7 @@
 package http
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -52,6 +53,21 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 	t := &urlTemplate{scheme: o.Scheme, host: o.Host}
 	var lit strings.Builder
 	inQuery := false
+	// addLiteral appends a literal part; in the path, bytes a URL path
+	// cannot hold raw (a space, '{') are percent-encoded, as Go would send
+	// them: otherwise url.Parse would drop the raw path and decode every
+	// value's %2F into a separator.
+	addLiteral := func(l string) {
+		if !inQuery {
+			end := strings.IndexAny(l, "?#")
+			if end < 0 {
+				end = len(l)
+			}
+			l = escapePathLiteral(l[:end]) + l[end:]
+			inQuery = end < len(l)
+		}
+		t.parts = append(t.parts, urlPart{literal: l})
+	}
 	for i := 0; i < len(s); {
 		switch {
 		case strings.HasPrefix(s[i:], "{{"):
@@ -63,8 +79,7 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 		case s[i] == '{':
 			end := strings.IndexByte(s[i:], '}') // ParseTemplate accepted s: it exists
 			if lit.Len() > 0 {
-				t.parts = append(t.parts, urlPart{literal: lit.String()})
-				inQuery = inQuery || strings.ContainsAny(lit.String(), "?#")
+				addLiteral(lit.String())
 				lit.Reset()
 			}
 			v, err := message.ParseTemplate(s[i : i+end+1])
@@ -79,9 +94,34 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 		}
 	}
 	if lit.Len() > 0 {
-		t.parts = append(t.parts, urlPart{literal: lit.String()})
+		addLiteral(lit.String())
+	}
+	// A probe with plain values must parse: a malformed literal ("%zz")
+	// would otherwise fail every message.
+	var probe strings.Builder
+	for _, p := range t.parts {
+		probe.WriteString(cmp.Or(p.literal, "x"))
+	}
+	if _, err := parseURL(probe.String()); err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// escapePathLiteral percent-encodes the bytes of a url's literal path text
+// that a raw path cannot hold (RFC 3986 pchar, plus '/', '[', ']' and an
+// existing '%' escape).
+func escapePathLiteral(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~!$&'()*+,;=:@[]%/", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
 }
 
 // urlOrigin returns "scheme://host" of a url template whose literal prefix

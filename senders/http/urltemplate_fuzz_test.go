@@ -3,6 +3,7 @@ package http
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	nethttp "net/http"
 	"net/url"
 	"strings"
@@ -64,8 +65,8 @@ func FuzzURLTemplate(f *testing.F) {
 		if got, want := strings.Count(u.EscapedPath(), "/"), strings.Count(probe.EscapedPath(), "/"); got != want {
 			t.Fatalf("%q with %q, %q: %d path separators, the template has %d (%s)", tmpl, seg, val, got, want, u)
 		}
-		if got, want := queryKeys(u), queryKeys(probe); got != want && !strings.Contains(tmpl, "?{") && !strings.Contains(tmpl, "&{") {
-			t.Fatalf("%q with %q, %q: query keys %q, the template has %q", tmpl, seg, val, got, want)
+		if got, want := queryShape(u), queryShape(probe); got != want {
+			t.Fatalf("%q with %q, %q: query %q has %s, the template %s", tmpl, seg, val, u.RawQuery, got, want)
 		}
 		if strings.HasPrefix(tmpl, "http://erp.example/in/{topic.1}/{payload.v}?k={payload.v}&t={topic}") {
 			q := u.Query()
@@ -83,12 +84,7 @@ func FuzzURLTemplate(f *testing.F) {
 	})
 }
 
-// queryKeys lists the query's keys in order, without values.
-func queryKeys(u *url.URL) string {
-	var keys []string
-	for _, kv := range strings.Split(u.RawQuery, "&") {
-		k, _, _ := strings.Cut(kv, "=")
-		keys = append(keys, k)
-	}
-	return strings.Join(keys, "&")
+// queryShape counts the query's separators: a value never adds one.
+func queryShape(u *url.URL) string {
+	return fmt.Sprintf("%d '&', %d '=', %d ';'", strings.Count(u.RawQuery, "&"), strings.Count(u.RawQuery, "="), strings.Count(u.RawQuery, ";"))
 }
