@@ -63,8 +63,8 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 			if end < 0 {
 				end = len(l)
 			}
-			l = escapePathLiteral(l[:end]) + l[end:]
 			inQuery = end < len(l)
+			l = escapePathLiteral(l[:end]) + l[end:]
 		}
 		t.parts = append(t.parts, urlPart{literal: l})
 	}

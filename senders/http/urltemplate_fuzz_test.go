@@ -36,6 +36,7 @@ func FuzzURLTemplate(f *testing.F) {
 		if err != nil {
 			return
 		}
+		val = strings.ToValidUTF8(val, "\uFFFD") // what a JSON payload can carry
 		payload, _ := json.Marshal(map[string]string{"v": val})
 		e := &message.Envelope{ID: "id-1", Topic: "plant/" + seg + "/x", Payload: payload}
 		u, err := ut.render(e, nil)
@@ -68,7 +69,7 @@ func FuzzURLTemplate(f *testing.F) {
 		if got, want := queryShape(u), queryShape(probe); got != want {
 			t.Fatalf("%q with %q, %q: query %q has %s, the template %s", tmpl, seg, val, u.RawQuery, got, want)
 		}
-		if strings.HasPrefix(tmpl, "http://erp.example/in/{topic.1}/{payload.v}?k={payload.v}&t={topic}") {
+		if tmpl == "http://erp.example/in/{topic.1}/{payload.v}?k={payload.v}&t={topic}" {
 			q := u.Query()
 			if q.Get("k") != val || q.Get("t") != e.Topic {
 				t.Fatalf("query values %q, %q; want %q, %q", q.Get("k"), q.Get("t"), val, e.Topic)
