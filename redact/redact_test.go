@@ -154,3 +154,18 @@ func plain(s, bad string) bool {
 	}
 	return true
 }
+
+// BenchmarkText measures the cost the journal and /readyz pay per error:
+// a send error with a URL, and one without.
+func BenchmarkText(b *testing.B) {
+	for name, s := range map[string]string{
+		"url":   `permanent: http: POST https://erp.example/in/line-7?api_key=K1&n=2: status 400 Bad Request: {"error":"bad field"}`,
+		"plain": `placeholder {payload.msg_id}: field "msg_id" missing`,
+	} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				_ = redact.Text(s)
+			}
+		})
+	}
+}
