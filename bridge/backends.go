@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/gobridge/gobridge/message"
 
@@ -157,16 +156,7 @@ func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.
 		}
 		users := make([]listener.User, len(o.Users))
 		for i, u := range o.Users {
-			password := string(u.Password)
-			if password == "" && u.PasswordFile != "" {
-				// Until routes resolves *_file secrets at load time.
-				b, err := os.ReadFile(u.PasswordFile)
-				if err != nil {
-					return nil, fmt.Errorf("users[%d].password_file: %w", i, err)
-				}
-				password = strings.TrimRight(string(b), "\r\n")
-			}
-			users[i] = listener.User{Username: u.Username, Password: password, PasswordHash: string(u.PasswordHash),
+			users[i] = listener.User{Username: u.Username, Password: u.Password.Reveal(), PasswordHash: u.PasswordHash.Reveal(),
 				ACL: listener.ACL{Publish: u.Publish, Subscribe: u.Subscribe}}
 		}
 		return listener.New(listener.Options{

@@ -67,6 +67,7 @@ type Runtime struct {
 	commit    *committer // nil without an outbox store
 	admin     *adminServer
 	journal   *admin.Journal // delivery outcomes, for the admin API and console
+	ops       *admin.Handler // the admin API and console
 
 	// holdCtx bounds direct_hold sends; it is cancelled only when the
 	// shutdown deadline passes. stopping is closed when shutdown begins.

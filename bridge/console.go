@@ -54,21 +54,30 @@ func (rt *Runtime) drainObserver() drainer.Observer {
 }
 
 // mountOperatorTools mounts the admin API and console on the admin server.
-// Reads are open; mutations need bridge.admin.token when it is set, and come
-// only from loopback when it is not (package admin).
+// With bridge.admin.token every /api/ call needs it; without, reads are open
+// and mutations come only from loopback. Foreign Host headers are refused
+// (package admin).
 func (rt *Runtime) mountOperatorTools() {
 	_ = rt.drainObserver() // make sure the journal exists (no outbox routes: empty)
+	a := rt.cfg.Bridge.Admin
+	listen := ""
+	if a.Listen != nil {
+		listen = *a.Listen
+	}
 	h := admin.New(admin.Options{
-		Store:   rt.outbox,
-		Journal: rt.journal,
-		Token:   rt.cfg.Bridge.Admin.Token.Reveal(),
-		Logger:  rt.log,
+		Store:        rt.outbox,
+		Journal:      rt.journal,
+		Token:        a.Token.Reveal(),
+		Listen:       listen,
+		AllowedHosts: a.AllowedHosts,
+		Logger:       rt.log,
 		Wake: func(session string, partition int) {
 			if g := rt.groups[session]; g != nil {
 				g.Wake(partition)
 			}
 		},
 	})
+	rt.ops = h
 	rt.admin.mux.Handle("/api/", h)
 	rt.admin.mux.Handle("/console", h)
 	rt.admin.mux.Handle("/console/", h)

@@ -18,8 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,7 +111,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	s := &Store{path: path, opts: opts, pids: pids{committed: map[partKey]int64{}, added: map[partKey]int64{}}}
 	ctx := context.Background()
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	if err := createPrivate(path); err != nil {
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
 	var err error
