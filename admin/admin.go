@@ -4,10 +4,14 @@
 // (vanilla JS and inline CSS, no CDN, no build step) that uses that API.
 //
 // Handler is mounted by the bridge on the admin listener under /api/ and
-// /console. Reads need no credentials. Mutations need "Authorization: Bearer
-// TOKEN" when a token is configured (401 otherwise); without a token they
-// are allowed only from loopback clients and only with the header
-// "X-Requested-By" (any value), which a cross-site form cannot send.
+// /console. With a token configured, every /api/ request needs
+// "Authorization: Bearer TOKEN" (401 otherwise); the console page loads
+// without it and asks for the token. Without a token, reads are open and
+// mutations are allowed only from loopback clients and only with the header
+// "X-Requested-By" (any value), which a cross-site form cannot send. Either
+// way a request whose Host header is not a name of this server is refused
+// (421), so that a web page cannot reach the API by DNS rebinding (see
+// Options.AllowedHosts).
 //
 // Journal keeps the last outcomes per route in memory (never payloads); it
 // implements drainer.Observer.
@@ -16,16 +20,15 @@ package admin
 import (
 	"cmp"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sort"
-	"strings"
 	"time"
 
+	"github.com/gobridge/gobridge/bearer"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -54,8 +57,17 @@ type Options struct {
 	// routes and Store.Stats.
 	Sessions func(ctx context.Context) []SessionInfo
 	// Token, when not empty, is required as "Authorization: Bearer TOKEN"
-	// for mutations.
+	// on every /api/ request. Empty: reads are open and mutations need a
+	// loopback client and the X-Requested-By header.
 	Token string
+	// Listen is the admin listener's address as configured; its host is
+	// one of the Host header values the handler answers.
+	Listen string
+	// AllowedHosts are further host names (ports ignored) a client may use
+	// to reach the API and console, such as a reverse proxy's name.
+	// Loopback names (localhost, 127.0.0.1, [::1]) and IP literals are
+	// always allowed.
+	AllowedHosts []string
 	// Logger defaults to a discarding logger. Mutations are logged at info.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -81,6 +93,8 @@ type Handler struct {
 	journal *Journal
 	log     *slog.Logger
 	mux     *http.ServeMux
+	api     http.Handler // mux behind the token, when there is one
+	hosts   map[string]bool
 }
 
 // New returns a Handler serving opts.
@@ -93,9 +107,14 @@ func New(opts Options) *Handler {
 	if h.opts.Now == nil {
 		h.opts.Now = time.Now
 	}
+	h.hosts = allowedHosts(opts.Listen, opts.AllowedHosts)
+	h.api = h.mux
+	if opts.Token != "" {
+		h.api = bearer.Require(opts.Token, h.mux)
+	}
 	m := h.mux
-	m.HandleFunc("GET /console", h.console)
-	m.HandleFunc("GET /console/", h.console)
+	m.HandleFunc(consolePattern, h.console)
+	m.HandleFunc(consolePattern+"/", h.console)
 	m.HandleFunc("GET /api/overview", h.overview)
 	m.HandleFunc("GET /api/sessions", h.listSessions)
 	m.HandleFunc("GET /api/routes", h.listRoutes)
@@ -114,25 +133,40 @@ func New(opts Options) *Handler {
 	return h
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler: it refuses a foreign Host (421),
+// serves the console page, and serves everything else behind the token.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	h.mux.ServeHTTP(w, r)
+	if !h.hostAllowed(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf("the Host %q is not a name of this admin server (DNS rebinding protection): "+
+			"use its listen address, localhost or an IP address, or add the name to bridge.admin.allowed_hosts", r.Host))
+		return
+	}
+	if _, pattern := h.mux.Handler(r); pattern == consolePattern || pattern == consolePattern+"/" {
+		h.mux.ServeHTTP(w, r) // the page itself; it asks for the token
+		return
+	}
+	h.api.ServeHTTP(w, r)
+}
+
+// Handle registers an extra API endpoint (pattern as for http.ServeMux),
+// served behind the same Host check and token as the others. Call it
+// before serving.
+func (h *Handler) Handle(pattern string, handler http.Handler) { h.mux.Handle(pattern, handler) }
+
+// HandleMutating is Handle for an endpoint that changes state: without a
+// token it is allowed only from loopback clients with the X-Requested-By
+// header.
+func (h *Handler) HandleMutating(pattern string, handler http.Handler) {
+	h.mux.Handle(pattern, h.mutating(handler.ServeHTTP))
 }
 
 // mutating wraps a state-changing endpoint with the authorization rule of
-// the package doc.
+// the package doc. With a token, ServeHTTP has already checked it.
 func (h *Handler) mutating(next http.HandlerFunc) http.Handler {
-	want := []byte("Bearer " + h.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.opts.Token != "" {
-			got := []byte(strings.TrimSpace(r.Header.Get("Authorization")))
-			if subtle.ConstantTimeCompare(got, want) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="gobridge"`)
-				writeError(w, http.StatusUnauthorized, "this action needs the admin token (Authorization: Bearer TOKEN)")
-				return
-			}
 			next(w, r)
 			return
 		}
@@ -146,16 +180,6 @@ func (h *Handler) mutating(next http.HandlerFunc) http.Handler {
 		}
 		next(w, r)
 	})
-}
-
-// loopback reports whether addr (host:port) is a loopback address.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {

@@ -18,7 +18,7 @@ func BenchmarkHandler_DeadLetterPage(b *testing.B) {
 	// The cursor 99,000 records in.
 	deep := ""
 	for range 99 {
-		req := httptest.NewRequest("GET", "/api/dead-letters?route=alarms&limit=500&after="+deep, nil)
+		req := httptest.NewRequest("GET", "http://127.0.0.1/api/dead-letters?route=alarms&limit=500&after="+deep, nil)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		var p struct{ Next string }
@@ -32,7 +32,7 @@ func BenchmarkHandler_DeadLetterPage(b *testing.B) {
 	} {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
-				req := httptest.NewRequest("GET", target, nil)
+				req := httptest.NewRequest("GET", "http://127.0.0.1"+target, nil)
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, req)
 				if rec.Code != 200 {

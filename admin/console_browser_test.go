@@ -170,7 +170,9 @@ func TestConsole_RequeuesADeadLetterInTheBrowser(t *testing.T) {
 		chromedp.Flag("disable-sync", true), chromedp.WindowSize(1200, 1000))
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	// The page asks for the admin token with prompt(): answer it.
+	// Every /api/ call needs the admin token: the page loads without it,
+	// asks for it with prompt() and sends it as "Authorization: Bearer".
+	// Answer the prompt.
 	dialogs := chromedp.Events(bctx, page.JavascriptDialogOpening)
 	prompts := make(chan string, 10)
 	dialogDone := make(chan struct{})
@@ -195,14 +197,8 @@ func TestConsole_RequeuesADeadLetterInTheBrowser(t *testing.T) {
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/console")); err != nil {
 		t.Fatalf("open console: %v", err)
 	}
-	err := chromedp.Do(bctx,
-		chromedp.WaitVisible(row),
-		chromedp.WaitVisible(chromedp.CSS(`#routes tr[data-route="telemetry"] svg.spark`)),
-		chromedp.Click(button),
-		chromedp.WaitNotPresent(row),
-	)
-	if err != nil {
-		t.Fatalf("console: %v", err)
+	if err := chromedp.Do(bctx, chromedp.WaitVisible(row)); err != nil {
+		t.Fatalf("console shows no dead letter: %v", err)
 	}
 	select {
 	case msg := <-prompts:
@@ -210,7 +206,15 @@ func TestConsole_RequeuesADeadLetterInTheBrowser(t *testing.T) {
 			t.Errorf("dialog %q, want the token prompt", msg)
 		}
 	default:
-		t.Fatal("requeue did not ask for the admin token")
+		t.Fatal("the console showed dead letters without asking for the admin token")
+	}
+	err := chromedp.Do(bctx,
+		chromedp.WaitVisible(chromedp.CSS(`#routes tr[data-route="telemetry"] svg.spark`)),
+		chromedp.Click(button),
+		chromedp.WaitNotPresent(row),
+	)
+	if err != nil {
+		t.Fatalf("console: %v", err)
 	}
 	if tok, err := chromedp.Run(bctx, chromedp.Evaluate[string](`sessionStorage.getItem("gobridge.admin.token")`)); err != nil || tok != "s3cret" {
 		t.Errorf("token in sessionStorage = %q, %v", tok, err)
@@ -230,9 +234,19 @@ func TestConsole_RequeuesADeadLetterInTheBrowser(t *testing.T) {
 	if a, err := chromedp.Run(bctx, chromedp.AttributeValue(okRow, "data-route")); err != nil || a.Value != "telemetry" {
 		t.Fatalf("ok row of route %q: %v", a.Value, err)
 	}
-	// The API agrees: the requeued record's new ID was delivered.
+	// The API agrees: the requeued record's new ID was delivered. It
+	// answers only with the token.
 	resp, err := http.Get(base + "/api/journal?route=telemetry")
 	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET /api/journal without the token: %d, want 401", resp.StatusCode)
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/journal?route=telemetry", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
 		t.Fatal(err)
 	}
 	var j struct {

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gobridge/gobridge/redact"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -48,12 +49,14 @@ type DeadLetter struct {
 }
 
 // NewDeadLetter converts r (a dead record) at now; withPayload adds the
-// headers and payload.
+// headers and payload. The reason and last error are redacted (package
+// redact): a record dead-lettered by an older version may hold a secret
+// from a target URL.
 func NewDeadLetter(r *stores.Record, now time.Time, withPayload bool) DeadLetter {
 	d := DeadLetter{
 		ID: r.Envelope.ID, Session: r.Session, Partition: r.Partition, Route: r.Route,
 		Topic: r.Envelope.Topic, QoS: r.Envelope.QoS, Key: r.Envelope.Key, CausationID: r.CausationID,
-		Reason: r.DeadReason, LastError: r.LastError, Attempts: r.Attempts,
+		Reason: redact.Text(r.DeadReason), LastError: redact.Text(r.LastError), Attempts: r.Attempts,
 		ReceivedAt: r.Envelope.ReceivedAt, CreatedAt: r.CreatedAt, FirstAttemptAt: r.FirstAttemptAt,
 		DeadAt: r.DeadAt, ExpiresAt: r.ExpiresAt, AgeSeconds: now.Sub(r.CreatedAt).Seconds(),
 		PayloadBytes: len(r.Envelope.Payload),

@@ -42,7 +42,7 @@ func FuzzHandler(f *testing.F) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		switch rec.Code {
-		case 200, 301, 307, 308, 400, 404, 405, 501:
+		case 200, 301, 307, 308, 400, 404, 405, 421, 501:
 		default:
 			t.Fatalf("%s %s: status %d: %s", method, target, rec.Code, rec.Body)
 		}

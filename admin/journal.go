@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/drainer"
+	"github.com/gobridge/gobridge/redact"
 )
 
 // DefaultJournalSize is how many outcomes a Journal keeps per route.
@@ -29,7 +30,8 @@ type Entry struct {
 	// dead_lettered, dropped, expired, stale).
 	Outcome string `json:"outcome"`
 	Attempt int    `json:"attempt"`
-	// Error is the send error or dead-letter reason (truncated); "" on ok.
+	// Error is the send error or dead-letter reason (redacted by package
+	// redact, then truncated); "" on ok.
 	Error     string    `json:"error,omitempty"`
 	LatencyMS float64   `json:"latency_ms"`
 	At        time.Time `json:"at"`
@@ -162,7 +164,7 @@ func (j *Journal) route(route string) *routeJournal {
 // Delivered implements drainer.Observer: it records o.
 func (j *Journal) Delivered(o drainer.Outcome) {
 	e := Entry{ID: o.ID, Session: o.Session, Route: o.Route, Outcome: o.Result, Attempt: o.Attempt,
-		Error: truncate(o.Err, maxErrLen), LatencyMS: float64(o.Latency.Microseconds()) / 1000, At: o.At}
+		Error: truncate(redact.Text(o.Err), maxErrLen), LatencyMS: float64(o.Latency.Microseconds()) / 1000, At: o.At}
 	if e.At.IsZero() {
 		e.At = j.now()
 	}

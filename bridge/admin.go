@@ -2,34 +2,34 @@ package bridge
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gobridge/gobridge/redact"
 	"github.com/gobridge/gobridge/stores"
 )
 
-// adminServer serves /healthz, /readyz and /metrics, plus what other parts
-// register with Handle and HandleMutating.
+// adminServer serves /healthz, /readyz and /metrics (open, and free of
+// secrets), and the admin API and console (package admin, guarded by its
+// Host check and token), plus what other parts register with Handle and
+// HandleMutating.
 type adminServer struct {
-	b     *Bridge
-	mux   *http.ServeMux
-	ln    net.Listener // nil when disabled
-	srv   *http.Server
-	token string
+	b   *Bridge
+	mux *http.ServeMux
+	ln  net.Listener // nil when disabled
+	srv *http.Server
 }
 
 // newAdminServer builds the handler and, unless bridge.admin.listen is "",
 // opens its listener (so that AdminAddr is known before Run).
 func newAdminServer(b *Bridge) (*adminServer, error) {
-	a := &adminServer{b: b, mux: http.NewServeMux(), token: b.cfg.Bridge.Admin.Token.Reveal()}
+	a := &adminServer{b: b, mux: http.NewServeMux()}
 	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = fmt.Fprintln(w, "ok")
@@ -53,6 +53,9 @@ func (a *adminServer) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	res := a.b.Ready(ctx)
+	for i, reason := range res.Reasons {
+		res.Reasons[i] = redact.Text(reason) // a broker URL may carry a password
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	if !res.Ready {
@@ -105,33 +108,19 @@ func (a *adminServer) close() {
 	}
 }
 
-// requireToken wraps h so that, when a token is configured, requests must
-// carry "Authorization: Bearer TOKEN" (401 otherwise).
-func (a *adminServer) requireToken(h http.Handler) http.Handler {
-	if a.token == "" {
-		return h
-	}
-	want := []byte("Bearer " + a.token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(strings.TrimSpace(r.Header.Get("Authorization")))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="gobridge"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+// Handle registers an admin endpoint (pattern as for http.ServeMux) behind
+// the admin API's Host check and token (package admin). Call it before Run.
+func (b *Bridge) Handle(pattern string, h http.Handler) {
+	b.ops.Handle(pattern, h)
+	b.admin.mux.Handle(pattern, b.ops)
 }
 
-// Handle registers a read-only admin endpoint (pattern as for
-// http.ServeMux). Call it before Run.
-func (b *Bridge) Handle(pattern string, h http.Handler) { b.admin.mux.Handle(pattern, h) }
-
-// HandleMutating registers an admin endpoint that changes state: when
-// bridge.admin.token is set, it requires "Authorization: Bearer TOKEN".
-// Call it before Run.
+// HandleMutating is Handle for an endpoint that changes state: without
+// bridge.admin.token it is allowed only from loopback clients with the
+// X-Requested-By header. Call it before Run.
 func (b *Bridge) HandleMutating(pattern string, h http.Handler) {
-	b.admin.mux.Handle(pattern, b.admin.requireToken(h))
+	b.ops.HandleMutating(pattern, h)
+	b.admin.mux.Handle(pattern, b.ops)
 }
 
 // Store returns the outbox store the bridge opened (nil when the config has

@@ -7,7 +7,9 @@ import (
 	"testing"
 )
 
-func TestAdmin_MutatingEndpointsNeedTheToken(t *testing.T) {
+// TestAdmin_RegisteredEndpointsAreGuarded: endpoints other parts register
+// get the admin API's guards: the token on every call, the Host check.
+func TestAdmin_RegisteredEndpointsAreGuarded(t *testing.T) {
 	t.Parallel()
 	s := newSink(t)
 	yml := listenerConfig(freeAddr(t), "", "{type: memory}",
@@ -31,10 +33,17 @@ func TestAdmin_MutatingEndpointsNeedTheToken(t *testing.T) {
 		{"POST", "/api/poke", "", http.StatusUnauthorized},
 		{"POST", "/api/poke", "Bearer wrong", http.StatusUnauthorized},
 		{"POST", "/api/poke", "Bearer s3cret", http.StatusNoContent},
-		{"GET", "/api/look", "", http.StatusNoContent},
+		{"GET", "/api/look", "", http.StatusUnauthorized},
+		{"GET", "/api/look", "Bearer s3cret", http.StatusNoContent},
+		{"GET", "http://attacker.example/api/look", "Bearer s3cret", http.StatusMisdirectedRequest},
 		{"GET", "/healthz", "", http.StatusOK},
+		{"GET", "http://attacker.example/healthz", "", http.StatusOK},
 	} {
-		req := httptest.NewRequest(tc.method, tc.path, nil)
+		target := tc.path
+		if target[0] == '/' {
+			target = "http://127.0.0.1:9090" + target
+		}
+		req := httptest.NewRequest(tc.method, target, nil)
 		if tc.auth != "" {
 			req.Header.Set("Authorization", tc.auth)
 		}

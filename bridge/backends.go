@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"strings"
 
 	"github.com/gobridge/gobridge/message"
 
@@ -106,7 +104,7 @@ func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.
 		}
 		return mqtt.New(mqtt.Options{
 			ID: c.ID, BrokerURLs: o.BrokerURLs, ClientID: o.ClientID, CleanSession: o.CleanSession,
-			Username: o.Username, Password: string(o.Password), KeepAlive: o.KeepAlive.D(),
+			Username: o.Username, Password: o.Password.Reveal(), KeepAlive: o.KeepAlive.D(),
 			ConnectTimeout: o.ConnectTimeout.D(), TLS: tc, Topics: subs,
 			MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes,
 		}, sink, log)
@@ -117,16 +115,7 @@ func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.
 		}
 		users := make([]listener.User, len(o.Users))
 		for i, u := range o.Users {
-			password := string(u.Password)
-			if password == "" && u.PasswordFile != "" {
-				// Until routes resolves *_file secrets at load time.
-				b, err := os.ReadFile(u.PasswordFile)
-				if err != nil {
-					return nil, fmt.Errorf("users[%d].password_file: %w", i, err)
-				}
-				password = strings.TrimRight(string(b), "\r\n")
-			}
-			users[i] = listener.User{Username: u.Username, Password: password, PasswordHash: string(u.PasswordHash),
+			users[i] = listener.User{Username: u.Username, Password: u.Password.Reveal(), PasswordHash: u.PasswordHash.Reveal(),
 				ACL: listener.ACL{Publish: u.Publish, Subscribe: u.Subscribe}}
 		}
 		return listener.New(listener.Options{

@@ -70,7 +70,8 @@ type Bridge struct {
 	sessions     map[string]*session
 	senderHealth map[string]*senders.Health
 	admin        *adminServer
-	journal      *admin.Journal
+	journal      *admin.Journal // delivery outcomes, for the admin API and console
+	ops          *admin.Handler // the admin API and console
 
 	// holdCtx bounds direct_hold sends; it is cancelled only when the
 	// shutdown deadline passes. stopping is closed when shutdown begins.

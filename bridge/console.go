@@ -48,17 +48,25 @@ func (b *Bridge) drainObserver() drainer.Observer {
 }
 
 // mountOperatorTools mounts the admin API and console on the admin server.
+// With bridge.admin.token every /api/ call needs it; without, reads are open
+// and mutations come only from loopback. Foreign Host headers are refused
+// (package admin).
 func (b *Bridge) mountOperatorTools() {
 	for _, r := range b.routes {
 		if r.session != "" {
 			b.journal.Register(r.session, r.id)
 		}
 	}
-	opts := admin.Options{Journal: b.journal, Token: b.cfg.Bridge.Admin.Token.Reveal(), Logger: b.log}
+	a := b.cfg.Bridge.Admin
+	opts := admin.Options{Journal: b.journal, Token: a.Token.Reveal(), AllowedHosts: a.AllowedHosts, Logger: b.log}
+	if a.Listen != nil {
+		opts.Listen = *a.Listen
+	}
 	if b.store != nil {
 		opts.Store = (*Outbox)(b)
 	}
 	h := admin.New(opts)
+	b.ops = h
 	b.admin.mux.Handle("/api/", h)
 	b.admin.mux.Handle("/console", h)
 	b.admin.mux.Handle("/console/", h)

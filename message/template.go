@@ -190,6 +190,15 @@ func (t *Template) String() string { return t.src }
 // IsLiteral reports whether the template has no placeholders.
 func (t *Template) IsLiteral() bool { return len(t.placeholders) == 0 }
 
+// LiteralPrefix returns the literal text before the first placeholder
+// (braces unescaped): the whole text of a literal template.
+func (t *Template) LiteralPrefix() string {
+	if len(t.parts) > 0 && t.parts[0].kind == partLiteral {
+		return t.parts[0].text
+	}
+	return ""
+}
+
 // UsesPayload reports whether rendering needs the decoded JSON payload.
 func (t *Template) UsesPayload() bool { return t.usesPayload }
 

@@ -63,8 +63,19 @@ type Admin struct {
 	// /api. Defaults to 127.0.0.1:9090 (after loading it is never nil); ""
 	// disables the server.
 	Listen *string `yaml:"listen,omitempty"`
-	// Token, when set, is the bearer token required for mutating calls.
+	// Token, when set, is the bearer token every /api/ call needs. A token
+	// that resolves to "" (an unset ${VAR:-}) means no token: a warning on
+	// a loopback listen, an error elsewhere. A listen that is not loopback
+	// needs a token.
 	Token Secret `yaml:"token,omitempty"`
+	// TokenFile reads Token from a file (trailing newline trimmed); never
+	// together with Token. After loading it is empty: Token holds the
+	// file's content.
+	TokenFile string `yaml:"token_file,omitempty" file:"token"`
+	// AllowedHosts are host names (ports ignored) clients may use in the
+	// Host header to reach /api and /console, besides the listen host,
+	// loopback names and IP literals. Others get 421 (DNS rebinding).
+	AllowedHosts []string `yaml:"allowed_hosts,omitempty"`
 }
 
 // Log configures logging.
@@ -140,6 +151,9 @@ type ReceiverOptions struct {
 	CleanSession bool   `yaml:"clean_session,omitempty"`
 	Username     string `yaml:"username,omitempty"`
 	Password     Secret `yaml:"password,omitempty"`
+	// PasswordFile (mqtt) reads Password from a file; never with Password.
+	// After loading it is empty: Password holds the file's content.
+	PasswordFile string `yaml:"password_file,omitempty" file:"password"`
 	// KeepAlive (mqtt) is the MQTT keep-alive interval; the broker drops a
 	// connection silent for 1.5 times it. Defaults to 30s; must be > 0 (0
 	// would turn keep-alive off).
@@ -182,11 +196,12 @@ type ReceiverOptions struct {
 // User is one account of the embedded listener.
 type User struct {
 	Username string `yaml:"username,omitempty" validate:"required"`
-	// Password, PasswordFile (a file holding the password) or PasswordHash
+	// Password, PasswordFile (a file holding the password; after loading
+	// it is empty and Password holds the file's content) or PasswordHash
 	// (bcrypt): one of them, or none for a user that connects only with a
 	// client certificate of its name (tls.client_ca_file).
 	Password     Secret `yaml:"password,omitempty"`
-	PasswordFile string `yaml:"password_file,omitempty"`
+	PasswordFile string `yaml:"password_file,omitempty" file:"password"`
 	PasswordHash Secret `yaml:"password_hash,omitempty"`
 	// Publish are the topic filters the user may publish to; defaults to
 	// the receiver's topics.
@@ -250,19 +265,24 @@ type SenderOptions struct {
 	// Endpoint (sqs) overrides the endpoint, for SQS-compatible servers.
 	Endpoint string `yaml:"endpoint,omitempty"`
 	// MessageGroupID (sqs) is required for FIFO queues, rejected otherwise.
-	MessageGroupID string `yaml:"message_group_id,omitempty"`
+	MessageGroupID string `yaml:"message_group_id,omitempty" template:"true"`
 	// Attributes (sqs) become message attributes (templates allowed).
-	Attributes map[string]string `yaml:"attributes,omitempty"`
+	Attributes map[string]string `yaml:"attributes,omitempty" template:"true"`
 	// BatchSize (sqs) is the messages per SendMessageBatch, 1..10. Defaults
 	// to 10.
 	BatchSize int `yaml:"batch_size,omitempty" validate:"omitempty,min=1,max=10"`
 
 	// URL (http) is required (templates allowed).
-	URL string `yaml:"url,omitempty"`
+	URL string `yaml:"url,omitempty" template:"true"`
 	// Method (http) defaults to POST.
 	Method string `yaml:"method,omitempty" validate:"omitempty,oneof=GET POST PUT PATCH DELETE"`
-	// Headers (http) are request headers (templates allowed).
-	Headers map[string]string `yaml:"headers,omitempty"`
+	// Headers (http) are request headers (templates allowed; not Host).
+	Headers map[string]string `yaml:"headers,omitempty" template:"true"`
+	// HeadersFile (http) maps header names to files holding their values
+	// (a secret such as "Bearer ..."; trailing newline trimmed; literal
+	// text, not a template). A header is in Headers or HeadersFile, never
+	// both. After loading it is empty: Headers holds the values.
+	HeadersFile map[string]string `yaml:"headers_file,omitempty" file:"headers"`
 	// Timeout (http) bounds one request, connecting included. Defaults to
 	// 5s; must be > 0.
 	Timeout Duration `yaml:"timeout,omitempty"`
@@ -293,7 +313,7 @@ type RouteConfig struct {
 	// route that neither has nor had.
 	PreviousIDs []string `yaml:"previous_ids,omitempty"`
 	// OrderingKey (a template) gives per-key FIFO delivery; empty: none.
-	OrderingKey string  `yaml:"ordering_key,omitempty"`
+	OrderingKey string  `yaml:"ordering_key,omitempty" template:"true"`
 	Session     Session `yaml:"session,omitempty"`
 	Policy      Policy  `yaml:"policy,omitempty"`
 }
@@ -305,14 +325,14 @@ type ProcessorConfig struct {
 	// Expr (filter, transform) is an expr-lang expression.
 	Expr string `yaml:"expr,omitempty"`
 	// Headers (set_headers) maps header names to templates.
-	Headers map[string]string `yaml:"headers,omitempty"`
+	Headers map[string]string `yaml:"headers,omitempty" template:"true"`
 	// From (idempotency_key) is a template for the envelope ID.
-	From string `yaml:"from,omitempty"`
+	From string `yaml:"from,omitempty" template:"true"`
 	// Hash (idempotency_key) uses SHA-256 of topic and payload as the ID.
 	Hash bool `yaml:"hash,omitempty"`
 	// Key (coalesce) is a template; newer messages replace older pending
 	// ones with the same key.
-	Key string `yaml:"key,omitempty"`
+	Key string `yaml:"key,omitempty" template:"true"`
 }
 
 // UsesOutbox reports whether the route keeps records in an outbox session

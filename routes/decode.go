@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -24,6 +25,9 @@ type walker struct {
 	src    *source
 	lookup func(string) (string, bool)
 	probs  Problems
+	// template is set while walking a field tagged template:"true": its
+	// ${VAR} values are escaped to stay literal text.
+	template bool
 }
 
 func (w *walker) errorf(n *yaml.Node, path, rule, format string, args ...any) {
@@ -169,7 +173,11 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 			continue
 		}
 		seen[k.Value] = k.Line
-		if !w.walk(v, f.Type, p) {
+		outer := w.template
+		w.template = f.Tag.Get("template") == "true"
+		ok = w.walk(v, f.Type, p)
+		w.template = outer
+		if !ok {
 			continue
 		}
 		kept = append(kept, k, v)
@@ -189,8 +197,11 @@ func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string, duration bool
 		w.errorf(n, path, "wrong-type", "%s: expected %s, got %s", path, want, kindName(n))
 		return false
 	}
-	v, expanded, err := expandEnv(n.Value, w.lookup)
+	v, expanded, err := expandEnv(n.Value, w.lookup, w.template)
 	if err != nil {
+		if ee, ok := err.(*EnvError); ok && ee.Var == "" && t == secretType {
+			err = errors.New("malformed ${...}: use ${NAME} or ${NAME:-default}, or $${ for a literal ${") // never echo a secret
+		}
 		w.errorf(n, path, "env", "%s: %v", path, err)
 		return false
 	}

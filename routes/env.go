@@ -14,12 +14,19 @@ type EnvError struct {
 
 func (e *EnvError) Error() string { return e.Msg }
 
+// templateLiteral escapes text for a template field: "{" and "}" become
+// "{{" and "}}", so the text renders as itself, never as a placeholder.
+var templateLiteral = strings.NewReplacer("{", "{{", "}", "}}")
+
 // expandEnv replaces ${VAR} and ${VAR:-default} in s using lookup. ${VAR:-d}
 // uses d when VAR is unset or empty; ${VAR} with VAR unset is an error.
 // "$${" writes a literal "${". Other "$" characters are kept as they are
-// (so "$share/..." topics need no escaping). It reports whether s
-// contained any expansion.
-func expandEnv(s string, lookup func(string) (string, bool)) (string, bool, error) {
+// (so "$share/..." topics need no escaping). A template field passes
+// template true: each expanded value is escaped (templateLiteral), so that
+// it is literal text. It reports whether s contained any expansion. Its
+// errors never quote s whole; a syntax error (Var "") may quote the text
+// between "${" and "}" (the walker hides it for a Secret).
+func expandEnv(s string, lookup func(string) (string, bool), template bool) (string, bool, error) {
 	if !strings.Contains(s, "${") {
 		return s, false, nil
 	}
@@ -37,7 +44,7 @@ func expandEnv(s string, lookup func(string) (string, bool)) (string, bool, erro
 		}
 		end := strings.IndexByte(s[i:], '}')
 		if end < 0 {
-			return "", true, &EnvError{Msg: fmt.Sprintf("unterminated ${ in %q", s)}
+			return "", true, &EnvError{Msg: "unterminated ${ (write ${NAME}, or $${ for a literal ${)"}
 		}
 		expr := s[i+2 : i+end]
 		name, def, hasDef := strings.Cut(expr, ":-")
@@ -50,6 +57,9 @@ func expandEnv(s string, lookup func(string) (string, bool)) (string, bool, erro
 			v = def
 		case !ok:
 			return "", true, &EnvError{Var: name, Msg: fmt.Sprintf("environment variable %s is not set and has no default (write ${%s:-default} to give one)", name, name)}
+		}
+		if template {
+			v = templateLiteral.Replace(v)
 		}
 		b.WriteString(v)
 		i += end + 1

@@ -33,7 +33,11 @@ func Load(path string) (*Config, Problems, error) {
 // syntax error or a document that is not a mapping). The error is non-nil
 // only when r fails.
 //
-// Parse has no side effects: it reads the environment and nothing else.
+// It also reads the files named by *_file fields (token_file,
+// password_file, headers_file) into their values.
+//
+// Parse has no side effects: it reads the environment and those files, and
+// nothing else.
 func Parse(r io.Reader, file string) (*Config, Problems, error) {
 	return parse(r, file, os.LookupEnv)
 }
@@ -50,6 +54,7 @@ func parse(r io.Reader, file string, lookup func(string) (string, bool)) (*Confi
 	}
 	cfg, probs := decode(data, file, lookup)
 	if cfg != nil {
+		probs = append(probs, cfg.loadFiles()...)
 		cfg.setDefaults()
 		probs = append(probs, cfg.Validate()...)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/redact"
 )
 
 // Cross-field rules, written as plain Go. Each add()s its problems.
@@ -24,11 +25,51 @@ func (c *Config) checkVersion(add func(Problem)) {
 }
 
 func (c *Config) checkBridge(add func(Problem)) {
-	if l := c.Bridge.Admin.Listen; l != nil && *l != "" {
-		if err := checkListenAddr(*l); err != nil {
-			add(c.Errorf("bridge.admin.listen", "listen", "bridge.admin.listen: %v", err))
+	a := c.Bridge.Admin
+	for i, h := range a.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/@?# \t") {
+			add(c.Errorf(fmt.Sprintf("bridge.admin.allowed_hosts[%d]", i), "allowed-hosts",
+				"bridge.admin.allowed_hosts[%d]: %q is not a host name (write it as in the Host header, such as gobridge.plant.example)", i, h))
 		}
 	}
+	l := a.Listen
+	if l == nil || *l == "" {
+		return
+	}
+	if err := checkListenAddr(*l); err != nil {
+		add(c.Errorf("bridge.admin.listen", "listen", "bridge.admin.listen: %v", err))
+		return
+	}
+	if a.Token != "" || a.TokenFile != "" {
+		return // a token_file that cannot be read is reported on its own
+	}
+	loop := loopbackListen(*l)
+	switch {
+	case c.Has("bridge.admin.token") && loop:
+		add(c.Warnf("bridge.admin.token", "admin-token",
+			"bridge.admin.token is empty (an unset variable?), so the admin API runs without a token: reads are open to every local user and process"))
+	case c.Has("bridge.admin.token"):
+		add(c.Errorf("bridge.admin.token", "admin-token",
+			"bridge.admin.token is empty (an unset variable?), and bridge.admin.listen %s is not loopback: anyone who reaches it could read dead letters (payloads included) and requeue or drop them", *l))
+	case !loop:
+		add(c.Errorf("bridge.admin.listen", "admin-token",
+			"bridge.admin.listen %s is not loopback and there is no bridge.admin.token (or token_file): anyone who reaches it could read dead letters (payloads included) and requeue or drop them; set a token, or listen on 127.0.0.1", *l))
+	}
+}
+
+// loopbackListen reports whether a host:port listen address only accepts
+// connections from this machine: localhost or a loopback IP. An empty host
+// (":9090") listens everywhere.
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func checkListenAddr(a string) error {
@@ -146,13 +187,15 @@ func sortedKeys(m map[string]string) []string {
 // brokerSchemes are the URL schemes the MQTT client dials.
 var brokerSchemes = []string{"tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss"}
 
+// checkBrokerURL and checkHTTPURL quote the URL redacted (package redact):
+// it may carry a password or an API key.
 func checkBrokerURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("%q is not a URL such as tcp://127.0.0.1:1883", s)
+		return fmt.Errorf("%q is not a URL such as tcp://127.0.0.1:1883", redact.URL(s))
 	}
 	if !slices.Contains(brokerSchemes, u.Scheme) {
-		return fmt.Errorf("%q: scheme must be one of %s", s, strings.Join(brokerSchemes, ", "))
+		return fmt.Errorf("%q: scheme must be one of %s", redact.URL(s), strings.Join(brokerSchemes, ", "))
 	}
 	return nil
 }
@@ -160,7 +203,37 @@ func checkBrokerURL(s string) error {
 func checkHTTPURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("%q is not an http:// or https:// URL", s)
+		return fmt.Errorf("%q is not an http:// or https:// URL", redact.URL(s))
 	}
 	return nil
+}
+
+// checkURLTarget checks that a url template's scheme and host are literal
+// text ended by '/', '?' or '#': a message must not choose where it goes
+// (a value right after the host could add "@evil.example" or a port). It
+// reports false when it added a problem.
+func (c *Config) checkURLTarget(add func(Problem), path, tmpl string) bool {
+	t, err := message.ParseTemplate(tmpl)
+	if err != nil || t.IsLiteral() {
+		return true // checkTemplate reports a bad template
+	}
+	prefix := t.LiteralPrefix()
+	if i := strings.Index(prefix, "://"); i >= 0 && strings.ContainsAny(prefix[i+3:], "/?#") {
+		return true
+	}
+	add(c.Errorf(path, "url-host", "%s: the scheme and host must be literal text followed by '/', '?' or '#'; a placeholder cannot choose the target", path))
+	return false
+}
+
+// checkHostHeader refuses a Host header with placeholders: a message must
+// not choose the virtual host it reaches. A literal Host is allowed.
+func (c *Config) checkHostHeader(add func(Problem), path string, headers map[string]string) {
+	for _, k := range sortedKeys(headers) {
+		if !strings.EqualFold(k, "Host") {
+			continue
+		}
+		if t, err := message.ParseTemplate(headers[k]); err == nil && !t.IsLiteral() {
+			add(c.Errorf(path+"."+k, "host-header", "%s.%s: the Host header cannot come from a placeholder (a literal value is allowed)", path, k))
+		}
+	}
 }

@@ -10,7 +10,7 @@ import (
 )
 
 var receiverOptions = map[string][]string{
-	ReceiverMQTT: {"broker_urls", "client_id", "clean_session", "username", "password", "keep_alive", "connect_timeout",
+	ReceiverMQTT: {"broker_urls", "client_id", "clean_session", "username", "password", "password_file", "keep_alive", "connect_timeout",
 		"max_payload_bytes", "max_inflight_bytes", "tls"},
 	ReceiverMQTTListener: {"listen", "users", "allow_anonymous", "anonymous", "max_clients", "connect_timeout",
 		"retain", "session_expiry", "max_payload_bytes", "max_inflight_bytes", "tls"},
@@ -18,7 +18,7 @@ var receiverOptions = map[string][]string{
 
 var senderOptions = map[string][]string{
 	SenderSQS:    {"queue_url", "region", "endpoint", "message_group_id", "attributes", "batch_size"},
-	SenderHTTP:   {"url", "method", "headers", "timeout", "tls"},
+	SenderHTTP:   {"url", "method", "headers", "headers_file", "timeout", "tls"},
 	SenderStdout: nil,
 }
 
@@ -240,14 +240,17 @@ func (c *Config) checkSenders(add func(Problem)) {
 			c.checkTemplate(add, op+".message_group_id", o.MessageGroupID)
 			c.checkTemplateMap(add, op+".attributes", o.Attributes)
 		case SenderHTTP:
-			if s.Options.URL == "" {
+			switch err := checkHTTPURL(s.Options.URL); {
+			case s.Options.URL == "":
 				add(c.Errorf(op+".url", "required", "%s.url is required for an http sender", op))
-			} else if err := checkHTTPURL(s.Options.URL); err != nil {
+			case !c.checkURLTarget(add, op+".url", s.Options.URL):
+			case err != nil:
 				add(c.Errorf(op+".url", "url", "%s.url: %v", op, err))
 			}
 			c.checkTemplate(add, op+".url", s.Options.URL)
 			c.checkTLS(add, op+".tls", s.Options.TLS, false)
 			c.checkTemplateMap(add, op+".headers", s.Options.Headers)
+			c.checkHostHeader(add, op+".headers", s.Options.Headers)
 		}
 	}
 }

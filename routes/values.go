@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,6 +64,13 @@ func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // GoString keeps %#v from printing the secret.
 func (s Secret) GoString() string { return s.String() }
+
+// MarshalJSON writes "REDACTED" (or "" for an empty secret), so a config
+// printed as JSON never holds the secret.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// MarshalYAML writes REDACTED (or "" for an empty secret), likewise.
+func (s Secret) MarshalYAML() (any, error) { return s.String(), nil }
 
 // Reveal returns the secret's value, for the component that needs it.
 func (s Secret) Reveal() string { return string(s) }

@@ -7,11 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/stores"
@@ -179,15 +176,15 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tROUTE\tATTEMPTS\tFIRST ATTEMPT\tDIED\tAGE\tREASON")
 	for i := range recs {
-		r := &recs[i]
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Envelope.ID, r.Route, r.Attempts,
-			stamp(r.FirstAttemptAt), stamp(r.DeadAt), age(now, r.CreatedAt), oneLine(r.DeadReason, 80))
+		r, d := &recs[i], admin.NewDeadLetter(&recs[i], now, false)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", safe(d.ID), safe(d.Route), d.Attempts,
+			stamp(r.FirstAttemptAt), stamp(r.DeadAt), age(now, r.CreatedAt), oneLine(d.Reason, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if next != "" {
-		fmt.Fprintf(c.Stderr, "more: gobridge dlq list -c %s%s --limit %d --after %s\n", *path, routeFlag(*route), *limit, next)
+		fmt.Fprintf(c.Stderr, "more: gobridge dlq list -c %s%s --limit %d --after %s\n", *path, routeFlag(*route), *limit, safe(next))
 	}
 	return nil
 }
@@ -235,7 +232,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	defer st.close()
 	recs, _, err := st.Dead(ctx, stores.DeadQuery{ID: pos[0]})
 	if err != nil {
-		return fmt.Errorf("dlq show: %w", err)
+		return fmt.Errorf("dlq show %s: %w", safe(pos[0]), err)
 	}
 	r := recs[0]
 	d := admin.NewDeadLetter(&r, c.now(), true)
@@ -244,8 +241,11 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(d)
 	}
+	// Everything printed is escaped (safe): topics, headers, reasons and
+	// payloads come from publishers and targets, and must not drive the
+	// operator's terminal.
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", safe(k), safe(v)) }
 	line("id", d.ID)
 	line("session", fmt.Sprintf("%s (partition %d)", d.Session, d.Partition))
 	line("route", d.Route)
@@ -277,7 +277,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Stdout, "payload:\n%s\n", d.Payload)
+	fmt.Fprintf(c.Stdout, "payload:\n%s\n", safeBlock(d.Payload))
 	return nil
 }
 
@@ -324,7 +324,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 					fmt.Fprintf(c.Stdout, "  ... and %d more\n", len(ids)-20)
 					break
 				}
-				fmt.Fprintf(c.Stdout, "  %s\n", id)
+				fmt.Fprintf(c.Stdout, "  %s\n", safe(id))
 			}
 			fmt.Fprintln(c.Stdout, "nothing changed; add --yes to do it")
 			return nil
@@ -340,19 +340,19 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 		if verb == "requeue" {
 			nr, err := st.Requeue(ctx, id, *to)
 			if err != nil {
-				failed = append(failed, fmt.Errorf("requeue %s: %w", id, err))
+				failed = append(failed, fmt.Errorf("requeue %s: %w", safe(id), err))
 				continue
 			}
 			if !*all {
-				fmt.Fprintf(c.Stdout, "requeued %s as %s (route %s)\n", id, nr.Envelope.ID, nr.Route)
+				fmt.Fprintf(c.Stdout, "requeued %s as %s (route %s)\n", safe(id), safe(nr.Envelope.ID), safe(nr.Route))
 			}
 		} else {
 			if err := st.Drop(ctx, id); err != nil {
-				failed = append(failed, fmt.Errorf("drop %s: %w", id, err))
+				failed = append(failed, fmt.Errorf("drop %s: %w", safe(id), err))
 				continue
 			}
 			if !*all {
-				fmt.Fprintf(c.Stdout, "dropped %s\n", id)
+				fmt.Fprintf(c.Stdout, "dropped %s\n", safe(id))
 			}
 		}
 		n++
@@ -388,36 +388,4 @@ func allDeadIDs(ctx context.Context, st admin.Outbox, route string) ([]string, e
 		}
 		f.After = next
 	}
-}
-
-func stamp(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format(time.RFC3339)
-}
-
-// oneLine shortens s to one line of at most n runes for tables.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	return string([]rune(s)[:n-1]) + "…"
-}
-
-func routeFlag(r string) string {
-	if r == "" {
-		return ""
-	}
-	return " --route " + r
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

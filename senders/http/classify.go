@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gobridge/gobridge/redact"
 	"github.com/gobridge/gobridge/senders"
 )
 
@@ -28,7 +29,7 @@ const (
 // otherwise.
 type StatusError struct {
 	Method string
-	URL    string // redacted
+	URL    string // redacted (package redact)
 	Status int
 	// Body is the start of the response body (at most BodyInReason bytes).
 	Body string
@@ -77,7 +78,7 @@ func classify(resp *nethttp.Response, now time.Time, method, url string, perMess
 	se := &StatusError{Method: method, URL: url, Status: code}
 	head := make([]byte, BodyInReason)
 	n, _ := io.ReadFull(resp.Body, head)
-	se.Body = printable(head[:n])
+	se.Body = redact.Text(printable(head[:n])) // a target may echo the request URL
 	drain(resp.Body)
 	switch code {
 	case nethttp.StatusTooManyRequests, nethttp.StatusServiceUnavailable:
@@ -91,7 +92,7 @@ func classify(resp *nethttp.Response, now time.Time, method, url string, perMess
 		}
 	}
 	if code >= 300 && code <= 399 {
-		se.Location = resp.Header.Get("Location")
+		se.Location = redact.URL(printable([]byte(resp.Header.Get("Location"))))
 	}
 	return se
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/redact"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/senders"
 )
@@ -66,10 +67,10 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 	}
 	u, err := parseURLTemplate(o.URL)
 	if err != nil {
-		return nil, fmt.Errorf("http sender %q: url: %w", cfg.ID, err)
+		return nil, fmt.Errorf("http sender %q: url %s: %w", cfg.ID, redact.URL(o.URL), err)
 	}
 	if u.isLiteral() {
-		if _, err := parseURL(o.URL); err != nil {
+		if _, err := u.render(&message.Envelope{}, nil); err != nil {
 			return nil, fmt.Errorf("http sender %q: %w", cfg.ID, err)
 		}
 	}
@@ -89,6 +90,9 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 			return nil, fmt.Errorf("http sender %q: header %s: %w", cfg.ID, name, err)
 		}
 		name = nethttp.CanonicalHeaderKey(name)
+		if name == "Host" && !t.IsLiteral() {
+			return nil, fmt.Errorf("http sender %q: header Host: %w", cfg.ID, ErrTemplatedHost)
+		}
 		if name == "Content-Type" {
 			s.hasCT = true
 		}
@@ -147,15 +151,22 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 	if err != nil {
 		return senders.Permanent(fmt.Errorf("http: message %s: %w", e.ID, err))
 	}
+	target := redact.URL(req.URL.String())
 	resp, err := s.client.Do(req)
 	if err != nil {
 		// Connection refused or reset, DNS, TLS handshake, timeouts and a
 		// cancelled ctx: all may pass. (A bad certificate is permanent in
 		// practice, but an operator fixes it by rotating certificates, not
-		// the message, so the record waits for its replay budget.)
-		return fmt.Errorf("http: %s %s: %w", s.method, req.URL.Redacted(), err)
+		// the message, so the record waits for its replay budget.) The
+		// *url.Error is unwrapped: its text holds the whole URL, secrets
+		// in the query included.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("http: %s %s: %w", s.method, target, err)
 	}
-	err = classify(resp, time.Now(), s.method, req.URL.Redacted(), s.url.perMessage())
+	err = classify(resp, time.Now(), s.method, target, s.url.perMessage())
 	if err != nil {
 		s.log.Debug("send failed", "record_id", e.ID, "error", err)
 	}
@@ -163,20 +174,17 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 }
 
 // request builds the request for e; an error means e cannot be sent as
-// configured (a placeholder it cannot fill, a URL that does not parse).
+// configured (a placeholder it cannot fill, a URL that does not parse or
+// would leave its target).
 func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Request, error) {
 	var p message.ParsedPayload
-	raw, err := s.url.render(e, &p)
+	u, err := s.url.render(e, &p)
 	if err != nil {
 		return nil, fmt.Errorf("url: %w", err)
 	}
-	u, err := parseURL(raw)
-	if err != nil {
-		return nil, err
-	}
 	req, err := nethttp.NewRequestWithContext(ctx, s.method, u.String(), bytes.NewReader(e.Payload))
 	if err != nil {
-		return nil, fmt.Errorf("build request: %w", err)
+		return nil, fmt.Errorf("build request for %s: %w", redact.URL(u.String()), errBadURL)
 	}
 	for _, h := range s.headers {
 		v, err := h.value.RenderWith(e, &p)
@@ -205,13 +213,24 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 // errBadURL marks a URL that does not parse or is not http(s).
 var errBadURL = errors.New("bad url")
 
+// ErrTemplatedHost is returned by New for a Host header with placeholders:
+// a message must not choose the virtual host it reaches. A literal Host
+// header (a fixed virtual host behind an IP address) is allowed.
+var ErrTemplatedHost = errors.New("the Host header cannot come from a placeholder")
+
+// parseURL parses raw, an http(s) URL with a host. Its errors show raw
+// redacted (package redact).
 func parseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w %q: %w", errBadURL, raw, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its text holds raw unredacted
+		}
+		return nil, fmt.Errorf("%w %q: %w", errBadURL, redact.URL(raw), err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("%w %q: want http:// or https:// with a host", errBadURL, raw)
+		return nil, fmt.Errorf("%w %q: want http:// or https:// with a host", errBadURL, redact.URL(raw))
 	}
 	return u, nil
 }

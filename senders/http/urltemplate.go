@@ -1,6 +1,9 @@
 package http
 
 import (
+	"cmp"
+	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 
@@ -12,14 +15,19 @@ import (
 // path segment (url.PathEscape: "a/b c" becomes "a%2Fb%20c"), a value in the
 // query is one query component (url.QueryEscape). So a topic segment or a
 // payload field can never add path segments, start a query or a fragment.
+// The scheme and host are literal (placeholders there are refused when the
+// template is parsed), and a rendered path with a "." or ".." segment is
+// refused, so a message can never choose another target or walk the
+// target's paths.
 type urlTemplate struct {
-	parts []urlPart
+	parts        []urlPart
+	scheme, host string // every rendered URL must keep them
 }
 
 type urlPart struct {
 	literal string
 	value   *message.Template // nil for a literal
-	query   bool              // the placeholder is after the first '?'
+	query   bool              // the placeholder is after the first '?' or '#'
 }
 
 // perMessage reports whether the URL has per-message placeholders (a 404
@@ -33,15 +41,44 @@ func (u *urlTemplate) perMessage() bool {
 	return false
 }
 
+// errURLTarget marks a rendered URL that would change the target: a dot
+// segment in the path, or another scheme or host.
+var errURLTarget = errors.New("rendered url leaves its target")
+
 // parseURLTemplate parses s with the delivery template grammar and splits it
-// into literals and single placeholders.
+// into literals and single placeholders. The scheme and host must come
+// before the first placeholder, ended by '/', '?' or '#'.
 func parseURLTemplate(s string) (*urlTemplate, error) {
-	if _, err := message.ParseTemplate(s); err != nil {
+	whole, err := message.ParseTemplate(s)
+	if err != nil {
 		return nil, err
 	}
-	t := &urlTemplate{}
+	origin, ok := urlOrigin(whole.LiteralPrefix(), whole.IsLiteral())
+	if !ok {
+		return nil, fmt.Errorf("the scheme and host must be literal text followed by '/', '?' or '#', not come from a placeholder")
+	}
+	o, err := parseURL(origin)
+	if err != nil {
+		return nil, err
+	}
+	t := &urlTemplate{scheme: o.Scheme, host: o.Host}
 	var lit strings.Builder
 	inQuery := false
+	// addLiteral appends a literal part; in the path, bytes a URL path
+	// cannot hold raw (a space, '{') are percent-encoded, as Go would send
+	// them: otherwise url.Parse would drop the raw path and decode every
+	// value's %2F into a separator.
+	addLiteral := func(l string) {
+		if !inQuery {
+			end := strings.IndexAny(l, "?#")
+			if end < 0 {
+				end = len(l)
+			}
+			inQuery = end < len(l)
+			l = escapePathLiteral(l[:end]) + l[end:]
+		}
+		t.parts = append(t.parts, urlPart{literal: l})
+	}
 	for i := 0; i < len(s); {
 		switch {
 		case strings.HasPrefix(s[i:], "{{"):
@@ -53,8 +90,7 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 		case s[i] == '{':
 			end := strings.IndexByte(s[i:], '}') // ParseTemplate accepted s: it exists
 			if lit.Len() > 0 {
-				t.parts = append(t.parts, urlPart{literal: lit.String()})
-				inQuery = inQuery || strings.Contains(lit.String(), "?")
+				addLiteral(lit.String())
 				lit.Reset()
 			}
 			v, err := message.ParseTemplate(s[i : i+end+1])
@@ -69,9 +105,47 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 		}
 	}
 	if lit.Len() > 0 {
-		t.parts = append(t.parts, urlPart{literal: lit.String()})
+		addLiteral(lit.String())
+	}
+	// A probe with plain values must parse: a malformed literal ("%zz")
+	// would otherwise fail every message.
+	var probe strings.Builder
+	for _, p := range t.parts {
+		probe.WriteString(cmp.Or(p.literal, "x"))
+	}
+	if _, err := parseURL(probe.String()); err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// escapePathLiteral percent-encodes the bytes of a url's literal path text
+// that a raw path cannot hold (RFC 3986 pchar, plus '/', '[', ']' and an
+// existing '%' escape).
+func escapePathLiteral(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~!$&'()*+,;=:@[]%/", c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+// urlOrigin returns "scheme://host" of a url template whose literal prefix
+// is prefix; ok is false when a placeholder comes before the host ends.
+func urlOrigin(prefix string, literal bool) (string, bool) {
+	i := strings.Index(prefix, "://")
+	if i < 0 {
+		return "", false
+	}
+	if end := strings.IndexAny(prefix[i+3:], "/?#"); end >= 0 {
+		return prefix[:i+3+end], true
+	}
+	return prefix, literal
 }
 
 // isLiteral reports whether the url has no placeholders.
@@ -84,9 +158,10 @@ func (t *urlTemplate) isLiteral() bool {
 	return true
 }
 
-// render fills the url from e, escaping each value; a placeholder e cannot
-// fill returns the template's *message.FieldError.
-func (t *urlTemplate) render(e *message.Envelope, p *message.ParsedPayload) (string, error) {
+// render fills the url from e, escaping each value, and returns it parsed.
+// A placeholder e cannot fill returns the template's *message.FieldError; a
+// url that would leave its target returns errURLTarget.
+func (t *urlTemplate) render(e *message.Envelope, p *message.ParsedPayload) (*url.URL, error) {
 	var b strings.Builder
 	for _, part := range t.parts {
 		if part.value == nil {
@@ -95,7 +170,7 @@ func (t *urlTemplate) render(e *message.Envelope, p *message.ParsedPayload) (str
 		}
 		v, err := part.value.RenderWith(e, p)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		if part.query {
 			b.WriteString(url.QueryEscape(v))
@@ -103,5 +178,26 @@ func (t *urlTemplate) render(e *message.Envelope, p *message.ParsedPayload) (str
 			b.WriteString(url.PathEscape(v))
 		}
 	}
-	return b.String(), nil
+	u, err := parseURL(b.String())
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != t.scheme || !strings.EqualFold(u.Host, t.host) {
+		return nil, fmt.Errorf("%w: %s://%s is not %s://%s", errURLTarget, u.Scheme, u.Host, t.scheme, t.host)
+	}
+	if seg, ok := dotSegment(u.EscapedPath()); ok {
+		return nil, fmt.Errorf("%w: path segment %q would walk the target's paths", errURLTarget, seg)
+	}
+	return u, nil
+}
+
+// dotSegment returns the first segment of an escaped path that is "." or
+// ".." once unescaped ("%2e%2E" too).
+func dotSegment(path string) (string, bool) {
+	for _, seg := range strings.Split(path, "/") {
+		if d, err := url.PathUnescape(seg); err == nil && (d == "." || d == "..") {
+			return seg, true
+		}
+	}
+	return "", false
 }

@@ -32,14 +32,16 @@ func TestParseURLTemplate(t *testing.T) {
 		"http://x/{topic}":      2,
 		"http://x/{topic}/{id}": 4,
 		"http://x/{{a}}{id}}}":  3,
-		"{topic}":               1,
+		"http://x?{topic}":      2,
+		"http://x#{topic}":      2,
 	} {
 		u, err := parseURLTemplate(in)
 		if err != nil || len(u.parts) != want {
 			t.Errorf("parseURLTemplate(%q): %d parts, err %v; want %d", in, len(u.parts), err, want)
 		}
 	}
-	for _, bad := range []string{"http://x/{", "http://x/}", "http://x/{nope}", "http://x/{payload.}"} {
+	for _, bad := range []string{"http://x/{", "http://x/}", "http://x/{nope}", "http://x/{payload.}",
+		"{topic}", "http://{topic}/", "http://x{topic}/", "http://x:{payload.port}/", "{payload.scheme}://x/", "http://u:{id}@x/"} {
 		if _, err := parseURLTemplate(bad); err == nil {
 			t.Errorf("parseURLTemplate(%q) accepted", bad)
 		}

@@ -1,0 +1,57 @@
+package admin
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+)
+
+// consolePattern is the console page's route; it is served without the
+// token (the page asks for it).
+const consolePattern = "GET /console"
+
+// allowedHosts returns the host names, lower case and without port, that
+// the Host header may carry besides loopback names and IP literals: the
+// host of listen and the extra names.
+func allowedHosts(listen string, extra []string) map[string]bool {
+	m := map[string]bool{}
+	for _, h := range append([]string{listen}, extra...) {
+		if h = hostOnly(h); h != "" {
+			m[h] = true
+		}
+	}
+	return m
+}
+
+// hostAllowed reports whether a request's Host header names this server:
+// empty (HTTP/1.0), localhost or a *.localhost name (browsers resolve them
+// to loopback themselves), an IP literal (a rebinding attack needs a name
+// the attacker's DNS answers for), the listen host or an allowed name.
+func (h *Handler) hostAllowed(host string) bool {
+	name := hostOnly(host)
+	if name == "" || name == "localhost" || strings.HasSuffix(name, ".localhost") || h.hosts[name] {
+		return true
+	}
+	_, err := netip.ParseAddr(name)
+	return err == nil
+}
+
+// hostOnly returns host (a Host header value or a host:port address)
+// without its port, brackets and trailing dot, in lower case.
+func hostOnly(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return strings.ToLower(strings.TrimSuffix(host, "."))
+}
+
+// loopback reports whether addr (host:port) is a loopback address.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
