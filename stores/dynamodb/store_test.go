@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// t0 is the tests' epoch.
+var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
 func uniqueName(prefix string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])

@@ -263,6 +263,14 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 			s.finish(c, t)
 			return nil
 		}
+		if stale := t.collisions(); len(stale) > 0 {
+			// A new record's Seq is the place of a record another process
+			// appended: this process's counter is behind. Read it again.
+			for _, pk := range stale {
+				delete(s.seqs, pk)
+			}
+			continue
+		}
 		err := s.transact(ctx, t.items)
 		if err == nil {
 			s.finish(c, t)
