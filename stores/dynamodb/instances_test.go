@@ -149,3 +149,47 @@ func TestWrite_StaleCounterInOneWrite(t *testing.T) {
 		t.Errorf("stale %v, new seq %d after %d", w.Settle[0].Stale, w.Append[0].Seq, got[1].Seq)
 	}
 }
+
+// A record committed after the owner claimed past the place its appender
+// first planned for it still comes after everything the owner holds: Seq
+// is commit order within a partition, so a claim from After misses
+// nothing and the appender's order holds.
+func TestClaim_AfterMissesNoLateCommit(t *testing.T) {
+	t.Parallel()
+	slow := &counter{hold: make(chan struct{})}
+	a, b, owner := open(t, slow), open(t, nil), open(t, nil)
+	ctx := t.Context()
+	session := uniqueName("late-")
+	rec := func(key string) stores.Record {
+		return stores.Record{Session: session, Route: "r", Envelope: message.Envelope{ID: message.NewID(), Key: key}}
+	}
+	write := func(s *dynamodb.Store, r stores.Record) stores.Record {
+		w := stores.Batch{Append: []stores.Record{r}}
+		if err := s.Write(ctx, &w); err != nil {
+			t.Errorf("Write: %v", err)
+		}
+		return w.Append[0]
+	}
+	first := rec("k")
+	var late stores.Record
+	var wg sync.WaitGroup
+	wg.Go(func() { late = write(a, first) })
+	<-slow.hold // a's transaction is planned and on its way
+	other := write(b, rec("other"))
+	le, err := owner.Acquire(ctx, stores.PartitionLease(session, 0), "o", time.Hour, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := owner.Claim(ctx, stores.ClaimRequest{Session: session, Token: le.Token, Limit: 10})
+	if err != nil || len(got) != 1 || got[0].Envelope.ID != other.Envelope.ID {
+		t.Fatalf("first claim = %v, %v; want b's record alone", got, err)
+	}
+	<-slow.hold // a's transaction goes on
+	wg.Wait()
+	second := write(a, rec("k"))
+	got, err = owner.Claim(ctx, stores.ClaimRequest{Session: session, Token: le.Token, Limit: 10, After: got[0].Seq})
+	if err != nil || len(got) != 2 || got[0].Envelope.ID != first.Envelope.ID || got[1].Envelope.ID != second.Envelope.ID {
+		t.Fatalf("claim after b's record = %v, %v; want a's two records of key k, in order (seqs %d, %d after %d)",
+			got, err, late.Seq, second.Seq, other.Seq)
+	}
+}

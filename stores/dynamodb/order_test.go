@@ -26,7 +26,9 @@ type orderRun struct {
 	partitions int
 	ttl        time.Duration
 	clock      atomic.Int64 // the leases' clock, in ns after t0: takeovers move it past every lease
+	batches    atomic.Int64 // batches appended so far: every tenth, its appender takes a partition over
 	stopping   atomic.Bool
+	stop       chan struct{}
 
 	mu       sync.Mutex
 	appended map[string]appended // envelope ID → who appended it, in what order
@@ -53,6 +55,7 @@ type instance struct {
 
 	mu   sync.Mutex
 	held map[int]*epoch // partitions this instance owns
+	wake chan struct{}  // signalled when it acquires one
 }
 
 // epoch is one tenure of a partition: its lease and what is held under it.
@@ -78,42 +81,46 @@ func TestWrite_PerKeyOrderAcrossInstancesAndTakeovers(t *testing.T) {
 }
 
 func runOrder(t *testing.T, seed uint64) {
-	o := &orderRun{t: t, session: uniqueName("order-"), partitions: 3, ttl: time.Hour,
-		appended: map[string]appended{}, claimed: map[int64][]string{}, sent: map[string][]pos{}, done: map[string]int{}}
-	const instances, batches = 3, 25
+	o := &orderRun{t: t, session: uniqueName("order-"), partitions: 2, ttl: time.Hour,
+		appended: map[string]appended{}, claimed: map[int64][]string{}, sent: map[string][]pos{}, done: map[string]int{},
+		stop: make(chan struct{})}
+	const instances, batches = 4, 30
 	ins := make([]*instance, instances)
 	for i := range ins {
-		ins[i] = &instance{id: i, s: open(t, nil), held: map[int]*epoch{}}
+		ins[i] = &instance{id: i, s: open(t, &counter{delay: 20 * time.Millisecond}), held: map[int]*epoch{}, wake: make(chan struct{}, 1)}
 	}
 	for p := range o.partitions {
-		o.acquire(ins[p%instances], p)
+		o.acquire(ins[p%instances], p, true)
 	}
 	var appenders, owners sync.WaitGroup
 	for _, in := range ins {
 		rnd := rand.New(rand.NewPCG(seed, uint64(in.id)))
 		appenders.Go(func() { o.appendLoop(in, rnd, batches) })
-		owners.Go(func() { o.ownLoop(in, ins, rand.New(rand.NewPCG(seed, uint64(in.id)+100))) })
+		owners.Go(func() { o.ownLoop(in) })
 	}
 	appenders.Wait()
 	o.stopping.Store(true)
+	close(o.stop)
 	owners.Wait()
 	if t.Failed() {
 		return
 	}
 	// A last owner drains every partition.
-	last := &instance{id: instances, s: open(t, nil), held: map[int]*epoch{}}
+	last := &instance{id: instances, s: open(t, nil), held: map[int]*epoch{}, wake: make(chan struct{}, 1)}
 	for p := range o.partitions {
 		o.clock.Add(int64(o.ttl) + 1)
-		o.acquire(last, p)
+		o.acquire(last, p, true)
 		o.drain(last, p, true)
 	}
 	o.check()
 }
 
-func (o *orderRun) acquire(in *instance, p int) {
+// acquire takes partition p for in; a takeover (must false) may lose to
+// a concurrent one that moved the clock further.
+func (o *orderRun) acquire(in *instance, p int, must bool) {
 	le, err := in.s.Acquire(context.Background(), stores.PartitionLease(o.session, p), fmt.Sprint("i", in.id), o.ttl, o.now())
-	if errors.Is(err, stores.ErrLeaseHeld) && !o.stopping.Load() {
-		return // a concurrent takeover moved the clock less far
+	if errors.Is(err, stores.ErrLeaseHeld) && !must {
+		return
 	}
 	if err != nil {
 		o.t.Errorf("instance %d: acquire %d: %v", in.id, p, err)
@@ -122,6 +129,10 @@ func (o *orderRun) acquire(in *instance, p int) {
 	in.mu.Lock()
 	in.held[p] = &epoch{le: le, seen: map[string]bool{}}
 	in.mu.Unlock()
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
 }
 
 // appendLoop appends batches of records with keys shared by every
@@ -130,7 +141,7 @@ func (o *orderRun) appendLoop(in *instance, rnd *rand.Rand, batches int) {
 	next := map[string]int{}
 	for range batches {
 		var b stores.Batch
-		for range 1 + rnd.IntN(12) {
+		for range 1 + rnd.IntN(6) {
 			k := "key-" + strconv.Itoa(rnd.IntN(10))
 			p := stores.PartitionOf(k, o.partitions)
 			r := stores.Record{Session: o.session, Route: "r", Partition: p, CreatedAt: t0,
@@ -163,26 +174,31 @@ func (o *orderRun) appendLoop(in *instance, rnd *rand.Rand, batches int) {
 			}
 		}
 		in.mu.Unlock()
+		if o.batches.Add(1)%10 == 0 { // take a partition over: its lease lapses, whoever holds it
+			o.clock.Add(int64(o.ttl) + 1)
+			o.acquire(in, rnd.IntN(o.partitions), false)
+		}
 	}
 }
 
-// ownLoop drains the instance's partitions and now and then takes one
-// over from another instance.
-func (o *orderRun) ownLoop(in *instance, all []*instance, rnd *rand.Rand) {
-	for i := 0; !o.stopping.Load() && !o.t.Failed(); i++ {
+// ownLoop drains the partitions the instance owns until the appenders
+// are done.
+func (o *orderRun) ownLoop(in *instance) {
+	for !o.stopping.Load() && !o.t.Failed() {
 		in.mu.Lock()
 		parts := make([]int, 0, len(in.held))
 		for p := range in.held {
 			parts = append(parts, p)
 		}
 		in.mu.Unlock()
+		if len(parts) == 0 {
+			select {
+			case <-in.wake:
+			case <-o.stop:
+			}
+		}
 		for _, p := range parts {
 			o.drain(in, p, false)
-		}
-		if i%4 == 3 { // take a partition over: its lease lapses, whoever holds it
-			p := rnd.IntN(o.partitions)
-			o.clock.Add(int64(o.ttl) + 1)
-			o.acquire(in, p)
 		}
 	}
 }
@@ -202,7 +218,7 @@ func (o *orderRun) drain(in *instance, p int, all bool) {
 	e.own = nil
 	in.mu.Unlock()
 	for {
-		got, err := in.s.Claim(ctx, stores.ClaimRequest{Session: o.session, Partition: p, Token: e.le.Token, Limit: 7, After: e.after})
+		got, err := in.s.Claim(ctx, stores.ClaimRequest{Session: o.session, Partition: p, Token: e.le.Token, Limit: 3, After: e.after})
 		if errors.Is(err, stores.ErrLeaseLost) {
 			in.mu.Lock()
 			if in.held[p] == e {
@@ -231,7 +247,7 @@ func (o *orderRun) drain(in *instance, p int, all bool) {
 		in.mu.Unlock()
 		o.mu.Unlock()
 		e.pending = append(e.pending, got...)
-		if len(got) < 7 {
+		if len(got) < 3 {
 			break
 		}
 	}
