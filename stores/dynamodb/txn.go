@@ -18,7 +18,6 @@ type roleKind int
 
 const (
 	roleNone     roleKind = iota
-	roleRecord            // an appended record (no condition: its Seq is new if the counter is current)
 	roleKey               // an appended record's key item (condition: new)
 	roleSettle            // a settled record or its key item (condition: its state and token)
 	roleCounter           // a partition counter (condition: its value as this process saw it)
@@ -179,7 +178,7 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 		} else {
 			t.count(r.Session, r.Route, 1, r.Size(), 0)
 		}
-		t.put(role{kind: roleRecord, pk: o.pk}, encode(&w, lpk, lsk), "")
+		t.put(role{}, encode(&w, lpk, lsk), "")
 		ki := key(keyPK(r.Envelope.ID), keySK(r.Session, r.Route))
 		ki[aState], ki[aLocPK], ki[aLocSK], ki[aSize] = vS(string(r.State)), vS(lpk), vS(lsk), vN(r.Size())
 		t.put(role{kind: roleKey, op: o}, ki, "attribute_not_exists(pk)")
@@ -216,37 +215,6 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 	}
 	t.addStats()
 	return t
-}
-
-// collisions returns the partitions where a new record would land on an
-// item the transaction also touches (DynamoDB refuses two operations on
-// one item): the counter this process has of them is behind.
-func (t *txn) collisions() []string {
-	seen := map[string]int{}
-	var stale []string
-	for i, it := range t.items {
-		var k map[string]types.AttributeValue
-		switch {
-		case it.Put != nil:
-			k = it.Put.Item
-		case it.Update != nil:
-			k = it.Update.Key
-		case it.Delete != nil:
-			k = it.Delete.Key
-		case it.ConditionCheck != nil:
-			k = it.ConditionCheck.Key
-		}
-		id := itemID(k)
-		if j, ok := seen[id]; ok {
-			for _, x := range []int{i, j} {
-				if t.roles[x].kind == roleRecord {
-					stale = append(stale, t.roles[x].pk)
-				}
-			}
-		}
-		seen[id] = i
-	}
-	return stale
 }
 
 // addStats adds one update per session of a random stats shard, so that
