@@ -196,24 +196,17 @@ func reasons(err error) []types.CancellationReason {
 	return nil
 }
 
-// transient reports an error that the same request may not meet again: a
-// conflict with another transaction or throttling.
+// transient reports a conflict with another transaction, which the same
+// request may not meet again. (The SDK retries throttling itself.)
 func transient(err error) bool {
-	var (
-		conflict  *types.TransactionConflictException
-		throttled *types.ProvisionedThroughputExceededException
-		limited   *types.RequestLimitExceeded
-		inProg    *types.TransactionInProgressException
-		throttle  *types.ThrottlingException
-	)
-	if errors.As(err, &conflict) || errors.As(err, &throttled) || errors.As(err, &limited) ||
-		errors.As(err, &inProg) || errors.As(err, &throttle) {
+	var conflict *types.TransactionConflictException
+	if errors.As(err, &conflict) {
 		return true
 	}
 	rs := reasons(err)
 	for _, r := range rs {
 		switch aws.ToString(r.Code) {
-		case "", "None", codeConflict, "ThrottlingError", "ProvisionedThroughputExceeded":
+		case "None", codeConflict, "ThrottlingError", "ProvisionedThroughputExceeded":
 		default:
 			return false
 		}
@@ -227,11 +220,6 @@ func mapErr(err error) error {
 	var ae smithy.APIError
 	if errors.As(err, &ae) && ae.ErrorCode() == "ValidationException" {
 		return fmt.Errorf("%w: %s", stores.ErrInvalid, ae.ErrorMessage())
-	}
-	for _, r := range reasons(err) {
-		if aws.ToString(r.Code) == "ValidationError" {
-			return fmt.Errorf("%w: %s", stores.ErrInvalid, aws.ToString(r.Message))
-		}
 	}
 	return err
 }
