@@ -142,9 +142,9 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 	groups := coalesce(c)
 
 	type part struct {
-		n, token int64
-		session  string
-		num      int
+		first, n, token int64
+		session         string
+		num             int
 	}
 	parts := map[string]*part{}
 	var order []string
@@ -159,7 +159,12 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 		r := &o.r
 		p := parts[o.pk]
 		if p == nil {
-			p = &part{n: s.seqs[o.pk], session: r.Session, num: r.Partition}
+			// The counter follows the clock (microseconds) where it can:
+			// processes appending to one partition then refuse each
+			// other's commits only when they commit out of the order in
+			// which they planned them.
+			n := max(s.seqs[o.pk], time.Now().UnixMicro())
+			p = &part{first: n + 1, n: n, session: r.Session, num: r.Partition}
 			parts[o.pk] = p
 			order = append(order, o.pk)
 		}
@@ -187,12 +192,8 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 	newParts := map[string][]int{}
 	for _, pk := range order {
 		p := parts[pk]
-		cond, vals := "#n = :old", map[string]types.AttributeValue{":n": vN(p.n), ":old": vN(s.seqs[pk])}
-		if s.seqs[pk] == 0 {
-			cond = "attribute_not_exists(#n)"
-			delete(vals, ":old")
-		}
-		t.update(role{kind: roleCounter, pk: pk}, key(pk, metaSK), "SET #n = :n", cond, map[string]string{"#n": aCounter}, vals)
+		t.update(role{kind: roleCounter, pk: pk}, key(pk, metaSK), "SET #n = :n", "attribute_not_exists(#n) OR #n < :first",
+			map[string]string{"#n": aCounter}, map[string]types.AttributeValue{":n": vN(p.n), ":first": vN(p.first)})
 		if p.token != 0 {
 			t.add(role{kind: roleLease, pk: pk}, s.leaseCheck(stores.PartitionLease(p.session, p.num), p.token))
 		}

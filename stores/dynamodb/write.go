@@ -32,14 +32,13 @@ type op struct {
 }
 
 // Write implements stores.Store. It reads what the batch needs first (one
-// BatchGetItem for the key items of the settlements, the coalesce pointers
-// and partition counters this process has not seen; one more for the
-// records being dead-lettered), then commits one TransactWriteItems per
-// chunk (see Atomicity in the package doc). A transaction cancelled by a
-// condition is re-planned from the cancellation reasons: duplicates are
-// skipped, stale settlements marked, a moved partition counter or coalesce
-// pointer taken as reported, appends whose lease is not current written
-// unclaimed.
+// BatchGetItem for the key items of the settlements and the coalesce
+// pointers; one more for the records being dead-lettered; none for plain
+// appends), then commits one TransactWriteItems per chunk (see Atomicity in
+// the package doc). A transaction cancelled by a condition is re-planned
+// from the cancellation reasons: duplicates are skipped, stale settlements
+// marked, a partition counter or coalesce pointer another process moved
+// taken as reported, appends whose lease is not current written unclaimed.
 func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err := b.Validate(); err != nil {
 		return err
@@ -131,9 +130,6 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 			keys = append(keys, key(o.g.pk, ptrSK))
 			o.g.read = true
 		}
-		if _, ok := s.seqs[o.pk]; o.rec != nil && !ok {
-			keys = append(keys, key(o.pk, metaSK))
-		}
 	}
 	items, err := s.getItems(ctx, keys)
 	if err != nil {
@@ -172,7 +168,6 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 				o.st.Stale, o.skip = true, true
 			}
 		case o.rec != nil:
-			s.seqs[o.pk] = max(s.seqs[o.pk], getN(items[itemID(key(o.pk, metaSK))], aCounter))
 			// Appending a key this batch also settles: present unless the
 			// settlement found nothing.
 			if so := settled[itemID(keyOf(o.rec.Key()))]; so != nil && so.ki != nil {
@@ -275,7 +270,7 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 			return err
 		}
 		var refetch []*group
-		fixed := false
+		fixed, contended := false, false
 		for i, r := range rs {
 			if aws.ToString(r.Code) != codeCondition {
 				continue
@@ -287,8 +282,9 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 				ro.op.skip = true
 			case roleSettle: // not live under the token (or not dead) any more
 				ro.op.skip, ro.op.st.Stale = true, true
-			case roleCounter: // another process appended to the partition
+			case roleCounter: // another process committed a later Seq first
 				s.seqs[ro.pk] = getN(r.Item, aCounter)
+				contended = true
 			case roleLease: // not the partition's current token: append unclaimed
 				for _, o := range c {
 					if o.rec != nil && o.pk == ro.pk {
@@ -306,6 +302,13 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 		}
 		if err := s.refetch(ctx, refetch); err != nil {
 			return err
+		}
+		if contended && attempt > 0 {
+			// Several processes keep appending to one partition: spread
+			// them out.
+			if err := backoff(ctx, attempt); err != nil {
+				return err
+			}
 		}
 	}
 }
