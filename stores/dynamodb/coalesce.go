@@ -130,6 +130,7 @@ func (s *Store) refetch(ctx context.Context, gs []*group) error {
 	}
 	for _, g := range gs {
 		g.ptr, g.ignore = items[itemID(key(g.pk, ptrSK))], false
+		s.learn(g.ptr)
 	}
 	return nil
 }

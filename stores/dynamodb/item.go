@@ -231,28 +231,10 @@ func decode(it map[string]types.AttributeValue, state stores.State) stores.Recor
 	return r
 }
 
-// itemSize is an upper bound of an item's size as DynamoDB counts it
-// (attribute names plus values; a number counts 21 bytes).
-func itemSize(it map[string]types.AttributeValue) int {
-	n := 0
-	for k, v := range it {
-		n += len(k) + valueSize(v)
-	}
-	return n
-}
-
-func valueSize(v types.AttributeValue) int {
-	switch v := v.(type) {
-	case *types.AttributeValueMemberS:
-		return len(v.Value)
-	case *types.AttributeValueMemberB:
-		return len(v.Value)
-	case *types.AttributeValueMemberM:
-		n := 3
-		for k, e := range v.Value {
-			n += len(k) + valueSize(e) + 1
-		}
-		return n
-	}
-	return 21
+// recordSize is an upper bound of the size of r's item as DynamoDB counts
+// it: its variable parts, plus room for attribute names, numbers and keys.
+func recordSize(r *stores.Record) int {
+	n := int(r.Size()) + 4*len(r.Envelope.Headers) + len(r.Envelope.ID) + len(r.Envelope.Key) + len(r.CoalesceKey) +
+		len(r.CausationID) + len(clip(r.LastError)) + len(clip(r.DeadReason))
+	return n + 1024 + 2*len(r.Session) + len(r.Route)
 }

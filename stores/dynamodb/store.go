@@ -13,7 +13,7 @@
 //
 //	item        pk                            sk                       holds
 //	record      p#<session>#<partition>       Seq, 19 digits           the record (token 0: unclaimed)
-//	partition   p#<session>#<partition>       m                        n: the partition's last Seq counter
+//	partition   p#<session>#<partition>       m                        n: the highest Seq counter committed
 //	key         k#<sha256(id)>                sha256(session, route)   state (live|dead|done), loc_pk/loc_sk, size, ttl once done
 //	dead letter d#<route>                     <DeadAt ns>.<Seq>.<hash> the record, dead_at, dead_reason
 //	coalesce    c#<sha256(session,route,key)> c                        the newest unclaimed record of the key: id, loc, received_at, size
@@ -23,14 +23,19 @@
 //	lease names leases                        <name>                   (List reads them by prefix)
 //	token       meta                          token                    n: the last fencing token
 //
-// A record's Seq is its partition's counter n shifted left by 10 bits, or'd
+// A record's Seq is a partition counter n shifted left by 10 bits, or'd
 // with the partition (so Seqs are unique in a session; partitions go up to
-// 1023). Every append transaction moves the partition's counter with a
-// condition on its previous value, so within a partition Seq order is
-// commit order: a Claim reads n, then queries the partition up to it with a
-// strongly consistent Query and sees every record below it, whichever
-// instance appended it. Per-key order therefore holds across instances
-// without any index, and ClaimRequest.After is safe to start from.
+// 1023). Every append transaction sets its partition's counter to the
+// last n it uses, on the condition that the counter is below the first:
+// within a partition Seq order is commit order. A Claim reads n, then
+// queries the partition up to it with a strongly consistent Query and sees
+// every record below it, whichever instance appended it. Per-key order
+// therefore holds across instances without any index, and
+// ClaimRequest.After is safe to start from. A process plans n from the
+// microsecond clock (or just above the highest counter it knows), so
+// processes appending to one partition refuse each other's commits only
+// when they commit out of the order in which they planned them; the
+// refused one plans again above the counter the cancellation returned.
 //
 // # Atomicity
 //
@@ -106,7 +111,7 @@ type Store struct {
 	wmu       sync.Mutex // one Write at a time: a process's writes never conflict with each other
 
 	mu    sync.Mutex
-	seqs  map[string]int64 // partition pk → its last counter as this process saw it
+	seqs  map[string]int64 // partition pk → the highest counter this process knows committed
 	known map[string]bool  // registry and lease-name items this process has written
 }
 
@@ -196,24 +201,17 @@ func reasons(err error) []types.CancellationReason {
 	return nil
 }
 
-// transient reports an error that the same request may not meet again: a
-// conflict with another transaction or throttling.
+// transient reports a conflict with another transaction, which the same
+// request may not meet again. (The SDK retries throttling itself.)
 func transient(err error) bool {
-	var (
-		conflict  *types.TransactionConflictException
-		throttled *types.ProvisionedThroughputExceededException
-		limited   *types.RequestLimitExceeded
-		inProg    *types.TransactionInProgressException
-		throttle  *types.ThrottlingException
-	)
-	if errors.As(err, &conflict) || errors.As(err, &throttled) || errors.As(err, &limited) ||
-		errors.As(err, &inProg) || errors.As(err, &throttle) {
+	var conflict *types.TransactionConflictException
+	if errors.As(err, &conflict) {
 		return true
 	}
 	rs := reasons(err)
 	for _, r := range rs {
 		switch aws.ToString(r.Code) {
-		case "", "None", codeConflict, "ThrottlingError", "ProvisionedThroughputExceeded":
+		case "None", codeConflict, "ThrottlingError", "ProvisionedThroughputExceeded":
 		default:
 			return false
 		}
@@ -227,11 +225,6 @@ func mapErr(err error) error {
 	var ae smithy.APIError
 	if errors.As(err, &ae) && ae.ErrorCode() == "ValidationException" {
 		return fmt.Errorf("%w: %s", stores.ErrInvalid, ae.ErrorMessage())
-	}
-	for _, r := range reasons(err) {
-		if aws.ToString(r.Code) == "ValidationError" {
-			return fmt.Errorf("%w: %s", stores.ErrInvalid, aws.ToString(r.Message))
-		}
 	}
 	return err
 }

@@ -2,10 +2,12 @@ package dynamodb_test
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
+	"math/rand/v2"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -40,20 +42,45 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// t0 is the tests' epoch.
+var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
 func uniqueName(prefix string) string {
 	var b [6]byte
-	_, _ = rand.Read(b[:])
+	_, _ = crand.Read(b[:])
 	return prefix + hex.EncodeToString(b[:])
 }
 
 // counter counts HTTP requests, so that benchmarks report round trips.
+// With delay set, it holds each transaction back by up to delay before
+// sending it, as a slow network would: the commits of concurrent
+// processes then interleave in more ways.
+// With hold set, it stops its first transaction before sending it: it
+// reports on hold and waits to be released by a receive from it.
 type counter struct {
-	n    atomic.Int64
-	next http.RoundTripper
+	n     atomic.Int64
+	next  http.RoundTripper
+	delay time.Duration
+	hold  chan struct{}
+	held  atomic.Bool
 }
 
 func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
+	tx := strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".TransactWriteItems")
+	if tx && c.hold != nil && c.held.CompareAndSwap(false, true) {
+		c.hold <- struct{}{} // held
+		c.hold <- struct{}{} // released
+	}
+	if c.delay > 0 && tx {
+		t := time.NewTimer(rand.N(c.delay))
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return nil, r.Context().Err()
+		}
+	}
 	return c.next.RoundTrip(r)
 }
 

@@ -40,7 +40,7 @@ type txn struct {
 	items []types.TransactWriteItem
 	roles []role
 	after []func()
-	stats map[string]map[string]*[3]int64 // session → route → live, bytes, dead
+	stats map[[2]string]*[3]int64 // (session, route) → live, bytes, dead
 	regs  map[string]bool
 }
 
@@ -50,13 +50,11 @@ func (t *txn) add(ro role, it types.TransactWriteItem) {
 }
 
 func (t *txn) count(session, route string, live, bytes, dead int64) {
-	if t.stats[session] == nil {
-		t.stats[session] = map[string]*[3]int64{}
+	d := t.stats[[2]string{session, route}]
+	if d == nil {
+		d = &[3]int64{}
+		t.stats[[2]string{session, route}] = d
 	}
-	if t.stats[session][route] == nil {
-		t.stats[session][route] = &[3]int64{}
-	}
-	d := t.stats[session][route]
 	d[0], d[1], d[2] = d[0]+live, d[1]+bytes, d[2]+dead
 }
 
@@ -125,7 +123,7 @@ func (t *txn) registerRoute(route string) {
 
 // build makes the transaction of chunk c from the ops' current state.
 func (s *Store) build(c []*op, now time.Time) *txn {
-	t := &txn{s: s, stats: map[string]map[string]*[3]int64{}, regs: map[string]bool{}}
+	t := &txn{s: s, stats: map[[2]string]*[3]int64{}, regs: map[string]bool{}}
 	ttl := now.Add(s.retention).Unix()
 	// Appends claimed: one token per partition, the largest, is checked
 	// against the partition's lease; the others are appended unclaimed.
@@ -144,9 +142,9 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 	groups := coalesce(c)
 
 	type part struct {
-		n, token int64
-		session  string
-		num      int
+		first, n, token int64
+		session         string
+		num             int
 	}
 	parts := map[string]*part{}
 	var order []string
@@ -161,7 +159,12 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 		r := &o.r
 		p := parts[o.pk]
 		if p == nil {
-			p = &part{n: s.seqs[o.pk], session: r.Session, num: r.Partition}
+			// The counter follows the clock (microseconds) where it can:
+			// processes appending to one partition then refuse each
+			// other's commits only when they commit out of the order in
+			// which they planned them.
+			n := max(s.seqs[o.pk], time.Now().UnixMicro())
+			p = &part{first: n + 1, n: n, session: r.Session, num: r.Partition}
 			parts[o.pk] = p
 			order = append(order, o.pk)
 		}
@@ -189,12 +192,8 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 	newParts := map[string][]int{}
 	for _, pk := range order {
 		p := parts[pk]
-		cond, vals := "#n = :old", map[string]types.AttributeValue{":n": vN(p.n), ":old": vN(s.seqs[pk])}
-		if s.seqs[pk] == 0 {
-			cond = "attribute_not_exists(#n)"
-			delete(vals, ":old")
-		}
-		t.update(role{kind: roleCounter, pk: pk}, key(pk, metaSK), "SET #n = :n", cond, map[string]string{"#n": aCounter}, vals)
+		t.update(role{kind: roleCounter, pk: pk}, key(pk, metaSK), "SET #n = :n", "attribute_not_exists(#n) OR #n < :first",
+			map[string]string{"#n": aCounter}, map[string]types.AttributeValue{":n": vN(p.n), ":first": vN(p.first)})
 		if p.token != 0 {
 			t.add(role{kind: roleLease, pk: pk}, s.leaseCheck(stores.PartitionLease(p.session, p.num), p.token))
 		}
@@ -221,22 +220,29 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 // writers rarely touch the same item.
 func (t *txn) addStats() {
 	shard := strconv.Itoa(rand.N(statsShards))
-	for session, routes := range t.stats {
-		expr, names, vals := "", map[string]string{}, map[string]types.AttributeValue{}
-		i := 0
-		for route, d := range routes {
-			for j, prefix := range []string{"l#", "b#", "d#"} {
-				if d[j] == 0 {
-					continue
-				}
-				n := strconv.Itoa(i)
-				i++
-				names["#a"+n], vals[":a"+n] = prefix+route, vN(d[j])
-				expr += ", #a" + n + " :a" + n
+	type upd struct {
+		expr  string
+		names map[string]string
+		vals  map[string]types.AttributeValue
+	}
+	bySession := map[string]*upd{}
+	for sr, d := range t.stats {
+		u := bySession[sr[0]]
+		if u == nil {
+			u = &upd{names: map[string]string{}, vals: map[string]types.AttributeValue{}}
+			bySession[sr[0]] = u
+		}
+		for j, prefix := range []string{"l#", "b#", "d#"} {
+			if d[j] != 0 {
+				n := strconv.Itoa(len(u.names))
+				u.names["#a"+n], u.vals[":a"+n] = prefix+sr[1], vN(d[j])
+				u.expr += ", #a" + n + " :a" + n
 			}
 		}
-		if expr != "" {
-			t.update(role{}, key(statsPK(session), shard), "ADD"+expr[1:], "", names, vals)
+	}
+	for session, u := range bySession {
+		if u.expr != "" {
+			t.update(role{}, key(statsPK(session), shard), "ADD"+u.expr[1:], "", u.names, u.vals)
 		}
 	}
 }

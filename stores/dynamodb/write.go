@@ -3,6 +3,8 @@ package dynamodb
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -30,14 +32,13 @@ type op struct {
 }
 
 // Write implements stores.Store. It reads what the batch needs first (one
-// BatchGetItem for the key items of the settlements, the coalesce pointers
-// and partition counters this process has not seen; one more for the
-// records being dead-lettered), then commits one TransactWriteItems per
-// chunk (see Atomicity in the package doc). A transaction cancelled by a
-// condition is re-planned from the cancellation reasons: duplicates are
-// skipped, stale settlements marked, a moved partition counter or coalesce
-// pointer taken as reported, appends whose lease is not current written
-// unclaimed.
+// BatchGetItem for the key items of the settlements and the coalesce
+// pointers; one more for the records being dead-lettered; none for plain
+// appends), then commits one TransactWriteItems per chunk (see Atomicity in
+// the package doc). A transaction cancelled by a condition is re-planned
+// from the cancellation reasons: duplicates are skipped, stale settlements
+// marked, a partition counter or coalesce pointer another process moved
+// taken as reported, appends whose lease is not current written unclaimed.
 func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err := b.Validate(); err != nil {
 		return err
@@ -104,7 +105,7 @@ func plan(b *stores.Batch, now time.Time) ([]*op, error) {
 			}
 		}
 		o.r.Token = max(o.r.Token, 0)
-		if n := itemSize(encode(&o.r, o.pk, seqSK(0))) + 200; n > maxItemBytes {
+		if n := recordSize(&o.r); n > maxItemBytes {
 			return nil, fmt.Errorf("%w: record %.100s is about %d bytes, over DynamoDB's item limit (%d with its bookkeeping)",
 				stores.ErrInvalid, rec.Envelope.ID, n, maxItemBytes)
 		}
@@ -129,9 +130,6 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 			keys = append(keys, key(o.g.pk, ptrSK))
 			o.g.read = true
 		}
-		if _, ok := s.seqs[o.pk]; o.rec != nil && !ok {
-			keys = append(keys, key(o.pk, metaSK))
-		}
 	}
 	items, err := s.getItems(ctx, keys)
 	if err != nil {
@@ -145,6 +143,7 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 		}
 		o.ki = items[itemID(keyOf(o.st.Key))]
 		settled[itemID(keyOf(o.st.Key))] = o
+		s.learn(o.ki)
 		want := string(stores.Live)
 		if o.st.Outcome == stores.Drop {
 			want = string(stores.Dead)
@@ -155,22 +154,20 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 			bodies = append(bodies, loc(o.ki))
 		}
 	}
+	var got map[string]map[string]types.AttributeValue
 	if len(bodies) > 0 {
-		if items, err = s.getItems(ctx, bodies); err != nil {
+		if got, err = s.getItems(ctx, bodies); err != nil {
 			return err
 		}
 	}
 	for _, o := range ops {
 		switch {
 		case o.st != nil && o.st.Outcome == stores.DeadLetter && !o.skip:
-			o.body = items[itemID(loc(o.ki))]
+			o.body = got[itemID(loc(o.ki))]
 			if o.body == nil || getN(o.body, aToken) != o.st.Token {
 				o.st.Stale, o.skip = true, true
 			}
 		case o.rec != nil:
-			if _, ok := s.seqs[o.pk]; !ok {
-				s.seqs[o.pk] = getN(items[itemID(key(o.pk, metaSK))], aCounter)
-			}
 			// Appending a key this batch also settles: present unless the
 			// settlement found nothing.
 			if so := settled[itemID(keyOf(o.rec.Key()))]; so != nil && so.ki != nil {
@@ -178,6 +175,7 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 			}
 			if o.g != nil && o.g.ptr == nil && !o.g.ignore {
 				o.g.ptr = items[itemID(key(o.g.pk, ptrSK))]
+				s.learn(o.g.ptr)
 				// The record it names is being settled: claimed, so not a
 				// coalescing candidate (and one item cannot appear twice
 				// in a transaction).
@@ -194,70 +192,69 @@ func loc(ki map[string]types.AttributeValue) map[string]types.AttributeValue {
 	return key(getS(ki, aLocPK), getS(ki, aLocSK))
 }
 
+// learn raises this process's counter of a partition to the Seq of a
+// record it has read the place of (in a key item or coalesce pointer):
+// the counter it had may be behind, and a new record must not be planned
+// on an item the same transaction settles or replaces (DynamoDB refuses
+// two operations on one item).
+func (s *Store) learn(it map[string]types.AttributeValue) {
+	pk := getS(it, aLocPK)
+	if seq, err := strconv.ParseInt(getS(it, aLocSK), 10, 64); err == nil && strings.HasPrefix(pk, "p#") {
+		s.seqs[pk] = max(s.seqs[pk], seq>>partBits)
+	}
+}
+
 // chunks splits ops into transactions of at most 100 items and about
-// 3.5 MB, counting each op and each shared item at its most.
+// 3.5 MB, counting each op and each item it shares with others at its
+// most.
 func chunks(ops []*op) [][]*op {
 	var out [][]*op
-	start, items, bytes := 0, 0, 0
-	shared := map[string]bool{}
-	for i, o := range ops {
-		n, size, sh := o.weight()
-		extra := 0
-		for _, k := range sh {
-			if !shared[k.id] {
-				extra += k.n
-			}
+	items, bytes, shared := 0, 0, map[string]bool{}
+	for _, o := range ops {
+		n, size := o.weight(shared)
+		if len(out) == 0 || items+n > 100 || bytes+size > 3_500_000 {
+			shared = map[string]bool{}
+			n, size = o.weight(shared)
+			out, items, bytes = append(out, nil), 0, 0
 		}
-		if i > start && (items+n+extra > 100 || bytes+size > 3_500_000) {
-			out = append(out, ops[start:i])
-			start, items, bytes, shared = i, 0, 0, map[string]bool{}
-			extra = 0
-			for _, k := range sh {
-				extra += k.n
-			}
-		}
-		items, bytes = items+n+extra, bytes+size
-		for _, k := range sh {
-			shared[k.id] = true
-		}
-	}
-	if start < len(ops) {
-		out = append(out, ops[start:])
+		out[len(out)-1] = append(out[len(out)-1], o)
+		items, bytes = items+n, bytes+size
 	}
 	return out
 }
 
-type sharedItems struct {
-	id string
-	n  int
-}
-
-// weight returns the most items and bytes o adds to a transaction, and
-// the shared items it needs (partition counter and lease check, stats and
-// registry items, coalesce pointer and the record it replaces).
-func (o *op) weight() (items, size int, shared []sharedItems) {
-	if o.st != nil {
-		size = 1000
-		if o.body != nil {
-			size += itemSize(o.body) + maxReason
+// weight returns the most items and bytes o adds to a transaction that
+// already has the shared items in shared (partition counter and lease
+// check, stats and registry items, a coalesce pointer and the record it
+// replaces), and adds its own to shared.
+func (o *op) weight(shared map[string]bool) (items, size int) {
+	add := func(id string, n int) {
+		if !shared[id] {
+			shared[id], items = true, items+n
 		}
-		shared = []sharedItems{{"s " + o.st.Session, 1}, {"r " + o.st.Route, 1}}
-		return map[stores.Outcome]int{stores.Done: 2, stores.Retry: 1, stores.DeadLetter: 3, stores.Drop: 2}[o.st.Outcome], size, shared
 	}
-	shared = []sharedItems{{"p " + o.pk, 2}, {"s " + o.r.Session, 2}, {"r " + o.r.Route, 1}}
+	if o.st != nil {
+		add("s "+o.st.Session, 2)
+		add("r "+o.st.Route, 1)
+		n := map[stores.Outcome]int{stores.Done: 2, stores.Retry: 1, stores.DeadLetter: 3, stores.Drop: 2}[o.st.Outcome]
+		if o.body != nil {
+			size = int(getN(o.ki, aSize)) + 2*maxReason
+		}
+		return items + n, size + 1024
+	}
+	add("p "+o.pk, 2)
+	add("s "+o.r.Session, 2)
+	add("r "+o.r.Route, 1)
 	if o.g != nil {
-		shared = append(shared, sharedItems{"g " + o.g.pk, 3})
+		add("g "+o.g.pk, 3)
 	}
-	return 2, itemSize(encode(&o.r, o.pk, seqSK(0))) + 1000, shared
+	return items + 2, recordSize(&o.r)
 }
 
 // commit applies one chunk, re-planning it after each cancellation that a
 // condition caused.
 func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 	for attempt := 0; ; attempt++ {
-		if err := s.counters(ctx, c); err != nil {
-			return err
-		}
 		t := s.build(c, now)
 		if len(t.items) == 0 {
 			s.finish(c, t)
@@ -273,7 +270,7 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 			return err
 		}
 		var refetch []*group
-		fixed := false
+		fixed, contended := false, false
 		for i, r := range rs {
 			if aws.ToString(r.Code) != codeCondition {
 				continue
@@ -285,11 +282,9 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 				ro.op.skip = true
 			case roleSettle: // not live under the token (or not dead) any more
 				ro.op.skip, ro.op.st.Stale = true, true
-			case roleCounter: // another process appended to the partition
-				delete(s.seqs, ro.pk)
-				if r.Item != nil {
-					s.seqs[ro.pk] = getN(r.Item, aCounter)
-				}
+			case roleCounter: // another process committed a later Seq first
+				s.seqs[ro.pk] = getN(r.Item, aCounter)
+				contended = true
 			case roleLease: // not the partition's current token: append unclaimed
 				for _, o := range c {
 					if o.rec != nil && o.pk == ro.pk {
@@ -308,29 +303,14 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 		if err := s.refetch(ctx, refetch); err != nil {
 			return err
 		}
-	}
-}
-
-// counters reads the partition counters of c's appends that this process
-// does not know (any more).
-func (s *Store) counters(ctx context.Context, c []*op) error {
-	var keys []map[string]types.AttributeValue
-	for _, o := range c {
-		if _, ok := s.seqs[o.pk]; o.rec != nil && !ok {
-			keys = append(keys, key(o.pk, metaSK))
+		if contended && attempt > 0 {
+			// Several processes keep appending to one partition: spread
+			// them out.
+			if err := backoff(ctx, attempt); err != nil {
+				return err
+			}
 		}
 	}
-	if len(keys) == 0 {
-		return nil
-	}
-	items, err := s.getItems(ctx, keys)
-	if err != nil {
-		return err
-	}
-	for _, k := range keys {
-		s.seqs[getS(k, aPK)] = getN(items[itemID(k)], aCounter)
-	}
-	return nil
 }
 
 // finish stamps what the committed chunk did on the caller's records and
