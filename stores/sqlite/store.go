@@ -7,11 +7,11 @@
 // tombstone) and a token column (the claim; 0 unclaimed). Partial indexes
 // serve the claim (session, part, seq) of live rows, coalescing, the age of
 // the oldest live row, dead-letter listing and tombstone compaction; a
-// unique index on (session, route, id) makes appends idempotent in every
-// state. A delivered or dropped record becomes a tombstone: the same row
-// with its payload, topic and headers cleared, numbered in the order it was
-// made; the oldest beyond Options.DoneRetention are deleted inside Write, a
-// bounded number per call. Beside it, the lease table and one meta row (the
+// unique index on the key (id, route, session) makes appends idempotent in
+// every state. A delivered or dropped record becomes a tombstone: the same
+// row with its payload, topic and headers cleared, stamped with the Write
+// that made it; the oldest beyond Options.DoneRetention are deleted inside
+// Write, a bounded number per call. Beside it, the lease table and one meta row (the
 // fencing-token counter, the seq counter and the epoch).
 //
 // Each Write is one BEGIN IMMEDIATE transaction on the store's single
@@ -99,8 +99,8 @@ type Store struct {
 	stmts  map[string]*sql.Stmt
 	closed bool
 	seq    int64 // the last Seq given
-	tombLo int64 // the oldest tombstone's number
-	tombHi int64 // the next tombstone's number
+	tombs  int64 // tombstones in the file
+	tomb   int64 // the number of the last Write that made tombstones
 	counts map[pair]*counts
 }
 
@@ -126,7 +126,7 @@ CREATE TABLE outbox (
 	id          TEXT    NOT NULL,
 	state       INTEGER NOT NULL, -- 0 live, 1 dead, 2 tombstone
 	token       INTEGER NOT NULL, -- claim token of a live record, 0 unclaimed
-	tomb        INTEGER NOT NULL, -- tombstone number, in the order they were made
+	tomb        INTEGER NOT NULL, -- the Write that made the tombstone, oldest first
 	size        INTEGER NOT NULL, -- stores.Record.Size
 	created_at  INTEGER NOT NULL, -- times are Unix nanoseconds, 0 for none
 	ckey        TEXT    NOT NULL,
@@ -149,13 +149,12 @@ CREATE TABLE outbox (
 );
 -- SQLite uses a partial index only when the query repeats its predicate
 -- literally (DESIGN §9): every query below spells out state=0, 1 or 2.
-CREATE UNIQUE INDEX outbox_key ON outbox (session, route, id);
+CREATE UNIQUE INDEX outbox_key ON outbox (id, route, session);
 CREATE INDEX outbox_claim ON outbox (session, part, seq) WHERE state=0;
 CREATE INDEX outbox_age ON outbox (session, created_at) WHERE state=0;
 CREATE INDEX outbox_coalesce ON outbox (session, route, ckey) WHERE state=0 AND token=0 AND ckey<>'';
 CREATE INDEX outbox_dead ON outbox (dead_at, seq) WHERE state=1;
 CREATE INDEX outbox_dead_route ON outbox (route, dead_at, seq) WHERE state=1;
-CREATE INDEX outbox_dead_id ON outbox (id) WHERE state=1;
 CREATE INDEX outbox_tomb ON outbox (tomb) WHERE state=2;
 CREATE TABLE lease (
 	name  TEXT PRIMARY KEY,
@@ -252,15 +251,11 @@ func (s *Store) open() error {
 	}); err != nil {
 		return err
 	}
-	var lo, hi sql.NullInt64
 	err = s.conn.QueryRowContext(ctx, `SELECT max((SELECT seq FROM meta), (SELECT coalesce(max(seq), 0) FROM outbox)),
-		(SELECT min(tomb) FROM outbox WHERE state=2), (SELECT max(tomb) FROM outbox WHERE state=2)`).Scan(&s.seq, &lo, &hi)
+		(SELECT count(*) FROM outbox WHERE state=2), (SELECT coalesce(max(tomb), 0) FROM outbox WHERE state=2)`).
+		Scan(&s.seq, &s.tombs, &s.tomb)
 	if err != nil {
 		return err
-	}
-	s.tombLo, s.tombHi = lo.Int64, hi.Int64+1
-	if !lo.Valid {
-		s.tombLo, s.tombHi = 1, 1
 	}
 	s.counts, err = s.count(ctx)
 	return err

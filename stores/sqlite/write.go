@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
@@ -13,8 +14,18 @@ import (
 // compactStep is the most tombstones one Write deletes.
 const compactStep = 4096
 
+// chunks are the row counts of the multi-row statements, largest first: a
+// run of n rows takes as many of the largest as fit, then the next, so that
+// each statement shape is prepared once and the per-statement cost is paid
+// once per up to 64 rows.
+var chunks = []int{64, 16, 4, 1}
+
 // byKey selects a record by its key (arguments ?2 to ?4).
-const byKey = `session=?2 AND route=?3 AND id=?4`
+const byKey = `id=?2 AND route=?3 AND session=?4`
+
+// tombstone is the assignment that turns a record into a tombstone of the
+// Write ?1.
+const tombstone = `state=2, tomb=?1, token=0, topic='', payload=NULL, headers=NULL, last_error='', dead_reason=''`
 
 // Write implements stores.Store: one transaction, one durable commit.
 func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
@@ -29,9 +40,10 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 		s: s, ctx: ctx, now: s.opts.Now(), delta: map[pair]counts{}, leases: map[string]int64{},
 		seqs: make([]int64, len(b.Append)), tokens: make([]int64, len(b.Append)), stale: make([]bool, len(b.Settle)),
 	}
-	seq, lo, hi := s.seq, s.tombLo, s.tombHi
+	seq, tombs := s.seq, s.tombs
+	s.tomb++
 	if err := s.tx(ctx, func() error { return w.batch(b) }); err != nil {
-		s.seq, s.tombLo, s.tombHi = seq, lo, hi
+		s.seq, s.tombs = seq, tombs
 		return fmt.Errorf("sqlite: write: %w", mapErr(err))
 	}
 	for p, d := range w.delta {
@@ -71,43 +83,72 @@ type write struct {
 	stale  []bool
 }
 
+// batch applies b in order: settlements, appends, then a compaction step.
+// Runs of Done settlements and of appends without a coalesce key go in
+// multi-row statements.
 func (w *write) batch(b *stores.Batch) error {
-	for i := range b.Settle {
-		if err := w.settle(i, &b.Settle[i]); err != nil {
-			return err
-		}
-	}
-	for i := range b.Append {
-		if err := w.append(i, &b.Append[i]); err != nil {
-			return err
-		}
-	}
 	s := w.s
-	if excess := s.tombHi - s.tombLo - int64(max(s.opts.DoneRetention, 0)); excess > 0 && s.opts.DoneRetention > 0 {
-		upto := s.tombLo + min(excess, compactStep)
-		if _, err := s.exec(w.ctx, `DELETE FROM outbox WHERE state=2 AND tomb < ?`, upto); err != nil {
+	for i := 0; i < len(b.Settle); {
+		j, seen := i, map[stores.Key]bool{}
+		for ; j < len(b.Settle) && b.Settle[j].Outcome == stores.Done && !seen[b.Settle[j].Key]; j++ {
+			seen[b.Settle[j].Key] = true
+		}
+		if j == i {
+			j++
+			if err := w.settle(i, &b.Settle[i]); err != nil {
+				return err
+			}
+		} else if err := w.runs(i, j, w.done(b.Settle)); err != nil {
 			return err
 		}
-		s.tombLo = upto
+		i = j
+	}
+	for i := 0; i < len(b.Append); {
+		j := i
+		for ; j < len(b.Append) && (b.Append[j].CoalesceKey == "" || b.Append[j].State == stores.Dead); j++ {
+		}
+		if j == i {
+			j++
+			if absorbed, err := w.coalesce(&b.Append[i]); absorbed || err != nil {
+				if err != nil {
+					return err
+				}
+				i = j
+				continue
+			}
+		}
+		if err := w.runs(i, j, w.insert(b.Append)); err != nil {
+			return err
+		}
+		i = j
+	}
+	if excess := s.tombs - int64(max(s.opts.DoneRetention, 0)); excess > 0 {
+		n, err := s.exec(w.ctx, `DELETE FROM outbox WHERE seq IN
+			(SELECT seq FROM outbox WHERE state=2 ORDER BY tomb LIMIT ?)`, min(excess, compactStep))
+		if err != nil {
+			return err
+		}
+		s.tombs -= n
 	}
 	_, err := s.exec(w.ctx, `UPDATE meta SET seq = ?`, s.seq)
 	return err
 }
 
-// gone is the statement that turns the record matched by where (arguments
-// from ?2) into a tombstone (?1 is its number), or deletes it when the
-// store keeps none.
-func (w *write) gone(where string) string {
-	if w.s.opts.DoneRetention < 0 {
-		return `DELETE FROM outbox WHERE ` + where
+// runs calls fn on [i, j) cut into chunks.
+func (w *write) runs(i, j int, fn func(i, n int) error) error {
+	for _, n := range chunks {
+		for ; j-i >= n; i += n {
+			if err := fn(i, n); err != nil {
+				return err
+			}
+		}
 	}
-	return `UPDATE outbox SET state=2, tomb=?1, token=0, topic='', payload=NULL, headers=NULL, last_error='', dead_reason=''
-		WHERE ` + where
+	return nil
 }
 
-// tombstone numbers a tombstone made by a statement that changed n rows.
-func (w *write) tombstone(n int64) {
-	w.s.tombHi += n
+// rows returns n comma-separated copies of the placeholder tuple row.
+func rows(row string, n int) string {
+	return strings.TrimSuffix(strings.Repeat(row+",", n), ",")
 }
 
 func (w *write) count(session, route string, live, dead int, bytes int64) {
@@ -117,143 +158,221 @@ func (w *write) count(session, route string, live, dead int, bytes int64) {
 	w.delta[p] = d
 }
 
-func (w *write) settle(i int, st *stores.Settlement) error {
-	s, ctx := w.s, w.ctx
-	var (
-		size int64
-		ok   bool
-		err  error
-	)
-	switch st.Outcome {
-	case stores.Done:
-		ok, err = s.queryRow(ctx, w.gone(byKey+` AND state=0 AND token=?5 RETURNING size`),
-			[]any{s.tombHi, st.Session, st.Route, st.ID, st.Token}, &size)
-		if ok {
-			w.tombstone(1)
-			w.count(st.Session, st.Route, -1, 0, -size)
-		}
-	case stores.Drop:
-		var n int64
-		n, err = s.exec(ctx, w.gone(byKey+` AND state=1`), s.tombHi, st.Session, st.Route, st.ID)
-		if ok = n == 1; ok {
-			w.tombstone(1)
-			w.count(st.Session, st.Route, 0, -1, 0)
-		}
-	case stores.Retry:
-		var n int64
-		n, err = s.exec(ctx, `UPDATE outbox SET attempts=?1, first_at=?5, next_at=?6, last_error=?7
-			WHERE `+byKey+` AND state=0 AND token=?8`,
-			st.Attempts, st.Session, st.Route, st.ID, nanos(st.FirstAttemptAt), nanos(st.NextAttemptAt), st.Reason, st.Token)
-		ok = n == 1
-	case stores.DeadLetter:
-		ok, err = s.queryRow(ctx, `UPDATE outbox SET state=1, token=0, attempts=?1, first_at=?5, last_error=?6,
-			dead_reason=?6, dead_at=?7 WHERE `+byKey+` AND state=0 AND token=?8 RETURNING size`,
-			[]any{st.Attempts, st.Session, st.Route, st.ID, nanos(st.FirstAttemptAt), st.Reason,
-				nanos(cmp.Or(st.At, w.now)), st.Token}, &size)
-		if ok {
-			w.count(st.Session, st.Route, -1, 1, -size)
-		}
-	}
-	w.stale[i] = !ok
-	return err
-}
-
-func (w *write) append(i int, r *stores.Record) error {
-	s, ctx := w.s, w.ctx
-	dead := r.State == stores.Dead
-	if r.CoalesceKey != "" && !dead {
-		if absorbed, err := w.coalesce(r); absorbed || err != nil {
-			return err
-		}
-	}
-	state, token, deadAt := 0, int64(0), int64(0)
-	if dead {
-		state, deadAt = 1, nanos(cmp.Or(r.DeadAt, w.now))
-	} else if r.Token != 0 {
-		name := stores.PartitionLease(r.Session, r.Partition)
-		cur, seen := w.leases[name]
-		if !seen {
-			if _, err := s.queryRow(ctx, `SELECT token FROM lease WHERE name = ?`, []any{name}, &cur); err != nil {
-				return err
-			}
-			w.leases[name] = cur
-		}
-		if cur == r.Token {
-			token = cur
-		}
-	}
-	var headers any
-	if len(r.Envelope.Headers) > 0 {
-		h, err := json.Marshal(r.Envelope.Headers)
+// done returns the function that applies the Done settlements st[i:i+n]
+// (their keys are distinct) with one statement.
+func (w *write) done(st []stores.Settlement) func(i, n int) error {
+	return func(i, n int) error {
+		s := w.s
+		q, err := s.stmt(w.ctx, `UPDATE outbox SET `+tombstone+` FROM (VALUES `+rows("(?, ?, ?, ?)", n)+`) AS d
+			WHERE outbox.id=d.column1 AND outbox.route=d.column2 AND outbox.session=d.column3 AND outbox.state=0
+			AND outbox.token=d.column4 RETURNING outbox.id, outbox.route, outbox.session, outbox.size`)
 		if err != nil {
 			return err
 		}
-		headers = string(h)
+		args, at := make([]any, 1, 1+4*n), map[stores.Key]int{}
+		args[0] = s.tomb
+		for k := i; k < i+n; k++ {
+			args = append(args, st[k].ID, st[k].Route, st[k].Session, st[k].Token)
+			at[st[k].Key] = k
+			w.stale[k] = true
+		}
+		rs, err := q.QueryContext(w.ctx, args...)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var (
+				k    stores.Key
+				size int64
+			)
+			if err := rs.Scan(&k.ID, &k.Route, &k.Session, &size); err != nil {
+				return err
+			}
+			w.stale[at[k]] = false
+			s.tombs++
+			w.count(k.Session, k.Route, -1, 0, -size)
+		}
+		return rs.Err()
 	}
-	size, e := r.Size(), &r.Envelope
-	n, err := s.exec(ctx, `INSERT INTO outbox (seq, session, part, route, id, state, token, tomb, size, created_at, ckey,
-		received_at, topic, payload, headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at,
-		next_at, last_error, dead_at, dead_reason)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (session, route, id) DO NOTHING`,
-		s.seq+1, r.Session, r.Partition, r.Route, e.ID, state, token, size, nanos(cmp.Or(r.CreatedAt, w.now)),
-		r.CoalesceKey, nanos(e.ReceivedAt), e.Topic, e.Payload, headers, int64(e.QoS), e.Key, r.CausationID,
-		r.Raw, r.Truncated, nanos(r.ExpiresAt), r.Attempts, nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt),
-		r.LastError, deadAt, r.DeadReason)
-	if n == 1 {
-		s.seq++
-		w.seqs[i], w.tokens[i] = s.seq, token
-		if dead {
-			w.count(r.Session, r.Route, 0, 1, 0)
-		} else {
-			w.count(r.Session, r.Route, 1, 0, size)
+}
+
+// settle applies one Drop, Retry or DeadLetter settlement.
+func (w *write) settle(i int, st *stores.Settlement) error {
+	s, ctx := w.s, w.ctx
+	var (
+		n, size int64
+		err     error
+	)
+	switch st.Outcome {
+	case stores.Drop:
+		if n, err = s.exec(ctx, `UPDATE outbox SET `+tombstone+` WHERE `+byKey+` AND state=1`,
+			s.tomb, st.ID, st.Route, st.Session); n == 1 {
+			s.tombs++
+			w.count(st.Session, st.Route, 0, -1, 0)
+		}
+	case stores.Retry:
+		n, err = s.exec(ctx, `UPDATE outbox SET attempts=?1, first_at=?5, next_at=?6, last_error=?7
+			WHERE `+byKey+` AND state=0 AND token=?8`,
+			st.Attempts, st.ID, st.Route, st.Session, nanos(st.FirstAttemptAt), nanos(st.NextAttemptAt), st.Reason, st.Token)
+	case stores.DeadLetter:
+		var ok bool
+		if ok, err = s.queryRow(ctx, `UPDATE outbox SET state=1, token=0, attempts=?1, first_at=?5, last_error=?6,
+			dead_reason=?6, dead_at=?7 WHERE `+byKey+` AND state=0 AND token=?8 RETURNING size`,
+			[]any{st.Attempts, st.ID, st.Route, st.Session, nanos(st.FirstAttemptAt), st.Reason,
+				nanos(cmp.Or(st.At, w.now)), st.Token}, &size); ok {
+			n = 1
+			w.count(st.Session, st.Route, -1, 1, -size)
 		}
 	}
+	w.stale[i] = n != 1
 	return err
 }
 
-// coalesce applies r's coalesce key: absorbed when an unclaimed record of
-// the key received later is waiting (or r's key is taken), else the
-// unclaimed records of the key become tombstones.
+// insertCols are the columns insert writes, in order.
+const insertCols = `seq, session, part, route, id, state, token, tomb, size, created_at, ckey, received_at, topic, payload,
+	headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error, dead_at, dead_reason`
+
+// insert returns the function that inserts the records rs[i:i+n] with one
+// statement, skipping those whose key is present, each with the next Seq.
+func (w *write) insert(rs []stores.Record) func(i, n int) error {
+	return func(i, n int) error {
+		s := w.s
+		q, err := s.stmt(w.ctx, `INSERT INTO outbox (`+insertCols+`) VALUES `+
+			rows("(?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", n)+
+			` ON CONFLICT (id, route, session) DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		first := s.seq + 1
+		args := make([]any, 0, 26*n)
+		for k := i; k < i+n; k++ {
+			r := &rs[k]
+			state, deadAt := 0, int64(0)
+			if r.State == stores.Dead {
+				state, deadAt = 1, nanos(cmp.Or(r.DeadAt, w.now))
+			} else if w.tokens[k], err = w.lease(r); err != nil {
+				return err
+			}
+			var headers any
+			if len(r.Envelope.Headers) > 0 {
+				h, err := json.Marshal(r.Envelope.Headers)
+				if err != nil {
+					return err
+				}
+				headers = string(h)
+			}
+			s.seq++
+			e := &r.Envelope
+			args = append(args, s.seq, r.Session, r.Partition, r.Route, e.ID, state, w.tokens[k], r.Size(),
+				nanos(cmp.Or(r.CreatedAt, w.now)), r.CoalesceKey, nanos(e.ReceivedAt), e.Topic, e.Payload, headers,
+				int64(e.QoS), e.Key, r.CausationID, r.Raw, r.Truncated, nanos(r.ExpiresAt), r.Attempts,
+				nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt), r.LastError, deadAt, r.DeadReason)
+		}
+		res, err := q.ExecContext(w.ctx, args...)
+		if err != nil {
+			return err
+		}
+		inserted, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		present := func(int64) bool { return true }
+		if inserted < int64(n) { // some keys were there: find which rows are
+			got := map[int64]bool{}
+			sel, err := s.conn.QueryContext(w.ctx, `SELECT seq FROM outbox WHERE seq BETWEEN ? AND ?`, first, s.seq)
+			if err != nil {
+				return err
+			}
+			defer sel.Close()
+			for sel.Next() {
+				var seq int64
+				if err := sel.Scan(&seq); err != nil {
+					return err
+				}
+				got[seq] = true
+			}
+			if err := sel.Err(); err != nil {
+				return err
+			}
+			present = func(seq int64) bool { return got[seq] }
+		}
+		for k := i; k < i+n; k++ {
+			r := &rs[k]
+			if seq := first + int64(k-i); present(seq) {
+				w.seqs[k] = seq
+				if r.State == stores.Dead {
+					w.count(r.Session, r.Route, 0, 1, 0)
+				} else {
+					w.count(r.Session, r.Route, 1, 0, r.Size())
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// lease returns the token r is appended claimed under: r.Token when it is
+// the current token of its partition's lease, else 0.
+func (w *write) lease(r *stores.Record) (int64, error) {
+	if r.Token == 0 {
+		return 0, nil
+	}
+	name := stores.PartitionLease(r.Session, r.Partition)
+	cur, seen := w.leases[name]
+	if !seen {
+		if _, err := w.s.queryRow(w.ctx, `SELECT token FROM lease WHERE name = ?`, []any{name}, &cur); err != nil {
+			return 0, err
+		}
+		w.leases[name] = cur
+	}
+	if cur != r.Token {
+		return 0, nil
+	}
+	return cur, nil
+}
+
+// coalesce applies the coalesce key of live record r: absorbed when r's key
+// is present or an unclaimed record of the key received later is waiting,
+// else the unclaimed records of the key become tombstones.
 func (w *write) coalesce(r *stores.Record) (absorbed bool, err error) {
 	s, ctx := w.s, w.ctx
 	var one int
-	if ok, err := s.queryRow(ctx, `SELECT 1 FROM outbox WHERE session=?1 AND route=?2 AND id=?3`,
-		[]any{r.Session, r.Route, r.Envelope.ID}, &one); ok || err != nil {
+	if ok, err := s.queryRow(ctx, `SELECT 1 FROM outbox WHERE id=? AND route=? AND session=?`,
+		[]any{r.Envelope.ID, r.Route, r.Session}, &one); ok || err != nil {
 		return true, err
 	}
-	st, err := s.stmt(ctx, `SELECT seq, received_at, size FROM outbox
+	q, err := s.stmt(ctx, `SELECT seq, received_at, size FROM outbox
 		WHERE session=? AND route=? AND ckey=? AND state=0 AND token=0 AND ckey<>''`)
 	if err != nil {
 		return false, err
 	}
-	rows, err := st.QueryContext(ctx, r.Session, r.Route, r.CoalesceKey)
+	rs, err := q.QueryContext(ctx, r.Session, r.Route, r.CoalesceKey)
 	if err != nil {
 		return false, err
 	}
-	var old [][3]int64
-	for rows.Next() {
+	var old [][3]int64 // seq, received_at, size
+	for rs.Next() {
 		var o [3]int64
-		if err := rows.Scan(&o[0], &o[1], &o[2]); err != nil {
-			rows.Close()
+		if err := rs.Scan(&o[0], &o[1], &o[2]); err != nil {
+			rs.Close()
 			return false, err
 		}
 		old = append(old, o)
 	}
-	if err := rows.Close(); err != nil {
+	if err := rs.Close(); err != nil {
 		return false, err
 	}
-	recv := nanos(r.Envelope.ReceivedAt)
 	for _, o := range old {
-		if o[1] > recv {
+		if o[1] > nanos(r.Envelope.ReceivedAt) {
 			return true, nil // a newer message is waiting: absorb this one
 		}
 	}
 	for _, o := range old {
-		if _, err := s.exec(ctx, w.gone(`seq=?2`), s.tombHi, o[0]); err != nil {
+		if _, err := s.exec(ctx, `UPDATE outbox SET `+tombstone+` WHERE seq=?2`, s.tomb, o[0]); err != nil {
 			return false, err
 		}
-		w.tombstone(1)
+		s.tombs++
 		w.count(r.Session, r.Route, -1, 0, -o[2])
 	}
 	return false, nil
