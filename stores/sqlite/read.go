@@ -9,6 +9,27 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
+// claimQuery claims (?1) up to ?5 live records of a session (?2) partition
+// (?3) after Seq ?4 not claimed under ?1, in one statement.
+const claimQuery = `UPDATE outbox SET token=?1 WHERE seq IN (SELECT seq FROM outbox
+	WHERE session=?2 AND part=?3 AND state=0 AND seq>?4 AND token<>?1 ORDER BY seq LIMIT ?5) RETURNING ` + columns
+
+// oldestQuery is the CreatedAt of a session's oldest live record.
+const oldestQuery = `SELECT min(created_at) FROM outbox WHERE session=? AND state=0`
+
+// deadQuery lists dead letters after a cursor (dead_at, seq), by ID and
+// route when asked, one query per index.
+func deadQuery(byID, byRoute bool) string {
+	q := `SELECT ` + columns + ` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?)`
+	if byID {
+		q = `SELECT ` + columns + ` FROM outbox INDEXED BY outbox_key WHERE state=1 AND (dead_at, seq) > (?, ?) AND id=?`
+	}
+	if byRoute {
+		q += ` AND route=?`
+	}
+	return q + ` ORDER BY dead_at, seq LIMIT ?`
+}
+
 // Claim implements stores.Store: one transaction that checks the lease and
 // claims with one statement, starting after req.After (Seqs follow commit
 // order).
@@ -23,16 +44,13 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	var out []stores.Record
 	err := s.tx(ctx, func() error {
 		var cur int64
-		if _, err := s.queryRow(ctx, `SELECT token FROM lease WHERE name = ?`,
-			[]any{stores.PartitionLease(req.Session, req.Partition)}, &cur); err != nil {
+		if _, err := s.queryRow(ctx, leaseQuery, []any{stores.PartitionLease(req.Session, req.Partition)}, &cur); err != nil {
 			return err
 		}
 		if cur != req.Token {
 			return stores.ErrLeaseLost
 		}
-		st, err := s.stmt(ctx, `UPDATE outbox SET token=?1 WHERE seq IN (SELECT seq FROM outbox
-			WHERE session=?2 AND part=?3 AND state=0 AND seq>?4 AND token<>?1 ORDER BY seq LIMIT ?5)
-			RETURNING `+columns)
+		st, err := s.stmt(ctx, claimQuery)
 		if err != nil {
 			return err
 		}
@@ -70,20 +88,19 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 	if limit <= 0 {
 		limit = 100
 	}
-	// One query per index: by ID, by route, all.
-	query, args := `SELECT `+columns+` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?)`, []any{afterAt, afterSeq}
+	args := []any{afterAt, afterSeq}
 	if q.ID != "" {
-		query, args = query+` AND id=?`, append(args, q.ID)
+		args = append(args, q.ID)
 	}
 	if q.Route != "" {
-		query, args = query+` AND route=?`, append(args, q.Route)
+		args = append(args, q.Route)
 	}
-	query, args = query+` ORDER BY dead_at, seq LIMIT ?`, append(args, limit+1)
+	args = append(args, limit+1)
 	if err := s.enter(ctx, false); err != nil {
 		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
 	}
 	defer s.mu.Unlock()
-	rows, err := s.conn.QueryContext(ctx, query, args...)
+	rows, err := s.conn.QueryContext(ctx, deadQuery(q.ID != "", q.Route != ""), args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
 	}
@@ -138,8 +155,7 @@ func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
 	for _, st := range by {
 		if st.Live > 0 {
 			var oldest int64
-			if _, err := s.queryRow(ctx, `SELECT min(created_at) FROM outbox WHERE session=? AND state=0`,
-				[]any{st.Session}, &oldest); err != nil {
+			if _, err := s.queryRow(ctx, oldestQuery, []any{st.Session}, &oldest); err != nil {
 				return nil, fmt.Errorf("sqlite: stats: %w", err)
 			}
 			st.Oldest = fromNanos(oldest)

@@ -200,6 +200,7 @@ func (s *Store) open() error {
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(5000)")
 	q.Add("_pragma", fmt.Sprintf("cache_size(-%d)", cacheKiB))
+	q.Add("_pragma", "temp_store(memory)") // statement journals
 	if s.opts.ReadOnly {
 		if _, err := os.Stat(s.path); err != nil {
 			return err

@@ -20,12 +20,43 @@ const compactStep = 4096
 // once per up to 64 rows.
 var chunks = []int{64, 16, 4, 1}
 
-// byKey selects a record by its key (arguments ?2 to ?4).
-const byKey = `id=?2 AND route=?3 AND session=?4`
+// The statements of Write. Arguments ?2 to ?4 of byKey are a record's key;
+// tombstone turns a record into a tombstone of the Write ?1.
+const (
+	byKey      = `id=?2 AND route=?3 AND session=?4`
+	tombstone  = `state=2, tomb=?1, token=0, topic='', payload=NULL, headers=NULL, last_error='', dead_reason=''`
+	dropQuery  = `UPDATE outbox SET ` + tombstone + ` WHERE ` + byKey + ` AND state=1`
+	retryQuery = `UPDATE outbox SET attempts=?1, first_at=?5, next_at=?6, last_error=?7
+		WHERE ` + byKey + ` AND state=0 AND token=?8`
+	deadLetterQuery = `UPDATE outbox SET state=1, token=0, attempts=?1, first_at=?5, last_error=?6, dead_reason=?6,
+		dead_at=?7 WHERE ` + byKey + ` AND state=0 AND token=?8 RETURNING size`
+	keyQuery      = `SELECT 1 FROM outbox WHERE id=? AND route=? AND session=?`
+	leaseQuery    = `SELECT token FROM lease WHERE name = ?`
+	coalesceQuery = `SELECT seq, received_at, size FROM outbox
+		WHERE session=? AND route=? AND ckey=? AND state=0 AND token=0 AND ckey<>''`
+	coalesceGone  = `UPDATE outbox SET ` + tombstone + ` WHERE seq=?2`
+	compactQuery  = `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state=2 ORDER BY tomb LIMIT ?)`
+	insertedQuery = `SELECT seq FROM outbox WHERE seq BETWEEN ? AND ?`
+	insertCols    = `seq, session, part, route, id, state, token, tomb, size, created_at, ckey, received_at, topic,
+		payload, headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error,
+		dead_at, dead_reason`
+)
 
-// tombstone is the assignment that turns a record into a tombstone of the
+// doneQuery settles n Done settlements (id, route, session, token) of the
 // Write ?1.
-const tombstone = `state=2, tomb=?1, token=0, topic='', payload=NULL, headers=NULL, last_error='', dead_reason=''`
+func doneQuery(n int) string {
+	return `UPDATE outbox SET ` + tombstone + ` FROM (VALUES ` + rows("(?, ?, ?, ?)", n) + `) AS d
+		WHERE outbox.id=d.column1 AND outbox.route=d.column2 AND outbox.session=d.column3 AND outbox.state=0
+		AND outbox.token=d.column4 RETURNING outbox.id, outbox.route, outbox.session, outbox.size`
+}
+
+// insertQuery inserts n records (insertCols but tomb) unless their key is
+// present.
+func insertQuery(n int) string {
+	return `INSERT INTO outbox (` + insertCols + `) VALUES ` +
+		rows("(?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", n) +
+		` ON CONFLICT (id, route, session) DO NOTHING`
+}
 
 // Write implements stores.Store: one transaction, one durable commit.
 func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
@@ -123,8 +154,7 @@ func (w *write) batch(b *stores.Batch) error {
 		i = j
 	}
 	if excess := s.tombs - int64(max(s.opts.DoneRetention, 0)); excess > 0 {
-		n, err := s.exec(w.ctx, `DELETE FROM outbox WHERE seq IN
-			(SELECT seq FROM outbox WHERE state=2 ORDER BY tomb LIMIT ?)`, min(excess, compactStep))
+		n, err := s.exec(w.ctx, compactQuery, min(excess, compactStep))
 		if err != nil {
 			return err
 		}
@@ -163,9 +193,7 @@ func (w *write) count(session, route string, live, dead int, bytes int64) {
 func (w *write) done(st []stores.Settlement) func(i, n int) error {
 	return func(i, n int) error {
 		s := w.s
-		q, err := s.stmt(w.ctx, `UPDATE outbox SET `+tombstone+` FROM (VALUES `+rows("(?, ?, ?, ?)", n)+`) AS d
-			WHERE outbox.id=d.column1 AND outbox.route=d.column2 AND outbox.session=d.column3 AND outbox.state=0
-			AND outbox.token=d.column4 RETURNING outbox.id, outbox.route, outbox.session, outbox.size`)
+		q, err := s.stmt(w.ctx, doneQuery(n))
 		if err != nil {
 			return err
 		}
@@ -206,21 +234,16 @@ func (w *write) settle(i int, st *stores.Settlement) error {
 	)
 	switch st.Outcome {
 	case stores.Drop:
-		if n, err = s.exec(ctx, `UPDATE outbox SET `+tombstone+` WHERE `+byKey+` AND state=1`,
-			s.tomb, st.ID, st.Route, st.Session); n == 1 {
+		if n, err = s.exec(ctx, dropQuery, s.tomb, st.ID, st.Route, st.Session); n == 1 {
 			s.tombs++
 			w.count(st.Session, st.Route, 0, -1, 0)
 		}
 	case stores.Retry:
-		n, err = s.exec(ctx, `UPDATE outbox SET attempts=?1, first_at=?5, next_at=?6, last_error=?7
-			WHERE `+byKey+` AND state=0 AND token=?8`,
-			st.Attempts, st.ID, st.Route, st.Session, nanos(st.FirstAttemptAt), nanos(st.NextAttemptAt), st.Reason, st.Token)
+		n, err = s.exec(ctx, retryQuery, st.Attempts, st.ID, st.Route, st.Session, nanos(st.FirstAttemptAt), nanos(st.NextAttemptAt), st.Reason, st.Token)
 	case stores.DeadLetter:
 		var ok bool
-		if ok, err = s.queryRow(ctx, `UPDATE outbox SET state=1, token=0, attempts=?1, first_at=?5, last_error=?6,
-			dead_reason=?6, dead_at=?7 WHERE `+byKey+` AND state=0 AND token=?8 RETURNING size`,
-			[]any{st.Attempts, st.ID, st.Route, st.Session, nanos(st.FirstAttemptAt), st.Reason,
-				nanos(cmp.Or(st.At, w.now)), st.Token}, &size); ok {
+		if ok, err = s.queryRow(ctx, deadLetterQuery, []any{st.Attempts, st.ID, st.Route, st.Session, nanos(st.FirstAttemptAt), st.Reason,
+			nanos(cmp.Or(st.At, w.now)), st.Token}, &size); ok {
 			n = 1
 			w.count(st.Session, st.Route, -1, 1, -size)
 		}
@@ -229,18 +252,12 @@ func (w *write) settle(i int, st *stores.Settlement) error {
 	return err
 }
 
-// insertCols are the columns insert writes, in order.
-const insertCols = `seq, session, part, route, id, state, token, tomb, size, created_at, ckey, received_at, topic, payload,
-	headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error, dead_at, dead_reason`
-
 // insert returns the function that inserts the records rs[i:i+n] with one
 // statement, skipping those whose key is present, each with the next Seq.
 func (w *write) insert(rs []stores.Record) func(i, n int) error {
 	return func(i, n int) error {
 		s := w.s
-		q, err := s.stmt(w.ctx, `INSERT INTO outbox (`+insertCols+`) VALUES `+
-			rows("(?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", n)+
-			` ON CONFLICT (id, route, session) DO NOTHING`)
+		q, err := s.stmt(w.ctx, insertQuery(n))
 		if err != nil {
 			return err
 		}
@@ -280,7 +297,7 @@ func (w *write) insert(rs []stores.Record) func(i, n int) error {
 		present := func(int64) bool { return true }
 		if inserted < int64(n) { // some keys were there: find which rows are
 			got := map[int64]bool{}
-			sel, err := s.conn.QueryContext(w.ctx, `SELECT seq FROM outbox WHERE seq BETWEEN ? AND ?`, first, s.seq)
+			sel, err := s.conn.QueryContext(w.ctx, insertedQuery, first, s.seq)
 			if err != nil {
 				return err
 			}
@@ -321,7 +338,7 @@ func (w *write) lease(r *stores.Record) (int64, error) {
 	name := stores.PartitionLease(r.Session, r.Partition)
 	cur, seen := w.leases[name]
 	if !seen {
-		if _, err := w.s.queryRow(w.ctx, `SELECT token FROM lease WHERE name = ?`, []any{name}, &cur); err != nil {
+		if _, err := w.s.queryRow(w.ctx, leaseQuery, []any{name}, &cur); err != nil {
 			return 0, err
 		}
 		w.leases[name] = cur
@@ -338,12 +355,10 @@ func (w *write) lease(r *stores.Record) (int64, error) {
 func (w *write) coalesce(r *stores.Record) (absorbed bool, err error) {
 	s, ctx := w.s, w.ctx
 	var one int
-	if ok, err := s.queryRow(ctx, `SELECT 1 FROM outbox WHERE id=? AND route=? AND session=?`,
-		[]any{r.Envelope.ID, r.Route, r.Session}, &one); ok || err != nil {
+	if ok, err := s.queryRow(ctx, keyQuery, []any{r.Envelope.ID, r.Route, r.Session}, &one); ok || err != nil {
 		return true, err
 	}
-	q, err := s.stmt(ctx, `SELECT seq, received_at, size FROM outbox
-		WHERE session=? AND route=? AND ckey=? AND state=0 AND token=0 AND ckey<>''`)
+	q, err := s.stmt(ctx, coalesceQuery)
 	if err != nil {
 		return false, err
 	}
@@ -369,7 +384,7 @@ func (w *write) coalesce(r *stores.Record) (absorbed bool, err error) {
 		}
 	}
 	for _, o := range old {
-		if _, err := s.exec(ctx, `UPDATE outbox SET `+tombstone+` WHERE seq=?2`, s.tomb, o[0]); err != nil {
+		if _, err := s.exec(ctx, coalesceGone, s.tomb, o[0]); err != nil {
 			return false, err
 		}
 		s.tombs++
