@@ -63,6 +63,10 @@ const cacheKiB = 4096
 // Options.ReadOnly.
 var ErrReadOnly = errors.New("sqlite: store opened read-only (another process may own it)")
 
+// ErrSchema is returned by Open for a file whose layout is not this
+// version's (nothing migrates one: nothing before it shipped).
+var ErrSchema = errors.New("sqlite: the file's schema is not this gobridge's: move the file away")
+
 var errClosed = errors.New("sqlite: store closed")
 
 // Options tunes a Store.
@@ -239,8 +243,7 @@ func (s *Store) open() error {
 			return err
 		})
 	case version != schemaVersion:
-		return fmt.Errorf("the file has schema version %d, this gobridge reads %d: "+
-			"move the file away (nothing migrates it)", version, schemaVersion)
+		return fmt.Errorf("%w (schema version %d, this gobridge reads %d)", ErrSchema, version, schemaVersion)
 	}
 	if err != nil || s.opts.ReadOnly {
 		return err
