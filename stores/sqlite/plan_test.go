@@ -81,7 +81,6 @@ func TestStore_QueryPlans(t *testing.T) {
 		{"dead by route", deadQuery(false, true), "outbox_dead_route", []any{0, 0, "r", 10}, false},
 		{"dead by ID", deadQuery(true, false), "outbox_key", []any{0, 0, "a", 10}, true},
 		{"dead by ID and route", deadQuery(true, true), "outbox_key", []any{0, 0, "a", "r", 10}, true},
-		{"inserted seqs", insertedQuery, "", []any{1, 10}, false},
 	}
 	for _, analyze := range []bool{false, true} {
 		if analyze {

@@ -130,7 +130,7 @@ CREATE TABLE outbox (
 	id          TEXT    NOT NULL,
 	state       INTEGER NOT NULL, -- 0 live, 1 dead, 2 tombstone
 	token       INTEGER NOT NULL, -- claim token of a live record, 0 unclaimed
-	tomb        INTEGER NOT NULL, -- the Write that made the tombstone, oldest first
+	tomb        INTEGER NOT NULL DEFAULT 0, -- the Write that made the tombstone, oldest first
 	size        INTEGER NOT NULL, -- stores.Record.Size
 	created_at  INTEGER NOT NULL, -- times are Unix nanoseconds, 0 for none
 	ckey        TEXT    NOT NULL,
@@ -205,6 +205,7 @@ func (s *Store) open() error {
 	q.Add("_pragma", "busy_timeout(5000)")
 	q.Add("_pragma", fmt.Sprintf("cache_size(-%d)", cacheKiB))
 	q.Add("_pragma", "temp_store(memory)") // statement journals
+	q.Add("_pragma", "wal_autocheckpoint(4000)")
 	if s.opts.ReadOnly {
 		if _, err := os.Stat(s.path); err != nil {
 			return err
@@ -384,6 +385,25 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, err
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// each runs query and calls fn on each row.
+func (s *Store) each(ctx context.Context, query string, args []any, fn func(*sql.Rows) error) error {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // queryRow scans the row of query into dest; ok is false when there is

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -15,9 +16,9 @@ import (
 const compactStep = 4096
 
 // chunks are the row counts of the multi-row statements, largest first: a
-// run of n rows takes as many of the largest as fit, then the next, so that
-// each statement shape is prepared once and the per-statement cost is paid
-// once per up to 64 rows.
+// run of rows takes as many of the largest as fit, then the next, so that
+// each statement shape is prepared once and its fixed cost is paid once per
+// up to 64 rows.
 var chunks = []int{64, 16, 4, 1}
 
 // The statements of Write. Arguments ?2 to ?4 of byKey are a record's key;
@@ -34,10 +35,9 @@ const (
 	leaseQuery    = `SELECT token FROM lease WHERE name = ?`
 	coalesceQuery = `SELECT seq, received_at, size FROM outbox
 		WHERE session=? AND route=? AND ckey=? AND state=0 AND token=0 AND ckey<>''`
-	coalesceGone  = `UPDATE outbox SET ` + tombstone + ` WHERE seq=?2`
-	compactQuery  = `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state=2 ORDER BY tomb LIMIT ?)`
-	insertedQuery = `SELECT seq FROM outbox WHERE seq BETWEEN ? AND ?`
-	insertCols    = `seq, session, part, route, id, state, token, tomb, size, created_at, ckey, received_at, topic,
+	coalesceGone = `UPDATE outbox SET ` + tombstone + ` WHERE seq=?2`
+	compactQuery = `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state=2 ORDER BY tomb LIMIT ?)`
+	insertCols   = `seq, session, part, route, id, state, token, size, created_at, ckey, received_at, topic,
 		payload, headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error,
 		dead_at, dead_reason`
 )
@@ -45,17 +45,22 @@ const (
 // doneQuery settles n Done settlements (id, route, session, token) of the
 // Write ?1.
 func doneQuery(n int) string {
-	return `UPDATE outbox SET ` + tombstone + ` FROM (VALUES ` + rows("(?, ?, ?, ?)", n) + `) AS d
+	return `UPDATE outbox SET ` + tombstone + ` FROM (VALUES ` + tuples(4, n) + `) AS d
 		WHERE outbox.id=d.column1 AND outbox.route=d.column2 AND outbox.session=d.column3 AND outbox.state=0
 		AND outbox.token=d.column4 RETURNING outbox.id, outbox.route, outbox.session, outbox.size`
 }
 
-// insertQuery inserts n records (insertCols but tomb) unless their key is
-// present.
+// insertQuery inserts n records (insertCols), skipping those whose key is
+// present, and returns the Seqs of those it inserted.
 func insertQuery(n int) string {
-	return `INSERT INTO outbox (` + insertCols + `) VALUES ` +
-		rows("(?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", n) +
-		` ON CONFLICT (id, route, session) DO NOTHING`
+	return `INSERT INTO outbox (` + insertCols + `) VALUES ` + tuples(26, n) +
+		` ON CONFLICT (id, route, session) DO NOTHING RETURNING seq`
+}
+
+// tuples returns n comma-separated tuples of k placeholders.
+func tuples(k, n int) string {
+	t := "(" + strings.TrimSuffix(strings.Repeat("?, ", k), ", ") + "),"
+	return strings.TrimSuffix(strings.Repeat(t, n), ",")
 }
 
 // Write implements stores.Store: one transaction, one durable commit.
@@ -67,10 +72,8 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 		return fmt.Errorf("sqlite: write: %w", err)
 	}
 	defer s.mu.Unlock()
-	w := &write{
-		s: s, ctx: ctx, now: s.opts.Now(), delta: map[pair]counts{}, leases: map[string]int64{},
-		seqs: make([]int64, len(b.Append)), tokens: make([]int64, len(b.Append)), stale: make([]bool, len(b.Settle)),
-	}
+	w := &write{s: s, ctx: ctx, now: s.opts.Now(), delta: map[pair]counts{}, leases: map[string]int64{},
+		seqs: make([]int64, len(b.Append)), tokens: make([]int64, len(b.Append)), stale: make([]bool, len(b.Settle))}
 	seq, tombs := s.seq, s.tombs
 	s.tomb++
 	if err := s.tx(ctx, func() error { return w.batch(b) }); err != nil {
@@ -85,24 +88,20 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	}
 	for i := range b.Append {
 		r := &b.Append[i]
-		if r.Seq = w.seqs[i]; r.Seq == 0 {
-			continue
-		}
-		r.Token = w.tokens[i]
-		if r.CreatedAt.IsZero() {
-			r.CreatedAt = w.now
-		}
-		if r.State == stores.Dead {
-			r.DeadAt = cmp.Or(r.DeadAt, w.now)
-		} else {
-			r.State = stores.Live
+		if r.Seq = w.seqs[i]; r.Seq != 0 {
+			r.Token, r.CreatedAt = w.tokens[i], cmp.Or(r.CreatedAt, w.now)
+			if r.State == stores.Dead {
+				r.DeadAt = cmp.Or(r.DeadAt, w.now)
+			} else {
+				r.State = stores.Live
+			}
 		}
 	}
 	return nil
 }
 
-// write is the state of one Write: what it stamps on the batch once
-// committed, and the changes to the counters.
+// write is one Write in progress: what it stamps on the batch once
+// committed, and its changes to the counters.
 type write struct {
 	s      *Store
 	ctx    context.Context
@@ -115,8 +114,8 @@ type write struct {
 }
 
 // batch applies b in order: settlements, appends, then a compaction step.
-// Runs of Done settlements and of appends without a coalesce key go in
-// multi-row statements.
+// Runs of Done settlements (of distinct keys) and of appends without a
+// coalesce key go in multi-row statements.
 func (w *write) batch(b *stores.Batch) error {
 	s := w.s
 	for i := 0; i < len(b.Settle); {
@@ -124,31 +123,33 @@ func (w *write) batch(b *stores.Batch) error {
 		for ; j < len(b.Settle) && b.Settle[j].Outcome == stores.Done && !seen[b.Settle[j].Key]; j++ {
 			seen[b.Settle[j].Key] = true
 		}
+		var err error
 		if j == i {
-			j++
-			if err := w.settle(i, &b.Settle[i]); err != nil {
-				return err
-			}
-		} else if err := w.runs(i, j, w.done(b.Settle)); err != nil {
+			j, err = i+1, w.settle(i, &b.Settle[i])
+		} else {
+			err = runs(i, j, func(i, n int) error { return w.done(b.Settle[i:i+n], w.stale[i:i+n]) })
+		}
+		if err != nil {
 			return err
 		}
 		i = j
 	}
 	for i := 0; i < len(b.Append); {
 		j := i
-		for ; j < len(b.Append) && (b.Append[j].CoalesceKey == "" || b.Append[j].State == stores.Dead); j++ {
+		for j < len(b.Append) && (b.Append[j].CoalesceKey == "" || b.Append[j].State == stores.Dead) {
+			j++
 		}
 		if j == i {
 			j++
 			if absorbed, err := w.coalesce(&b.Append[i]); absorbed || err != nil {
+				i = j
 				if err != nil {
 					return err
 				}
-				i = j
 				continue
 			}
 		}
-		if err := w.runs(i, j, w.insert(b.Append)); err != nil {
+		if err := runs(i, j, func(i, n int) error { return w.insert(b.Append[i:i+n], i) }); err != nil {
 			return err
 		}
 		i = j
@@ -164,8 +165,8 @@ func (w *write) batch(b *stores.Batch) error {
 	return err
 }
 
-// runs calls fn on [i, j) cut into chunks.
-func (w *write) runs(i, j int, fn func(i, n int) error) error {
+// runs calls fn(i, n) on [i, j) cut into chunks.
+func runs(i, j int, fn func(i, n int) error) error {
 	for _, n := range chunks {
 		for ; j-i >= n; i += n {
 			if err := fn(i, n); err != nil {
@@ -176,53 +177,33 @@ func (w *write) runs(i, j int, fn func(i, n int) error) error {
 	return nil
 }
 
-// rows returns n comma-separated copies of the placeholder tuple row.
-func rows(row string, n int) string {
-	return strings.TrimSuffix(strings.Repeat(row+",", n), ",")
-}
-
 func (w *write) count(session, route string, live, dead int, bytes int64) {
 	p := pair{session, route}
 	d := w.delta[p]
-	d.live, d.dead, d.bytes = d.live+live, d.dead+dead, d.bytes+bytes
-	w.delta[p] = d
+	w.delta[p] = counts{d.live + live, d.dead + dead, d.bytes + bytes}
 }
 
-// done returns the function that applies the Done settlements st[i:i+n]
-// (their keys are distinct) with one statement.
-func (w *write) done(st []stores.Settlement) func(i, n int) error {
-	return func(i, n int) error {
-		s := w.s
-		q, err := s.stmt(w.ctx, doneQuery(n))
-		if err != nil {
-			return err
-		}
-		args, at := make([]any, 1, 1+4*n), map[stores.Key]int{}
-		args[0] = s.tomb
-		for k := i; k < i+n; k++ {
-			args = append(args, st[k].ID, st[k].Route, st[k].Session, st[k].Token)
-			at[st[k].Key] = k
-			w.stale[k] = true
-		}
-		rs, err := q.QueryContext(w.ctx, args...)
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		for rs.Next() {
-			var (
-				k    stores.Key
-				size int64
-			)
-			if err := rs.Scan(&k.ID, &k.Route, &k.Session, &size); err != nil {
-				return err
-			}
-			w.stale[at[k]] = false
-			s.tombs++
-			w.count(k.Session, k.Route, -1, 0, -size)
-		}
-		return rs.Err()
+// done applies the Done settlements st (of distinct keys) with one
+// statement, setting stale for those that did not apply.
+func (w *write) done(st []stores.Settlement, stale []bool) error {
+	args, at := []any{w.s.tomb}, map[stores.Key]int{}
+	for i := range st {
+		args = append(args, st[i].ID, st[i].Route, st[i].Session, st[i].Token)
+		at[st[i].Key], stale[i] = i, true
 	}
+	var (
+		k    stores.Key
+		size int64
+	)
+	return w.s.each(w.ctx, doneQuery(len(st)), args, func(rs *sql.Rows) error {
+		if err := rs.Scan(&k.ID, &k.Route, &k.Session, &size); err != nil {
+			return err
+		}
+		stale[at[k]] = false
+		w.s.tombs++
+		w.count(k.Session, k.Route, -1, 0, -size)
+		return nil
+	})
 }
 
 // settle applies one Drop, Retry or DeadLetter settlement.
@@ -230,6 +211,7 @@ func (w *write) settle(i int, st *stores.Settlement) error {
 	s, ctx := w.s, w.ctx
 	var (
 		n, size int64
+		ok      bool
 		err     error
 	)
 	switch st.Outcome {
@@ -239,11 +221,11 @@ func (w *write) settle(i int, st *stores.Settlement) error {
 			w.count(st.Session, st.Route, 0, -1, 0)
 		}
 	case stores.Retry:
-		n, err = s.exec(ctx, retryQuery, st.Attempts, st.ID, st.Route, st.Session, nanos(st.FirstAttemptAt), nanos(st.NextAttemptAt), st.Reason, st.Token)
+		n, err = s.exec(ctx, retryQuery, st.Attempts, st.ID, st.Route, st.Session,
+			nanos(st.FirstAttemptAt), nanos(st.NextAttemptAt), st.Reason, st.Token)
 	case stores.DeadLetter:
-		var ok bool
-		if ok, err = s.queryRow(ctx, deadLetterQuery, []any{st.Attempts, st.ID, st.Route, st.Session, nanos(st.FirstAttemptAt), st.Reason,
-			nanos(cmp.Or(st.At, w.now)), st.Token}, &size); ok {
+		if ok, err = s.queryRow(ctx, deadLetterQuery, []any{st.Attempts, st.ID, st.Route, st.Session,
+			nanos(st.FirstAttemptAt), st.Reason, nanos(cmp.Or(st.At, w.now)), st.Token}, &size); ok {
 			n = 1
 			w.count(st.Session, st.Route, -1, 1, -size)
 		}
@@ -252,101 +234,68 @@ func (w *write) settle(i int, st *stores.Settlement) error {
 	return err
 }
 
-// insert returns the function that inserts the records rs[i:i+n] with one
-// statement, skipping those whose key is present, each with the next Seq.
-func (w *write) insert(rs []stores.Record) func(i, n int) error {
-	return func(i, n int) error {
-		s := w.s
-		q, err := s.stmt(w.ctx, insertQuery(n))
-		if err != nil {
+// insert inserts the records rs (b.Append[at:]) with one statement, each
+// with the next Seq, skipping those whose key is present.
+func (w *write) insert(rs []stores.Record, at int) error {
+	s, first := w.s, w.s.seq+1
+	args := make([]any, 0, 26*len(rs))
+	for i := range rs {
+		r, state, deadAt := &rs[i], 0, int64(0)
+		if r.State == stores.Dead {
+			state, deadAt = 1, nanos(cmp.Or(r.DeadAt, w.now))
+		} else if err := w.lease(r, &w.tokens[at+i]); err != nil {
 			return err
 		}
-		first := s.seq + 1
-		args := make([]any, 0, 26*n)
-		for k := i; k < i+n; k++ {
-			r := &rs[k]
-			state, deadAt := 0, int64(0)
-			if r.State == stores.Dead {
-				state, deadAt = 1, nanos(cmp.Or(r.DeadAt, w.now))
-			} else if w.tokens[k], err = w.lease(r); err != nil {
-				return err
-			}
-			var headers any
-			if len(r.Envelope.Headers) > 0 {
-				h, err := json.Marshal(r.Envelope.Headers)
-				if err != nil {
-					return err
-				}
-				headers = string(h)
-			}
-			s.seq++
-			e := &r.Envelope
-			args = append(args, s.seq, r.Session, r.Partition, r.Route, e.ID, state, w.tokens[k], r.Size(),
-				nanos(cmp.Or(r.CreatedAt, w.now)), r.CoalesceKey, nanos(e.ReceivedAt), e.Topic, e.Payload, headers,
-				int64(e.QoS), e.Key, r.CausationID, r.Raw, r.Truncated, nanos(r.ExpiresAt), r.Attempts,
-				nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt), r.LastError, deadAt, r.DeadReason)
-		}
-		res, err := q.ExecContext(w.ctx, args...)
-		if err != nil {
-			return err
-		}
-		inserted, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		present := func(int64) bool { return true }
-		if inserted < int64(n) { // some keys were there: find which rows are
-			got := map[int64]bool{}
-			sel, err := s.conn.QueryContext(w.ctx, insertedQuery, first, s.seq)
+		var headers any
+		if len(r.Envelope.Headers) > 0 {
+			h, err := json.Marshal(r.Envelope.Headers)
 			if err != nil {
 				return err
 			}
-			defer sel.Close()
-			for sel.Next() {
-				var seq int64
-				if err := sel.Scan(&seq); err != nil {
-					return err
-				}
-				got[seq] = true
-			}
-			if err := sel.Err(); err != nil {
-				return err
-			}
-			present = func(seq int64) bool { return got[seq] }
+			headers = string(h)
 		}
-		for k := i; k < i+n; k++ {
-			r := &rs[k]
-			if seq := first + int64(k-i); present(seq) {
-				w.seqs[k] = seq
-				if r.State == stores.Dead {
-					w.count(r.Session, r.Route, 0, 1, 0)
-				} else {
-					w.count(r.Session, r.Route, 1, 0, r.Size())
-				}
-			}
+		s.seq++
+		e := &r.Envelope
+		args = append(args, s.seq, r.Session, r.Partition, r.Route, e.ID, state, w.tokens[at+i], r.Size(),
+			nanos(cmp.Or(r.CreatedAt, w.now)), r.CoalesceKey, nanos(e.ReceivedAt), e.Topic, e.Payload, headers,
+			int64(e.QoS), e.Key, r.CausationID, r.Raw, r.Truncated, nanos(r.ExpiresAt), r.Attempts,
+			nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt), r.LastError, deadAt, r.DeadReason)
+	}
+	var seq int64
+	return s.each(w.ctx, insertQuery(len(rs)), args, func(sc *sql.Rows) error {
+		if err := sc.Scan(&seq); err != nil {
+			return err
+		}
+		i := int(seq - first)
+		w.seqs[at+i] = seq
+		if r := &rs[i]; r.State == stores.Dead {
+			w.count(r.Session, r.Route, 0, 1, 0)
+		} else {
+			w.count(r.Session, r.Route, 1, 0, r.Size())
 		}
 		return nil
-	}
+	})
 }
 
-// lease returns the token r is appended claimed under: r.Token when it is
-// the current token of its partition's lease, else 0.
-func (w *write) lease(r *stores.Record) (int64, error) {
+// lease sets token to r.Token when that is the current token of r's
+// partition lease, else to 0.
+func (w *write) lease(r *stores.Record, token *int64) error {
+	*token = 0
 	if r.Token == 0 {
-		return 0, nil
+		return nil
 	}
 	name := stores.PartitionLease(r.Session, r.Partition)
 	cur, seen := w.leases[name]
 	if !seen {
 		if _, err := w.s.queryRow(w.ctx, leaseQuery, []any{name}, &cur); err != nil {
-			return 0, err
+			return err
 		}
 		w.leases[name] = cur
 	}
-	if cur != r.Token {
-		return 0, nil
+	if cur == r.Token {
+		*token = cur
 	}
-	return cur, nil
+	return nil
 }
 
 // coalesce applies the coalesce key of live record r: absorbed when r's key
@@ -358,24 +307,12 @@ func (w *write) coalesce(r *stores.Record) (absorbed bool, err error) {
 	if ok, err := s.queryRow(ctx, keyQuery, []any{r.Envelope.ID, r.Route, r.Session}, &one); ok || err != nil {
 		return true, err
 	}
-	q, err := s.stmt(ctx, coalesceQuery)
-	if err != nil {
-		return false, err
-	}
-	rs, err := q.QueryContext(ctx, r.Session, r.Route, r.CoalesceKey)
-	if err != nil {
-		return false, err
-	}
 	var old [][3]int64 // seq, received_at, size
-	for rs.Next() {
+	if err := s.each(ctx, coalesceQuery, []any{r.Session, r.Route, r.CoalesceKey}, func(rs *sql.Rows) error {
 		var o [3]int64
-		if err := rs.Scan(&o[0], &o[1], &o[2]); err != nil {
-			rs.Close()
-			return false, err
-		}
 		old = append(old, o)
-	}
-	if err := rs.Close(); err != nil {
+		return rs.Scan(&old[len(old)-1][0], &old[len(old)-1][1], &old[len(old)-1][2])
+	}); err != nil {
 		return false, err
 	}
 	for _, o := range old {
@@ -400,7 +337,7 @@ func (s *Store) add(p pair, d counts) {
 		c = &counts{}
 		s.counts[p] = c
 	}
-	c.live, c.dead, c.bytes = c.live+d.live, c.dead+d.dead, c.bytes+d.bytes
+	*c = counts{c.live + d.live, c.dead + d.dead, c.bytes + d.bytes}
 	if *c == (counts{}) {
 		delete(s.counts, p)
 	}
