@@ -234,72 +234,63 @@ func (s *Store) open() error {
 	if err := s.conn.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
 		return err
 	}
-	switch {
-	case version == 0 && !s.opts.ReadOnly:
-		err = s.tx(ctx, func() error {
-			if _, err := s.conn.ExecContext(ctx, schema); err != nil {
-				return err
-			}
-			_, err := s.conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion))
-			return err
-		})
-	case version != schemaVersion:
+	if version != schemaVersion && (version != 0 || s.opts.ReadOnly) {
 		return fmt.Errorf("%w (schema version %d, this gobridge reads %d)", ErrSchema, version, schemaVersion)
 	}
-	if err != nil || s.opts.ReadOnly {
-		return err
+	if s.opts.ReadOnly {
+		return nil
 	}
-	// A new epoch: the previous owner is gone, and so are its leases.
-	if err := s.tx(ctx, func() error {
+	return s.tx(ctx, func() error {
+		if version == 0 {
+			if _, err := s.conn.ExecContext(ctx, schema+fmt.Sprintf(`; PRAGMA user_version = %d`, schemaVersion)); err != nil {
+				return err
+			}
+		}
+		// A new epoch: the previous owner is gone, and so are its leases.
 		_, err := s.conn.ExecContext(ctx, `DELETE FROM lease; UPDATE meta SET epoch = epoch + 1`)
+		if err == nil {
+			err = s.conn.QueryRowContext(ctx, `SELECT max(seq, (SELECT coalesce(max(seq), 0) FROM outbox)),
+				(SELECT count(*) FROM outbox WHERE state=2), (SELECT coalesce(max(tomb), 0) FROM outbox WHERE state=2)
+				FROM meta`).Scan(&s.seq, &s.tombs, &s.tomb)
+		}
+		if err == nil {
+			s.counts, err = s.count(ctx)
+		}
 		return err
-	}); err != nil {
-		return err
-	}
-	err = s.conn.QueryRowContext(ctx, `SELECT max((SELECT seq FROM meta), (SELECT coalesce(max(seq), 0) FROM outbox)),
-		(SELECT count(*) FROM outbox WHERE state=2), (SELECT coalesce(max(tomb), 0) FROM outbox WHERE state=2)`).
-		Scan(&s.seq, &s.tombs, &s.tomb)
-	if err != nil {
-		return err
-	}
-	s.counts, err = s.count(ctx)
-	return err
+	})
 }
 
 // uriPath escapes what SQLite's URI file names would otherwise read as a
 // query ("?"), a fragment ("#") or an escape ("%").
 var uriPath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
 
-// count counts the live and dead records of each session and route.
+// count counts the live and dead records of each session and route, in
+// one pass over the table (aggregated here: SQLite's GROUP BY would sort a
+// copy of every row in memory).
 func (s *Store) count(ctx context.Context) (map[pair]*counts, error) {
-	rows, err := s.conn.QueryContext(ctx, `SELECT session, route, state, count(*), sum(size) FROM outbox
-		WHERE state IN (0, 1) GROUP BY session, route, state`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	m := map[pair]*counts{}
-	for rows.Next() {
-		var (
-			p        pair
-			state, n int
-			bytes    int64
-		)
-		if err := rows.Scan(&p.session, &p.route, &state, &n, &bytes); err != nil {
-			return nil, err
-		}
-		c := m[p]
-		if c == nil {
-			c = &counts{}
-			m[p] = c
-		}
-		if state == 0 {
-			c.live, c.bytes = n, bytes
-		} else {
-			c.dead = n
-		}
-	}
-	return m, rows.Err()
+	var (
+		p           pair
+		state, size int64
+	)
+	err := s.each(ctx, `SELECT session, route, state, size FROM outbox WHERE state IN (0, 1)`, nil,
+		func(rows *sql.Rows) error {
+			if err := rows.Scan(&p.session, &p.route, &state, &size); err != nil {
+				return err
+			}
+			c := m[p]
+			if c == nil {
+				c = &counts{}
+				m[p] = c
+			}
+			if state == 0 {
+				c.live, c.bytes = c.live+1, c.bytes+size
+			} else {
+				c.dead++
+			}
+			return nil
+		})
+	return m, err
 }
 
 // Path returns the file the store lives in.
@@ -409,15 +400,11 @@ func (s *Store) each(ctx context.Context, query string, args []any, fn func(*sql
 // queryRow scans the row of query into dest; ok is false when there is
 // none.
 func (s *Store) queryRow(ctx context.Context, query string, args []any, dest ...any) (ok bool, err error) {
-	st, err := s.stmt(ctx, query)
-	if err != nil {
-		return false, err
-	}
-	err = st.QueryRowContext(ctx, args...).Scan(dest...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
+	err = s.each(ctx, query, args, func(rows *sql.Rows) error {
+		ok = true
+		return rows.Scan(dest...)
+	})
+	return ok && err == nil, err
 }
 
 // mapErr translates a full disk or database (SQLITE_FULL) into
@@ -455,16 +442,14 @@ func fromNanos(n int64) time.Time {
 const columns = `seq, session, part, route, id, state, token, created_at, ckey, received_at, topic, payload,
 	headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error, dead_at, dead_reason`
 
-type scanner interface{ Scan(dest ...any) error }
-
-func scanRecord(sc scanner) (stores.Record, error) {
+func scanRecord(rows *sql.Rows) (stores.Record, error) {
 	var (
 		r                                               stores.Record
 		headers                                         sql.NullString
 		state                                           int
 		created, received, expires, first, next, deadAt int64
 	)
-	err := sc.Scan(&r.Seq, &r.Session, &r.Partition, &r.Route, &r.Envelope.ID, &state, &r.Token, &created,
+	err := rows.Scan(&r.Seq, &r.Session, &r.Partition, &r.Route, &r.Envelope.ID, &state, &r.Token, &created,
 		&r.CoalesceKey, &received, &r.Envelope.Topic, &r.Envelope.Payload, &headers, &r.Envelope.QoS,
 		&r.Envelope.Key, &r.CausationID, &r.Raw, &r.Truncated, &expires, &r.Attempts, &first, &next,
 		&r.LastError, &deadAt, &r.DeadReason)
