@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -21,6 +22,10 @@ import (
 // earlier record) and settlements (Done, Retry, DeadLetter, Drop, under
 // current or stale tokens), claims, lease changes, reopens, stats and
 // dead-letter pages. Seqs are compared by order, not value.
+//
+// The inputs a fuzzing process runs share the two stores (a fresh pair
+// every 500 inputs), each input with a session and routes of its own:
+// opening a SQLite file costs more than running an input.
 func FuzzStore_MatchesMemory(f *testing.F) {
 	f.Add([]byte{0, 3, 2, 2, 6, 3, 0, 4, 1, 2, 3, 5, 0, 7})
 	f.Add([]byte{0, 4, 0, 4, 2, 4, 4, 0, 6, 6, 2, 4, 3, 1, 5, 2, 7, 8, 9, 1, 2, 3})
@@ -37,13 +42,32 @@ func FuzzStore_MatchesMemory(f *testing.F) {
 	})
 }
 
-// diff is the state of one fuzz run: both stores and what was handed out.
-type diff struct {
-	t         *testing.T
-	path      string
+// shared are the stores the inputs of one fuzzing process share, and their
+// clock.
+var shared struct {
+	dir, path string
+	inputs    int
 	sq        *sqlite.Store
 	mem       *memory.Store
 	now       time.Time
+}
+
+// TestMain removes the directory of the shared stores.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.sq != nil {
+		_ = shared.sq.Close()
+		_ = os.RemoveAll(shared.dir)
+	}
+	os.Exit(code)
+}
+
+// diff is one input's run: its session and routes, and what the stores
+// handed out.
+type diff struct {
+	t         *testing.T
+	session   string
+	routes    []string
 	all       []stores.Record // every record offered to Write, for re-appends
 	held      []stores.Record // claimed records (as the memory store returned them)
 	dead      []stores.Record // dead letters seen
@@ -54,21 +78,41 @@ type diff struct {
 }
 
 func newDiff(t *testing.T) *diff {
-	d := &diff{t: t, path: filepath.Join(t.TempDir(), "outbox.db"), now: time.Unix(1_700_000_000, 0).UTC(),
+	if shared.inputs%500 == 0 {
+		if shared.dir == "" {
+			dir, err := os.MkdirTemp("", "gobridge-fuzz-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			shared.dir = dir
+		}
+		if shared.sq != nil {
+			_ = shared.sq.Close()
+			_ = os.Remove(shared.path)
+		}
+		shared.path = filepath.Join(shared.dir, fmt.Sprint(shared.inputs, ".db"))
+		shared.now = time.Unix(1_700_000_000, 0).UTC()
+		shared.mem = memory.New(memory.Options{Now: func() time.Time { return shared.now }})
+		shared.sq = nil
+		reopenShared(t)
+	}
+	shared.inputs++
+	u := fmt.Sprint(shared.inputs)
+	return &diff{t: t, session: "s" + u, routes: []string{"r0-" + u, "r1-" + u},
 		leases: map[int]stores.Lease{}, seqs: map[string][2]int64{}}
-	clock := func() time.Time { return d.now }
-	d.mem = memory.New(memory.Options{Now: clock})
-	d.open()
-	t.Cleanup(func() { _ = d.sq.Close() })
-	return d
 }
 
-func (d *diff) open() {
-	s, err := sqlite.Open(d.path, sqlite.Options{Sync: "normal", Now: func() time.Time { return d.now }})
-	if err != nil {
-		d.t.Fatal(err)
+func reopenShared(t *testing.T) {
+	if shared.sq != nil {
+		if err := shared.sq.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	d.sq = s
+	s, err := sqlite.Open(shared.path, sqlite.Options{Sync: "normal", Now: func() time.Time { return shared.now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared.sq = s
 }
 
 func (d *diff) next() byte {
@@ -103,13 +147,13 @@ func (d *diff) token(p int) int64 {
 			return d.oldTokens[d.pick(len(d.oldTokens))]
 		}
 	case 1:
-		return 999
+		return -1 // never issued
 	}
 	return d.leases[p].Token
 }
 
 func (d *diff) step(step int, ops *[]byte) {
-	t := d.t
+	t, mem, sq := d.t, shared.mem, shared.sq
 	d.ops = ops
 	ctx := t.Context()
 	op := d.next() % 11
@@ -127,7 +171,7 @@ func (d *diff) step(step int, ops *[]byte) {
 		}
 		d.all = append(d.all, b.Append...)
 		bm, bs := clone(b), clone(b)
-		d.same(what, d.mem.Write(ctx, &bm), d.sq.Write(ctx, &bs))
+		d.same(what, mem.Write(ctx, &bm), sq.Write(ctx, &bs))
 		for i := range bm.Settle {
 			if bm.Settle[i].Stale != bs.Settle[i].Stale {
 				t.Fatalf("%s: settlement %d (%v of %s) stale: memory %v, sqlite %v", what, i,
@@ -148,14 +192,14 @@ func (d *diff) step(step int, ops *[]byte) {
 		}
 	case 2: // claim
 		p := d.pick(2)
-		req := stores.ClaimRequest{Session: "s", Partition: p, Token: d.token(p), Limit: d.pick(4) + 1}
+		req := stores.ClaimRequest{Session: d.session, Partition: p, Token: d.token(p), Limit: d.pick(4) + 1}
 		rm, rs := req, req
 		if len(d.all) > 0 && d.pick(2) == 0 { // after a record's Seq, in each store
 			seq := d.seqs[d.all[d.pick(len(d.all))].Envelope.ID]
 			rm.After, rs.After = seq[0], seq[1]
 		}
-		a, errA := d.mem.Claim(ctx, rm)
-		b, errB := d.sq.Claim(ctx, rs)
+		a, errA := mem.Claim(ctx, rm)
+		b, errB := sq.Claim(ctx, rs)
 		d.same(what, errA, errB)
 		d.sameRecords(what, a, b)
 		d.held = append(d.held, a...)
@@ -166,8 +210,8 @@ func (d *diff) step(step int, ops *[]byte) {
 		if old, ok := d.leases[p]; ok {
 			d.oldTokens = append(d.oldTokens, old.Token)
 		}
-		a, errA := d.mem.Acquire(ctx, stores.PartitionLease("s", p), owner, ttl, d.now)
-		b, errB := d.sq.Acquire(ctx, stores.PartitionLease("s", p), owner, ttl, d.now)
+		a, errA := mem.Acquire(ctx, stores.PartitionLease(d.session, p), owner, ttl, shared.now)
+		b, errB := sq.Acquire(ctx, stores.PartitionLease(d.session, p), owner, ttl, shared.now)
 		d.same(what, errA, errB)
 		if a != b {
 			t.Fatalf("%s: lease memory %+v, sqlite %+v", what, a, b)
@@ -178,32 +222,27 @@ func (d *diff) step(step int, ops *[]byte) {
 	case 4: // release a partition lease
 		p := d.pick(2)
 		if le, ok := d.leases[p]; ok {
-			d.same(what, d.mem.Release(ctx, le), d.sq.Release(ctx, le))
+			d.same(what, mem.Release(ctx, le), sq.Release(ctx, le))
 			d.oldTokens = append(d.oldTokens, le.Token)
 			delete(d.leases, p)
 		}
 	case 5: // the clock moves
-		d.now = d.now.Add(time.Duration(d.pick(4)) * 500 * time.Millisecond)
+		shared.now = shared.now.Add(time.Duration(d.pick(4)) * 500 * time.Millisecond)
 	case 6, 7: // stats
-		a, errA := d.mem.Stats(ctx)
-		b, errB := d.sq.Stats(ctx)
+		a, errA := mem.Stats(ctx)
+		b, errB := sq.Stats(ctx)
 		d.same(what, errA, errB)
-		if fmt.Sprint(a) != fmt.Sprint(b) {
+		if a, b := d.mine(a), d.mine(b); a != b {
 			t.Fatalf("%s: stats\nmemory %+v\nsqlite %+v", what, a, b)
 		}
 	case 8: // dead letters, by route or ID, in pages
-		q := stores.DeadQuery{Limit: d.pick(3) + 1}
-		switch d.pick(3) {
-		case 0:
-			q.Route = "r1"
-		case 1:
-			if len(d.all) > 0 {
-				q.ID = d.all[d.pick(len(d.all))].Envelope.ID
-			}
+		q := stores.DeadQuery{Limit: d.pick(3) + 1, Route: d.routes[d.pick(2)]}
+		if d.pick(2) == 0 && len(d.all) > 0 {
+			q.ID, q.Route = d.all[d.pick(len(d.all))].Envelope.ID, ""
 		}
 		for page := 0; page < 50; page++ {
-			a, na, errA := d.mem.Dead(ctx, q)
-			b, nb, errB := d.sq.Dead(ctx, q)
+			a, na, errA := mem.Dead(ctx, q)
+			b, nb, errB := sq.Dead(ctx, q)
 			d.same(what, errA, errB)
 			d.sameRecords(what, a, b)
 			d.dead = append(d.dead, a...)
@@ -215,20 +254,17 @@ func (d *diff) step(step int, ops *[]byte) {
 			}
 		}
 	case 9: // reopen: SQLite ends every lease, so the memory store releases them too
-		if err := d.sq.Close(); err != nil {
-			t.Fatal(err)
-		}
-		d.open()
+		reopenShared(t)
 		for p, le := range d.leases {
-			if err := d.mem.Release(ctx, le); err != nil {
+			if err := mem.Release(ctx, le); err != nil {
 				t.Fatal(err)
 			}
 			d.oldTokens = append(d.oldTokens, le.Token)
 			delete(d.leases, p)
 		}
 	case 10: // leases listed
-		a, errA := d.mem.List(ctx, "outbox/", d.now)
-		b, errB := d.sq.List(ctx, "outbox/", d.now)
+		a, errA := mem.List(ctx, "outbox/"+d.session+"/", shared.now)
+		b, errB := sq.List(ctx, "outbox/"+d.session+"/", shared.now)
 		d.same(what, errA, errB)
 		if !slices.Equal(a, b) {
 			t.Fatalf("%s: leases memory %+v, sqlite %+v", what, a, b)
@@ -244,10 +280,11 @@ func (d *diff) record() stores.Record {
 		return d.all[d.pick(len(d.all))]
 	}
 	p := int(b>>5) & 1
-	r := stores.Record{Session: "s", Partition: p, Route: []string{"r0", "r1"}[b>>6&1], Envelope: message.Envelope{
+	now := shared.now
+	r := stores.Record{Session: d.session, Partition: p, Route: d.routes[b>>6&1], Envelope: message.Envelope{
 		ID: message.NewID(), Topic: "t", Payload: []byte{b}, Key: []string{"", "a"}[b&1],
-		ReceivedAt: d.now.Add(time.Duration(b%5) * time.Second),
-	}, CreatedAt: d.now.Add(-time.Duration(b%3) * time.Second)}
+		ReceivedAt: now.Add(time.Duration(b%5) * time.Second),
+	}, CreatedAt: now.Add(-time.Duration(b%3) * time.Second)}
 	switch b >> 1 & 7 {
 	case 0, 1:
 		r.Token = d.token(p)
@@ -258,11 +295,11 @@ func (d *diff) record() stores.Record {
 	case 4:
 		r.State, r.DeadReason, r.Raw = stores.Dead, "bad", true
 		if b&1 == 0 {
-			r.DeadAt = d.now
+			r.DeadAt = now
 		}
 	case 5:
 		r.Envelope.Headers = map[string]string{"h": string(b)}
-		r.CreatedAt, r.ExpiresAt = time.Time{}, d.now.Add(time.Hour)
+		r.CreatedAt, r.ExpiresAt = time.Time{}, now.Add(time.Hour)
 	}
 	return r
 }
@@ -281,14 +318,24 @@ func (d *diff) settlement() (stores.Settlement, bool) {
 	}
 	r := d.held[d.pick(len(d.held))]
 	st := stores.Settlement{Key: r.Key(), Token: r.Token, Outcome: o, Attempts: r.Attempts + 1,
-		FirstAttemptAt: d.now, NextAttemptAt: d.now.Add(time.Second), Reason: "e"}
+		FirstAttemptAt: shared.now, NextAttemptAt: shared.now.Add(time.Second), Reason: "e"}
 	if d.pick(4) == 0 {
 		st.Token = d.token(r.Partition)
 	}
 	if d.pick(2) == 0 {
-		st.At = d.now.Add(time.Minute)
+		st.At = shared.now.Add(time.Minute)
 	}
 	return st, true
+}
+
+// mine returns the stats of the input's session, as text.
+func (d *diff) mine(all []stores.SessionStats) string {
+	for _, st := range all {
+		if st.Session == d.session {
+			return fmt.Sprintf("%+v", st)
+		}
+	}
+	return ""
 }
 
 func clone(b stores.Batch) stores.Batch {

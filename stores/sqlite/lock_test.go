@@ -216,3 +216,30 @@ func TestOpen_RefusesAnOlderSchema(t *testing.T) {
 		t.Errorf("user_version after the refusal = %d, %v", v, err)
 	}
 }
+
+// TestOpen_ReadOnlyWithoutOwner: a read-only store reads a file no process
+// owns (its WAL checkpointed and removed by the owner's Close) and leaves
+// it as it was.
+func TestOpen_ReadOnlyWithoutOwner(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	s := open(t, path, sqlite.Options{})
+	w := stores.Batch{Append: []stores.Record{rec("a")}}
+	if err := s.Write(t.Context(), &w); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ro := open(t, path, sqlite.Options{ReadOnly: true})
+	if st, err := ro.Stats(t.Context()); err != nil || len(st) != 1 || st[0].Live != 1 {
+		t.Fatalf("read-only Stats = %+v, %v; want 1 live", st, err)
+	}
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path, sqlite.Options{})
+	if st, err := s.Stats(t.Context()); err != nil || len(st) != 1 || st[0].Live != 1 {
+		t.Fatalf("Stats after the read-only store = %+v, %v; want 1 live", st, err)
+	}
+}

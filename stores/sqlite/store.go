@@ -11,14 +11,16 @@
 // every state. A delivered or dropped record becomes a tombstone: the same
 // row with its payload, topic and headers cleared, stamped with the Write
 // that made it; the oldest beyond Options.DoneRetention are deleted inside
-// Write, a bounded number per call. Beside it, the lease table and one meta row (the
-// fencing-token counter, the seq counter and the epoch).
+// Write, a bounded number per call. Beside it, the lease table and one meta
+// row (the fencing-token counter, the seq counter and the epoch).
 //
 // Each Write is one BEGIN IMMEDIATE transaction on the store's single
 // connection, with one durable commit: the settlements, then the appends (a
 // claimed append is checked against the lease table in that transaction),
-// then a compaction step. The session and route counters Stats reports are
-// kept in memory under the same lock, counted from the file at Open.
+// then a compaction step; runs of Done settlements and of appends go in
+// multi-row statements. Claim is one transaction too: the lease check, then
+// one UPDATE ... RETURNING. The counters Stats reports are kept in memory
+// under the same lock, counted from the file at Open.
 //
 // Single ownership: Open takes an exclusive flock on <path>.lock (holding
 // the owner's host name and pid) for the life of the Store; a second Open of
@@ -338,14 +340,15 @@ func (s *Store) enter(ctx context.Context, write bool) error {
 }
 
 // tx runs fn in a transaction on s.conn: BEGIN IMMEDIATE, then COMMIT (one
-// durable commit) when fn returns nil, else ROLLBACK.
+// durable commit) when fn returns nil, else ROLLBACK. ctx may interrupt fn,
+// never the COMMIT: its result must be what happened.
 func (s *Store) tx(ctx context.Context, fn func() error) error {
 	if _, err := s.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		return err
 	}
 	err := fn()
 	if err == nil {
-		if _, err = s.conn.ExecContext(ctx, `COMMIT`); err == nil {
+		if _, err = s.conn.ExecContext(context.WithoutCancel(ctx), `COMMIT`); err == nil {
 			return nil
 		}
 	}
