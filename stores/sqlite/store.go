@@ -411,11 +411,17 @@ func (s *Store) queryRow(ctx context.Context, query string, args []any, dest ...
 }
 
 // mapErr translates a full disk or database (SQLITE_FULL) into
-// stores.ErrFull, keeping the original wrapped.
+// stores.ErrFull and a value over SQLite's 1 GB limit (SQLITE_TOOBIG) into
+// stores.ErrInvalid, keeping the original wrapped.
 func mapErr(err error) error {
 	var se *sqlite.Error
-	if errors.As(err, &se) && se.Code()&0xff == 13 { // SQLITE_FULL
-		return fmt.Errorf("%w: %w", stores.ErrFull, err)
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case 13: // SQLITE_FULL
+			return fmt.Errorf("%w: %w", stores.ErrFull, err)
+		case 18: // SQLITE_TOOBIG
+			return fmt.Errorf("%w: %w", stores.ErrInvalid, err)
+		}
 	}
 	return err
 }
