@@ -19,3 +19,7 @@ func BenchmarkStore_Append(b *testing.B) {
 func BenchmarkStore_ClaimComplete(b *testing.B) {
 	storetest.BenchClaimComplete(b, memory.New(memory.Options{}), 10000, 100)
 }
+
+func BenchmarkStore_Write(b *testing.B) {
+	storetest.BenchWrite(b, memory.New(memory.Options{}), 256)
+}

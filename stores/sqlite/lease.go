@@ -1,7 +1,9 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -21,17 +23,15 @@ func (s *Store) Acquire(ctx context.Context, name, owner string, ttl time.Durati
 			cur   string
 			until int64
 		)
-		ok, err := s.queryRow(ctx, `SELECT owner, until FROM lease WHERE name = ?`, []any{name}, &cur, &until)
-		switch {
-		case err != nil:
+		if ok, err := s.queryRow(ctx, `SELECT owner, until FROM lease WHERE name = ?`, []any{name}, &cur, &until); err != nil {
 			return err
-		case ok && cur != owner && until > nanos(now):
+		} else if ok && cur != owner && until > nanos(now) {
 			return fmt.Errorf("%w (by %q until %v)", stores.ErrLeaseHeld, cur, fromNanos(until))
 		}
 		if _, err := s.queryRow(ctx, `UPDATE meta SET token = token + 1 RETURNING token`, nil, &le.Token); err != nil {
 			return err
 		}
-		_, err = s.exec(ctx, `INSERT INTO lease (name, owner, token, until) VALUES (?1, ?2, ?3, ?4)
+		_, err := s.exec(ctx, `INSERT INTO lease (name, owner, token, until) VALUES (?1, ?2, ?3, ?4)
 			ON CONFLICT (name) DO UPDATE SET owner=?2, token=?3, until=?4`, name, owner, le.Token, nanos(le.Until))
 		return err
 	})
@@ -49,8 +49,8 @@ func (s *Store) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, n
 	le.Until = now.Add(ttl)
 	err := s.leaseTx(ctx, func() error {
 		n, err := s.exec(ctx, `UPDATE lease SET until = ? WHERE name = ? AND token = ?`, nanos(le.Until), le.Name, le.Token)
-		if err == nil && n == 0 {
-			return stores.ErrLeaseLost
+		if n == 0 {
+			return cmp.Or(err, stores.ErrLeaseLost)
 		}
 		return err
 	})
@@ -64,8 +64,8 @@ func (s *Store) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, n
 func (s *Store) Release(ctx context.Context, le stores.Lease) error {
 	err := s.leaseTx(ctx, func() error {
 		n, err := s.exec(ctx, `DELETE FROM lease WHERE name = ? AND token = ?`, le.Name, le.Token)
-		if err == nil && n == 0 {
-			return stores.ErrLeaseLost
+		if n == 0 {
+			return cmp.Or(err, stores.ErrLeaseLost)
 		}
 		return err
 	})
@@ -89,28 +89,20 @@ func (s *Store) List(ctx context.Context, prefix string, now time.Time) ([]store
 		return nil, fmt.Errorf("sqlite: list leases: %w", err)
 	}
 	defer s.mu.Unlock()
-	rows, err := s.conn.QueryContext(ctx, `SELECT name, owner, token, until FROM lease
-		WHERE name >= ? AND until > ? ORDER BY name`, prefix, nanos(now))
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list leases: %w", err)
-	}
-	defer rows.Close()
 	var out []stores.Lease
-	for rows.Next() {
-		var (
-			le    stores.Lease
-			until int64
-		)
-		if err := rows.Scan(&le.Name, &le.Owner, &le.Token, &until); err != nil {
-			return nil, fmt.Errorf("sqlite: list leases: %w", err)
-		}
-		if !strings.HasPrefix(le.Name, prefix) {
-			break
-		}
-		le.Until = fromNanos(until)
-		out = append(out, le)
-	}
-	if err := rows.Err(); err != nil {
+	err := s.each(ctx, `SELECT name, owner, token, until FROM lease WHERE name >= ? AND until > ? ORDER BY name`,
+		[]any{prefix, nanos(now)}, func(rows *sql.Rows) error {
+			var (
+				le    stores.Lease
+				until int64
+			)
+			err := rows.Scan(&le.Name, &le.Owner, &le.Token, &until)
+			if le.Until = fromNanos(until); strings.HasPrefix(le.Name, prefix) {
+				out = append(out, le)
+			}
+			return err
+		})
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: list leases: %w", err)
 	}
 	return out, nil

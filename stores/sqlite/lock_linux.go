@@ -64,27 +64,6 @@ func atoi(s string) int {
 // networkFS names the network filesystem whose statfs magic number is
 // magic, or returns "" for any other.
 func networkFS(magic int64) string {
-	switch uint32(magic) {
-	case 0x6969:
-		return "nfs"
-	case 0x517b:
-		return "smb"
-	case 0xff534d42:
-		return "cifs"
-	case 0xfe534d42:
-		return "smb2"
-	case 0x01021997:
-		return "9p"
-	case 0x5346414f:
-		return "afs"
-	case 0x73757245:
-		return "coda"
-	case 0x00c36400:
-		return "ceph"
-	case 0x564c:
-		return "ncp"
-	case 0x0bd00bd0:
-		return "lustre"
-	}
-	return ""
+	return map[uint32]string{0x6969: "nfs", 0x517b: "smb", 0xff534d42: "cifs", 0xfe534d42: "smb2", 0x01021997: "9p",
+		0x5346414f: "afs", 0x73757245: "coda", 0x00c36400: "ceph", 0x564c: "ncp", 0x0bd00bd0: "lustre"}[uint32(magic)]
 }

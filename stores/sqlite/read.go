@@ -3,15 +3,37 @@ package sqlite
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 
 	"github.com/gobridge/gobridge/stores"
 )
 
+const (
+	// claimQuery claims (?1) up to ?5 live records of a session (?2)
+	// partition (?3) after Seq ?4 that are not claimed under ?1.
+	claimQuery = `UPDATE outbox SET token=?1 WHERE seq IN (SELECT seq FROM outbox
+		WHERE session=?2 AND part=?3 AND state=0 AND seq>?4 AND token<>?1 ORDER BY seq LIMIT ?5) RETURNING ` + columns
+	// oldestQuery is the CreatedAt of a session's oldest live record.
+	oldestQuery = `SELECT min(created_at) FROM outbox WHERE session=? AND state=0`
+)
+
+// deadQuery lists dead letters after a cursor (dead_at, seq), by ID or
+// route when asked, one query per index.
+func deadQuery(byID, byRoute bool) string {
+	q := `SELECT ` + columns + ` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?)`
+	if byID {
+		q = `SELECT ` + columns + ` FROM outbox INDEXED BY outbox_key WHERE state=1 AND (dead_at, seq) > (?, ?) AND id=?`
+	}
+	if byRoute {
+		q += ` AND route=?`
+	}
+	return q + ` ORDER BY dead_at, seq LIMIT ?`
+}
+
 // Claim implements stores.Store: one transaction that checks the lease and
-// claims with one statement, starting after req.After (Seqs follow commit
-// order).
+// claims with one statement, from req.After on (Seqs follow commit order).
 func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -23,32 +45,13 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	var out []stores.Record
 	err := s.tx(ctx, func() error {
 		var cur int64
-		if _, err := s.queryRow(ctx, `SELECT token FROM lease WHERE name = ?`,
-			[]any{stores.PartitionLease(req.Session, req.Partition)}, &cur); err != nil {
-			return err
+		name := stores.PartitionLease(req.Session, req.Partition)
+		if _, err := s.queryRow(ctx, leaseQuery, []any{name}, &cur); err != nil || cur != req.Token {
+			return cmp.Or(err, stores.ErrLeaseLost)
 		}
-		if cur != req.Token {
-			return stores.ErrLeaseLost
-		}
-		st, err := s.stmt(ctx, `UPDATE outbox SET token=?1 WHERE seq IN (SELECT seq FROM outbox
-			WHERE session=?2 AND part=?3 AND state=0 AND seq>?4 AND token<>?1 ORDER BY seq LIMIT ?5)
-			RETURNING `+columns)
-		if err != nil {
-			return err
-		}
-		rows, err := st.QueryContext(ctx, req.Token, req.Session, req.Partition, req.After, req.Limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			r, err := scanRecord(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, r)
-		}
-		return rows.Err()
+		var err error
+		out, err = s.records(ctx, claimQuery, req.Token, req.Session, req.Partition, req.After, req.Limit)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim: %w", mapErr(err))
@@ -59,53 +62,46 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 
 // Dead implements stores.Store.
 func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
-	var afterAt, afterSeq int64 = -1 << 63, 0
+	args := []any{int64(-1 << 63), int64(0)}
 	if q.After != "" {
-		var err error
-		if afterAt, afterSeq, err = stores.ParseDeadCursor(q.After); err != nil {
+		at, seq, err := stores.ParseDeadCursor(q.After)
+		if err != nil {
 			return nil, "", err
 		}
+		args = []any{at, seq}
 	}
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	// One query per index: by ID, by route, all.
-	query, args := `SELECT `+columns+` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?)`, []any{afterAt, afterSeq}
 	if q.ID != "" {
-		query, args = query+` AND id=?`, append(args, q.ID)
+		args = append(args, q.ID)
 	}
 	if q.Route != "" {
-		query, args = query+` AND route=?`, append(args, q.Route)
+		args = append(args, q.Route)
 	}
-	query, args = query+` ORDER BY dead_at, seq LIMIT ?`, append(args, limit+1)
+	limit := cmp.Or(max(q.Limit, 0), 100)
 	if err := s.enter(ctx, false); err != nil {
 		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
 	}
 	defer s.mu.Unlock()
-	rows, err := s.conn.QueryContext(ctx, query, args...)
-	if err != nil {
+	out, err := s.records(ctx, deadQuery(q.ID != "", q.Route != ""), append(args, limit+1)...)
+	switch {
+	case err != nil:
 		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
-	}
-	defer rows.Close()
-	var out []stores.Record
-	for rows.Next() {
-		r, err := scanRecord(rows)
-		if err != nil {
-			return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
-	}
-	if q.ID != "" && len(out) == 0 {
+	case q.ID != "" && len(out) == 0:
 		return nil, "", stores.ErrNotFound
-	}
-	if len(out) > limit {
+	case len(out) > limit:
 		return out[:limit], stores.DeadCursor(&out[limit-1]), nil
 	}
 	return out, "", nil
+}
+
+// records runs query and returns the records it selects.
+func (s *Store) records(ctx context.Context, query string, args ...any) ([]stores.Record, error) {
+	var out []stores.Record
+	err := s.each(ctx, query, args, func(rows *sql.Rows) error {
+		r, err := scanRecord(rows)
+		out = append(out, r)
+		return err
+	})
+	return out, err
 }
 
 // Stats implements stores.Store: the counters in memory and, per session
@@ -130,16 +126,14 @@ func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
 			st = &stores.SessionStats{Session: p.session, Routes: map[string]stores.RouteCounts{}}
 			by[p.session] = st
 		}
-		st.Live += c.live
-		st.Bytes += c.bytes
+		st.Live, st.Bytes = st.Live+c.live, st.Bytes+c.bytes
 		st.Routes[p.route] = stores.RouteCounts{Live: c.live, Dead: c.dead}
 	}
 	out := make([]stores.SessionStats, 0, len(by))
 	for _, st := range by {
 		if st.Live > 0 {
 			var oldest int64
-			if _, err := s.queryRow(ctx, `SELECT min(created_at) FROM outbox WHERE session=? AND state=0`,
-				[]any{st.Session}, &oldest); err != nil {
+			if _, err := s.queryRow(ctx, oldestQuery, []any{st.Session}, &oldest); err != nil {
 				return nil, fmt.Errorf("sqlite: stats: %w", err)
 			}
 			st.Oldest = fromNanos(oldest)

@@ -7,18 +7,20 @@
 // tombstone) and a token column (the claim; 0 unclaimed). Partial indexes
 // serve the claim (session, part, seq) of live rows, coalescing, the age of
 // the oldest live row, dead-letter listing and tombstone compaction; a
-// unique index on (session, route, id) makes appends idempotent in every
-// state. A delivered or dropped record becomes a tombstone: the same row
-// with its payload, topic and headers cleared, numbered in the order it was
-// made; the oldest beyond Options.DoneRetention are deleted inside Write, a
-// bounded number per call. Beside it, the lease table and one meta row (the
-// fencing-token counter, the seq counter and the epoch).
+// unique index on the key (id, route, session) makes appends idempotent in
+// every state. A delivered or dropped record becomes a tombstone: the same
+// row with its payload, topic and headers cleared, stamped with the Write
+// that made it; the oldest beyond Options.DoneRetention are deleted inside
+// Write, a bounded number per call. Beside it, the lease table and one meta
+// row (the fencing-token counter, the seq counter and the epoch).
 //
 // Each Write is one BEGIN IMMEDIATE transaction on the store's single
 // connection, with one durable commit: the settlements, then the appends (a
 // claimed append is checked against the lease table in that transaction),
-// then a compaction step. The session and route counters Stats reports are
-// kept in memory under the same lock, counted from the file at Open.
+// then a compaction step; runs of Done settlements and of appends go in
+// multi-row statements. Claim is one transaction too: the lease check, then
+// one UPDATE ... RETURNING. The counters Stats reports are kept in memory
+// under the same lock, counted from the file at Open.
 //
 // Single ownership: Open takes an exclusive flock on <path>.lock (holding
 // the owner's host name and pid) for the life of the Store; a second Open of
@@ -33,10 +35,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/url"
 	"os"
 	"strings"
@@ -62,6 +62,10 @@ const cacheKiB = 4096
 // ErrReadOnly is returned by the calls that change a store opened with
 // Options.ReadOnly.
 var ErrReadOnly = errors.New("sqlite: store opened read-only (another process may own it)")
+
+// ErrSchema is returned by Open for a file whose layout is not this
+// version's (nothing migrates one: nothing before it shipped).
+var ErrSchema = errors.New("sqlite: the file's schema is not this gobridge's: move the file away")
 
 var errClosed = errors.New("sqlite: store closed")
 
@@ -99,8 +103,8 @@ type Store struct {
 	stmts  map[string]*sql.Stmt
 	closed bool
 	seq    int64 // the last Seq given
-	tombLo int64 // the oldest tombstone's number
-	tombHi int64 // the next tombstone's number
+	tombs  int64 // tombstones in the file
+	tomb   int64 // the number of the last Write that made tombstones
 	counts map[pair]*counts
 }
 
@@ -112,64 +116,6 @@ type counts struct {
 	live, dead int
 	bytes      int64
 }
-
-// schemaVersion is PRAGMA user_version of this layout; 1 to 4 were the
-// layouts before it, which nothing reads any more.
-const schemaVersion = 5
-
-const schema = `
-CREATE TABLE outbox (
-	seq         INTEGER PRIMARY KEY,
-	session     TEXT    NOT NULL,
-	part        INTEGER NOT NULL,
-	route       TEXT    NOT NULL,
-	id          TEXT    NOT NULL,
-	state       INTEGER NOT NULL, -- 0 live, 1 dead, 2 tombstone
-	token       INTEGER NOT NULL, -- claim token of a live record, 0 unclaimed
-	tomb        INTEGER NOT NULL, -- tombstone number, in the order they were made
-	size        INTEGER NOT NULL, -- stores.Record.Size
-	created_at  INTEGER NOT NULL, -- times are Unix nanoseconds, 0 for none
-	ckey        TEXT    NOT NULL,
-	received_at INTEGER NOT NULL,
-	topic       TEXT    NOT NULL,
-	payload     BLOB,
-	headers     TEXT,             -- JSON object
-	qos         INTEGER NOT NULL,
-	okey        TEXT    NOT NULL,
-	causation   TEXT    NOT NULL,
-	raw         INTEGER NOT NULL,
-	truncated   INTEGER NOT NULL,
-	expires_at  INTEGER NOT NULL,
-	attempts    INTEGER NOT NULL,
-	first_at    INTEGER NOT NULL,
-	next_at     INTEGER NOT NULL,
-	last_error  TEXT    NOT NULL,
-	dead_at     INTEGER NOT NULL,
-	dead_reason TEXT    NOT NULL
-);
--- SQLite uses a partial index only when the query repeats its predicate
--- literally (DESIGN §9): every query below spells out state=0, 1 or 2.
-CREATE UNIQUE INDEX outbox_key ON outbox (session, route, id);
-CREATE INDEX outbox_claim ON outbox (session, part, seq) WHERE state=0;
-CREATE INDEX outbox_age ON outbox (session, created_at) WHERE state=0;
-CREATE INDEX outbox_coalesce ON outbox (session, route, ckey) WHERE state=0 AND token=0 AND ckey<>'';
-CREATE INDEX outbox_dead ON outbox (dead_at, seq) WHERE state=1;
-CREATE INDEX outbox_dead_route ON outbox (route, dead_at, seq) WHERE state=1;
-CREATE INDEX outbox_dead_id ON outbox (id) WHERE state=1;
-CREATE INDEX outbox_tomb ON outbox (tomb) WHERE state=2;
-CREATE TABLE lease (
-	name  TEXT PRIMARY KEY,
-	owner TEXT    NOT NULL,
-	token INTEGER NOT NULL,
-	until INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE meta (
-	id    INTEGER PRIMARY KEY CHECK (id = 1),
-	token INTEGER NOT NULL, -- the last fencing token issued
-	seq   INTEGER NOT NULL, -- the last Seq given
-	epoch INTEGER NOT NULL  -- how many times an owner opened the file
-);
-INSERT INTO meta VALUES (1, 0, 0, 0);`
 
 // Open opens the store at path, creating it (and its directory, 0700; the
 // files are 0600) unless opts.ReadOnly. It fails with a *LockedError when
@@ -201,6 +147,8 @@ func (s *Store) open() error {
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(5000)")
 	q.Add("_pragma", fmt.Sprintf("cache_size(-%d)", cacheKiB))
+	q.Add("_pragma", "temp_store(memory)") // statement journals
+	q.Add("_pragma", "wal_autocheckpoint(4000)")
 	if s.opts.ReadOnly {
 		if _, err := os.Stat(s.path); err != nil {
 			return err
@@ -229,77 +177,63 @@ func (s *Store) open() error {
 	if err := s.conn.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
 		return err
 	}
-	switch {
-	case version == 0 && !s.opts.ReadOnly:
-		err = s.tx(ctx, func() error {
-			if _, err := s.conn.ExecContext(ctx, schema); err != nil {
+	if version != schemaVersion && (version != 0 || s.opts.ReadOnly) {
+		return fmt.Errorf("%w (schema version %d, this gobridge reads %d)", ErrSchema, version, schemaVersion)
+	}
+	if s.opts.ReadOnly {
+		return nil
+	}
+	return s.tx(ctx, func() error {
+		if version == 0 {
+			if _, err := s.conn.ExecContext(ctx, schema+fmt.Sprintf(`; PRAGMA user_version = %d`, schemaVersion)); err != nil {
 				return err
 			}
-			_, err := s.conn.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, schemaVersion))
-			return err
-		})
-	case version != schemaVersion:
-		return fmt.Errorf("the file has schema version %d, this gobridge reads %d: "+
-			"move the file away (nothing migrates it)", version, schemaVersion)
-	}
-	if err != nil || s.opts.ReadOnly {
-		return err
-	}
-	// A new epoch: the previous owner is gone, and so are its leases.
-	if err := s.tx(ctx, func() error {
+		}
+		// A new epoch: the previous owner is gone, and so are its leases.
 		_, err := s.conn.ExecContext(ctx, `DELETE FROM lease; UPDATE meta SET epoch = epoch + 1`)
+		if err == nil {
+			err = s.conn.QueryRowContext(ctx, `SELECT max(seq, (SELECT coalesce(max(seq), 0) FROM outbox)),
+				(SELECT count(*) FROM outbox WHERE state=2), (SELECT coalesce(max(tomb), 0) FROM outbox WHERE state=2)
+				FROM meta`).Scan(&s.seq, &s.tombs, &s.tomb)
+		}
+		if err == nil {
+			s.counts, err = s.count(ctx)
+		}
 		return err
-	}); err != nil {
-		return err
-	}
-	var lo, hi sql.NullInt64
-	err = s.conn.QueryRowContext(ctx, `SELECT max((SELECT seq FROM meta), (SELECT coalesce(max(seq), 0) FROM outbox)),
-		(SELECT min(tomb) FROM outbox WHERE state=2), (SELECT max(tomb) FROM outbox WHERE state=2)`).Scan(&s.seq, &lo, &hi)
-	if err != nil {
-		return err
-	}
-	s.tombLo, s.tombHi = lo.Int64, hi.Int64+1
-	if !lo.Valid {
-		s.tombLo, s.tombHi = 1, 1
-	}
-	s.counts, err = s.count(ctx)
-	return err
+	})
 }
 
 // uriPath escapes what SQLite's URI file names would otherwise read as a
 // query ("?"), a fragment ("#") or an escape ("%").
 var uriPath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
 
-// count counts the live and dead records of each session and route.
+// count counts the live and dead records of each session and route, in
+// one pass over the table (aggregated here: SQLite's GROUP BY would sort a
+// copy of every row in memory).
 func (s *Store) count(ctx context.Context) (map[pair]*counts, error) {
-	rows, err := s.conn.QueryContext(ctx, `SELECT session, route, state, count(*), sum(size) FROM outbox
-		WHERE state IN (0, 1) GROUP BY session, route, state`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	m := map[pair]*counts{}
-	for rows.Next() {
-		var (
-			p        pair
-			state, n int
-			bytes    int64
-		)
-		if err := rows.Scan(&p.session, &p.route, &state, &n, &bytes); err != nil {
-			return nil, err
-		}
-		c := m[p]
-		if c == nil {
-			c = &counts{}
-			m[p] = c
-		}
-		if state == 0 {
-			c.live, c.bytes = n, bytes
-		} else {
-			c.dead = n
-		}
-	}
-	return m, rows.Err()
+	var (
+		p           pair
+		state, size int64
+	)
+	err := s.each(ctx, `SELECT session, route, state, size FROM outbox WHERE state IN (0, 1)`, nil,
+		func(rows *sql.Rows) error {
+			if err := rows.Scan(&p.session, &p.route, &state, &size); err != nil {
+				return err
+			}
+			c := m[p]
+			if c == nil {
+				c = &counts{}
+				m[p] = c
+			}
+			if state == 0 {
+				c.live, c.bytes = c.live+1, c.bytes+size
+			} else {
+				c.dead++
+			}
+			return nil
+		})
+	return m, err
 }
 
 // Path returns the file the store lives in.
@@ -347,14 +281,15 @@ func (s *Store) enter(ctx context.Context, write bool) error {
 }
 
 // tx runs fn in a transaction on s.conn: BEGIN IMMEDIATE, then COMMIT (one
-// durable commit) when fn returns nil, else ROLLBACK.
+// durable commit) when fn returns nil, else ROLLBACK. ctx may interrupt fn,
+// never the COMMIT: its result must be what happened.
 func (s *Store) tx(ctx context.Context, fn func() error) error {
 	if _, err := s.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		return err
 	}
 	err := fn()
 	if err == nil {
-		if _, err = s.conn.ExecContext(ctx, `COMMIT`); err == nil {
+		if _, err = s.conn.ExecContext(context.WithoutCancel(ctx), `COMMIT`); err == nil {
 			return nil
 		}
 	}
@@ -387,81 +322,47 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, err
 	return res.RowsAffected()
 }
 
+// each runs query and calls fn on each row.
+func (s *Store) each(ctx context.Context, query string, args []any, fn func(*sql.Rows) error) error {
+	st, err := s.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 // queryRow scans the row of query into dest; ok is false when there is
 // none.
 func (s *Store) queryRow(ctx context.Context, query string, args []any, dest ...any) (ok bool, err error) {
-	st, err := s.stmt(ctx, query)
-	if err != nil {
-		return false, err
-	}
-	err = st.QueryRowContext(ctx, args...).Scan(dest...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	return err == nil, err
+	err = s.each(ctx, query, args, func(rows *sql.Rows) error {
+		ok = true
+		return rows.Scan(dest...)
+	})
+	return ok && err == nil, err
 }
 
 // mapErr translates a full disk or database (SQLITE_FULL) into
-// stores.ErrFull, keeping the original wrapped.
+// stores.ErrFull and a value over SQLite's 1 GB limit (SQLITE_TOOBIG) into
+// stores.ErrInvalid, keeping the original wrapped.
 func mapErr(err error) error {
 	var se *sqlite.Error
-	if errors.As(err, &se) && se.Code()&0xff == 13 { // SQLITE_FULL
-		return fmt.Errorf("%w: %w", stores.ErrFull, err)
-	}
-	return err
-}
-
-// nanos stores a time as Unix nanoseconds (0 for the zero time), clamped to
-// what an int64 holds.
-func nanos(t time.Time) int64 {
-	switch {
-	case t.IsZero():
-		return 0
-	case t.Year() < 1678:
-		return math.MinInt64 + 1
-	case t.Year() > 2261:
-		return math.MaxInt64
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
-// columns are what scanRecord reads.
-const columns = `seq, session, part, route, id, state, token, created_at, ckey, received_at, topic, payload,
-	headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error, dead_at, dead_reason`
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanRecord(sc scanner) (stores.Record, error) {
-	var (
-		r                                               stores.Record
-		headers                                         sql.NullString
-		state                                           int
-		created, received, expires, first, next, deadAt int64
-	)
-	err := sc.Scan(&r.Seq, &r.Session, &r.Partition, &r.Route, &r.Envelope.ID, &state, &r.Token, &created,
-		&r.CoalesceKey, &received, &r.Envelope.Topic, &r.Envelope.Payload, &headers, &r.Envelope.QoS,
-		&r.Envelope.Key, &r.CausationID, &r.Raw, &r.Truncated, &expires, &r.Attempts, &first, &next,
-		&r.LastError, &deadAt, &r.DeadReason)
-	if err != nil {
-		return r, err
-	}
-	if headers.Valid {
-		if err := json.Unmarshal([]byte(headers.String), &r.Envelope.Headers); err != nil {
-			return r, fmt.Errorf("decode headers of %s: %w", r.Envelope.ID, err)
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case 13: // SQLITE_FULL
+			return fmt.Errorf("%w: %w", stores.ErrFull, err)
+		case 18: // SQLITE_TOOBIG
+			return fmt.Errorf("%w: %w", stores.ErrInvalid, err)
 		}
 	}
-	r.State = stores.Live
-	if state == 1 {
-		r.State = stores.Dead
-	}
-	r.CreatedAt, r.Envelope.ReceivedAt, r.ExpiresAt = fromNanos(created), fromNanos(received), fromNanos(expires)
-	r.FirstAttemptAt, r.NextAttemptAt, r.DeadAt = fromNanos(first), fromNanos(next), fromNanos(deadAt)
-	return r, nil
+	return err
 }

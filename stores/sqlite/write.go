@@ -3,8 +3,10 @@ package sqlite
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
@@ -13,8 +15,53 @@ import (
 // compactStep is the most tombstones one Write deletes.
 const compactStep = 4096
 
-// byKey selects a record by its key (arguments ?2 to ?4).
-const byKey = `session=?2 AND route=?3 AND id=?4`
+// chunks are the row counts of the multi-row statements, largest first: a
+// run of rows takes as many of the largest as fit, then the next, so that
+// each statement shape is prepared once and its fixed cost is paid once per
+// up to 64 rows.
+var chunks = []int{64, 16, 4, 1}
+
+// The statements of Write. Arguments ?2 to ?4 of byKey are a record's key;
+// tombstone turns a record into a tombstone of the Write ?1.
+const (
+	byKey      = `id=?2 AND route=?3 AND session=?4`
+	tombstone  = `state=2, tomb=?1, token=0, topic='', payload=NULL, headers=NULL, last_error='', dead_reason=''`
+	dropQuery  = `UPDATE outbox SET ` + tombstone + ` WHERE ` + byKey + ` AND state=1`
+	retryQuery = `UPDATE outbox SET attempts=?1, first_at=?5, next_at=?6, last_error=?7
+		WHERE ` + byKey + ` AND state=0 AND token=?8`
+	deadLetterQuery = `UPDATE outbox SET state=1, token=0, attempts=?1, first_at=?5, last_error=?6, dead_reason=?6,
+		dead_at=?7 WHERE ` + byKey + ` AND state=0 AND token=?8 RETURNING size`
+	keyQuery      = `SELECT 1 FROM outbox WHERE id=? AND route=? AND session=?`
+	leaseQuery    = `SELECT token FROM lease WHERE name = ?`
+	coalesceQuery = `SELECT seq, received_at, size FROM outbox
+		WHERE session=? AND route=? AND ckey=? AND state=0 AND token=0 AND ckey<>''`
+	coalesceGone = `UPDATE outbox SET ` + tombstone + ` WHERE seq=?2`
+	compactQuery = `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state=2 ORDER BY tomb LIMIT ?)`
+	insertCols   = `seq, session, part, route, id, state, token, size, created_at, ckey, received_at, topic,
+		payload, headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error,
+		dead_at, dead_reason`
+)
+
+// doneQuery settles n Done settlements (id, route, session, token) of the
+// Write ?1.
+func doneQuery(n int) string {
+	return `UPDATE outbox SET ` + tombstone + ` FROM (VALUES ` + tuples(4, n) + `) AS d
+		WHERE outbox.id=d.column1 AND outbox.route=d.column2 AND outbox.session=d.column3 AND outbox.state=0
+		AND outbox.token=d.column4 RETURNING outbox.id, outbox.route, outbox.session, outbox.size`
+}
+
+// insertQuery inserts n records (insertCols), skipping those whose key is
+// present, and returns the Seqs of those it inserted.
+func insertQuery(n int) string {
+	return `INSERT INTO outbox (` + insertCols + `) VALUES ` + tuples(26, n) +
+		` ON CONFLICT (id, route, session) DO NOTHING RETURNING seq`
+}
+
+// tuples returns n comma-separated tuples of k placeholders.
+func tuples(k, n int) string {
+	t := "(" + strings.TrimSuffix(strings.Repeat("?, ", k), ", ") + "),"
+	return strings.TrimSuffix(strings.Repeat(t, n), ",")
+}
 
 // Write implements stores.Store: one transaction, one durable commit.
 func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
@@ -25,13 +72,12 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 		return fmt.Errorf("sqlite: write: %w", err)
 	}
 	defer s.mu.Unlock()
-	w := &write{
-		s: s, ctx: ctx, now: s.opts.Now(), delta: map[pair]counts{}, leases: map[string]int64{},
-		seqs: make([]int64, len(b.Append)), tokens: make([]int64, len(b.Append)), stale: make([]bool, len(b.Settle)),
-	}
-	seq, lo, hi := s.seq, s.tombLo, s.tombHi
+	w := &write{s: s, ctx: ctx, now: s.opts.Now(), delta: map[pair]counts{}, leases: map[string]int64{},
+		seqs: make([]int64, len(b.Append)), tokens: make([]int64, len(b.Append)), stale: make([]bool, len(b.Settle))}
+	seq, tombs := s.seq, s.tombs
+	s.tomb++
 	if err := s.tx(ctx, func() error { return w.batch(b) }); err != nil {
-		s.seq, s.tombLo, s.tombHi = seq, lo, hi
+		s.seq, s.tombs = seq, tombs
 		return fmt.Errorf("sqlite: write: %w", mapErr(err))
 	}
 	for p, d := range w.delta {
@@ -42,24 +88,20 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	}
 	for i := range b.Append {
 		r := &b.Append[i]
-		if r.Seq = w.seqs[i]; r.Seq == 0 {
-			continue
-		}
-		r.Token = w.tokens[i]
-		if r.CreatedAt.IsZero() {
-			r.CreatedAt = w.now
-		}
-		if r.State == stores.Dead {
-			r.DeadAt = cmp.Or(r.DeadAt, w.now)
-		} else {
-			r.State = stores.Live
+		if r.Seq = w.seqs[i]; r.Seq != 0 {
+			r.Token, r.CreatedAt = w.tokens[i], cmp.Or(r.CreatedAt, w.now)
+			if r.State == stores.Dead {
+				r.DeadAt = cmp.Or(r.DeadAt, w.now)
+			} else {
+				r.State = stores.Live
+			}
 		}
 	}
 	return nil
 }
 
-// write is the state of one Write: what it stamps on the batch once
-// committed, and the changes to the counters.
+// write is one Write in progress: what it stamps on the batch once
+// committed, and its changes to the counters.
 type write struct {
 	s      *Store
 	ctx    context.Context
@@ -71,189 +113,218 @@ type write struct {
 	stale  []bool
 }
 
+// batch applies b in order: settlements, appends, then a compaction step.
+// Runs of Done settlements (of distinct keys) and of appends without a
+// coalesce key go in multi-row statements.
 func (w *write) batch(b *stores.Batch) error {
-	for i := range b.Settle {
-		if err := w.settle(i, &b.Settle[i]); err != nil {
-			return err
-		}
-	}
-	for i := range b.Append {
-		if err := w.append(i, &b.Append[i]); err != nil {
-			return err
-		}
-	}
 	s := w.s
-	if excess := s.tombHi - s.tombLo - int64(max(s.opts.DoneRetention, 0)); excess > 0 && s.opts.DoneRetention > 0 {
-		upto := s.tombLo + min(excess, compactStep)
-		if _, err := s.exec(w.ctx, `DELETE FROM outbox WHERE state=2 AND tomb < ?`, upto); err != nil {
+	for i := 0; i < len(b.Settle); {
+		j, seen := i, map[stores.Key]bool{}
+		for ; j < len(b.Settle) && b.Settle[j].Outcome == stores.Done && !seen[b.Settle[j].Key]; j++ {
+			seen[b.Settle[j].Key] = true
+		}
+		var err error
+		if j == i {
+			j, err = i+1, w.settle(i, &b.Settle[i])
+		} else {
+			err = runs(i, j, func(i, n int) error { return w.done(b.Settle[i:i+n], w.stale[i:i+n]) })
+		}
+		if err != nil {
 			return err
 		}
-		s.tombLo = upto
+		i = j
+	}
+	for i := 0; i < len(b.Append); {
+		j := i
+		for j < len(b.Append) && (b.Append[j].CoalesceKey == "" || b.Append[j].State == stores.Dead) {
+			j++
+		}
+		if j == i {
+			j++
+			if absorbed, err := w.coalesce(&b.Append[i]); absorbed || err != nil {
+				i = j
+				if err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if err := runs(i, j, func(i, n int) error { return w.insert(b.Append[i:i+n], i) }); err != nil {
+			return err
+		}
+		i = j
+	}
+	if excess := s.tombs - int64(max(s.opts.DoneRetention, 0)); excess > 0 {
+		n, err := s.exec(w.ctx, compactQuery, min(excess, compactStep))
+		if err != nil {
+			return err
+		}
+		s.tombs -= n
 	}
 	_, err := s.exec(w.ctx, `UPDATE meta SET seq = ?`, s.seq)
 	return err
 }
 
-// gone is the statement that turns the record matched by where (arguments
-// from ?2) into a tombstone (?1 is its number), or deletes it when the
-// store keeps none.
-func (w *write) gone(where string) string {
-	if w.s.opts.DoneRetention < 0 {
-		return `DELETE FROM outbox WHERE ` + where
+// runs calls fn(i, n) on [i, j) cut into chunks.
+func runs(i, j int, fn func(i, n int) error) error {
+	for _, n := range chunks {
+		for ; j-i >= n; i += n {
+			if err := fn(i, n); err != nil {
+				return err
+			}
+		}
 	}
-	return `UPDATE outbox SET state=2, tomb=?1, token=0, topic='', payload=NULL, headers=NULL, last_error='', dead_reason=''
-		WHERE ` + where
-}
-
-// tombstone numbers a tombstone made by a statement that changed n rows.
-func (w *write) tombstone(n int64) {
-	w.s.tombHi += n
+	return nil
 }
 
 func (w *write) count(session, route string, live, dead int, bytes int64) {
 	p := pair{session, route}
 	d := w.delta[p]
-	d.live, d.dead, d.bytes = d.live+live, d.dead+dead, d.bytes+bytes
-	w.delta[p] = d
+	w.delta[p] = counts{d.live + live, d.dead + dead, d.bytes + bytes}
 }
 
+// done applies the Done settlements st (of distinct keys) with one
+// statement, setting stale for those that did not apply.
+func (w *write) done(st []stores.Settlement, stale []bool) error {
+	args, at := []any{w.s.tomb}, map[stores.Key]int{}
+	for i := range st {
+		args = append(args, st[i].ID, st[i].Route, st[i].Session, st[i].Token)
+		at[st[i].Key], stale[i] = i, true
+	}
+	var (
+		k    stores.Key
+		size int64
+	)
+	return w.s.each(w.ctx, doneQuery(len(st)), args, func(rs *sql.Rows) error {
+		if err := rs.Scan(&k.ID, &k.Route, &k.Session, &size); err != nil {
+			return err
+		}
+		stale[at[k]] = false
+		w.s.tombs++
+		w.count(k.Session, k.Route, -1, 0, -size)
+		return nil
+	})
+}
+
+// settle applies one Drop, Retry or DeadLetter settlement.
 func (w *write) settle(i int, st *stores.Settlement) error {
 	s, ctx := w.s, w.ctx
 	var (
-		size int64
-		ok   bool
-		err  error
+		n, size int64
+		ok      bool
+		err     error
 	)
 	switch st.Outcome {
-	case stores.Done:
-		ok, err = s.queryRow(ctx, w.gone(byKey+` AND state=0 AND token=?5 RETURNING size`),
-			[]any{s.tombHi, st.Session, st.Route, st.ID, st.Token}, &size)
-		if ok {
-			w.tombstone(1)
-			w.count(st.Session, st.Route, -1, 0, -size)
-		}
 	case stores.Drop:
-		var n int64
-		n, err = s.exec(ctx, w.gone(byKey+` AND state=1`), s.tombHi, st.Session, st.Route, st.ID)
-		if ok = n == 1; ok {
-			w.tombstone(1)
+		if n, err = s.exec(ctx, dropQuery, s.tomb, st.ID, st.Route, st.Session); n == 1 {
+			s.tombs++
 			w.count(st.Session, st.Route, 0, -1, 0)
 		}
 	case stores.Retry:
-		var n int64
-		n, err = s.exec(ctx, `UPDATE outbox SET attempts=?1, first_at=?5, next_at=?6, last_error=?7
-			WHERE `+byKey+` AND state=0 AND token=?8`,
-			st.Attempts, st.Session, st.Route, st.ID, nanos(st.FirstAttemptAt), nanos(st.NextAttemptAt), st.Reason, st.Token)
-		ok = n == 1
+		n, err = s.exec(ctx, retryQuery, st.Attempts, st.ID, st.Route, st.Session,
+			nanos(st.FirstAttemptAt), nanos(st.NextAttemptAt), st.Reason, st.Token)
 	case stores.DeadLetter:
-		ok, err = s.queryRow(ctx, `UPDATE outbox SET state=1, token=0, attempts=?1, first_at=?5, last_error=?6,
-			dead_reason=?6, dead_at=?7 WHERE `+byKey+` AND state=0 AND token=?8 RETURNING size`,
-			[]any{st.Attempts, st.Session, st.Route, st.ID, nanos(st.FirstAttemptAt), st.Reason,
-				nanos(cmp.Or(st.At, w.now)), st.Token}, &size)
-		if ok {
+		if ok, err = s.queryRow(ctx, deadLetterQuery, []any{st.Attempts, st.ID, st.Route, st.Session,
+			nanos(st.FirstAttemptAt), st.Reason, nanos(cmp.Or(st.At, w.now)), st.Token}, &size); ok {
+			n = 1
 			w.count(st.Session, st.Route, -1, 1, -size)
 		}
 	}
-	w.stale[i] = !ok
+	w.stale[i] = n != 1
 	return err
 }
 
-func (w *write) append(i int, r *stores.Record) error {
-	s, ctx := w.s, w.ctx
-	dead := r.State == stores.Dead
-	if r.CoalesceKey != "" && !dead {
-		if absorbed, err := w.coalesce(r); absorbed || err != nil {
+// insert inserts the records rs (b.Append[at:]) with one statement, each
+// with the next Seq, skipping those whose key is present.
+func (w *write) insert(rs []stores.Record, at int) error {
+	s, first := w.s, w.s.seq+1
+	args := make([]any, 0, 26*len(rs))
+	for i := range rs {
+		r, state, deadAt := &rs[i], 0, int64(0)
+		if r.State == stores.Dead {
+			state, deadAt = 1, nanos(cmp.Or(r.DeadAt, w.now))
+		} else if err := w.lease(r, &w.tokens[at+i]); err != nil {
 			return err
 		}
-	}
-	state, token, deadAt := 0, int64(0), int64(0)
-	if dead {
-		state, deadAt = 1, nanos(cmp.Or(r.DeadAt, w.now))
-	} else if r.Token != 0 {
-		name := stores.PartitionLease(r.Session, r.Partition)
-		cur, seen := w.leases[name]
-		if !seen {
-			if _, err := s.queryRow(ctx, `SELECT token FROM lease WHERE name = ?`, []any{name}, &cur); err != nil {
+		var headers any
+		if len(r.Envelope.Headers) > 0 {
+			h, err := json.Marshal(r.Envelope.Headers)
+			if err != nil {
 				return err
 			}
-			w.leases[name] = cur
+			headers = string(h)
 		}
-		if cur == r.Token {
-			token = cur
-		}
+		s.seq++
+		e := &r.Envelope
+		args = append(args, s.seq, r.Session, r.Partition, r.Route, e.ID, state, w.tokens[at+i], r.Size(),
+			nanos(cmp.Or(r.CreatedAt, w.now)), r.CoalesceKey, nanos(e.ReceivedAt), e.Topic, e.Payload, headers,
+			int64(e.QoS), e.Key, r.CausationID, r.Raw, r.Truncated, nanos(r.ExpiresAt), r.Attempts,
+			nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt), r.LastError, deadAt, r.DeadReason)
 	}
-	var headers any
-	if len(r.Envelope.Headers) > 0 {
-		h, err := json.Marshal(r.Envelope.Headers)
-		if err != nil {
+	var seq int64
+	return s.each(w.ctx, insertQuery(len(rs)), args, func(sc *sql.Rows) error {
+		if err := sc.Scan(&seq); err != nil {
 			return err
 		}
-		headers = string(h)
-	}
-	size, e := r.Size(), &r.Envelope
-	n, err := s.exec(ctx, `INSERT INTO outbox (seq, session, part, route, id, state, token, tomb, size, created_at, ckey,
-		received_at, topic, payload, headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at,
-		next_at, last_error, dead_at, dead_reason)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (session, route, id) DO NOTHING`,
-		s.seq+1, r.Session, r.Partition, r.Route, e.ID, state, token, size, nanos(cmp.Or(r.CreatedAt, w.now)),
-		r.CoalesceKey, nanos(e.ReceivedAt), e.Topic, e.Payload, headers, int64(e.QoS), e.Key, r.CausationID,
-		r.Raw, r.Truncated, nanos(r.ExpiresAt), r.Attempts, nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt),
-		r.LastError, deadAt, r.DeadReason)
-	if n == 1 {
-		s.seq++
-		w.seqs[i], w.tokens[i] = s.seq, token
-		if dead {
+		i := int(seq - first)
+		w.seqs[at+i] = seq
+		if r := &rs[i]; r.State == stores.Dead {
 			w.count(r.Session, r.Route, 0, 1, 0)
 		} else {
-			w.count(r.Session, r.Route, 1, 0, size)
+			w.count(r.Session, r.Route, 1, 0, r.Size())
 		}
-	}
-	return err
+		return nil
+	})
 }
 
-// coalesce applies r's coalesce key: absorbed when an unclaimed record of
-// the key received later is waiting (or r's key is taken), else the
-// unclaimed records of the key become tombstones.
+// lease sets token to r.Token when that is the current token of r's
+// partition lease, else to 0.
+func (w *write) lease(r *stores.Record, token *int64) error {
+	*token = 0
+	if r.Token == 0 {
+		return nil
+	}
+	name := stores.PartitionLease(r.Session, r.Partition)
+	cur, seen := w.leases[name]
+	if !seen {
+		if _, err := w.s.queryRow(w.ctx, leaseQuery, []any{name}, &cur); err != nil {
+			return err
+		}
+		w.leases[name] = cur
+	}
+	if cur == r.Token {
+		*token = cur
+	}
+	return nil
+}
+
+// coalesce applies the coalesce key of live record r: absorbed when r's key
+// is present or an unclaimed record of the key received later is waiting,
+// else the unclaimed records of the key become tombstones.
 func (w *write) coalesce(r *stores.Record) (absorbed bool, err error) {
 	s, ctx := w.s, w.ctx
 	var one int
-	if ok, err := s.queryRow(ctx, `SELECT 1 FROM outbox WHERE session=?1 AND route=?2 AND id=?3`,
-		[]any{r.Session, r.Route, r.Envelope.ID}, &one); ok || err != nil {
+	if ok, err := s.queryRow(ctx, keyQuery, []any{r.Envelope.ID, r.Route, r.Session}, &one); ok || err != nil {
 		return true, err
 	}
-	st, err := s.stmt(ctx, `SELECT seq, received_at, size FROM outbox
-		WHERE session=? AND route=? AND ckey=? AND state=0 AND token=0 AND ckey<>''`)
-	if err != nil {
-		return false, err
-	}
-	rows, err := st.QueryContext(ctx, r.Session, r.Route, r.CoalesceKey)
-	if err != nil {
-		return false, err
-	}
-	var old [][3]int64
-	for rows.Next() {
+	var old [][3]int64 // seq, received_at, size
+	if err := s.each(ctx, coalesceQuery, []any{r.Session, r.Route, r.CoalesceKey}, func(rs *sql.Rows) error {
 		var o [3]int64
-		if err := rows.Scan(&o[0], &o[1], &o[2]); err != nil {
-			rows.Close()
-			return false, err
-		}
 		old = append(old, o)
-	}
-	if err := rows.Close(); err != nil {
+		return rs.Scan(&old[len(old)-1][0], &old[len(old)-1][1], &old[len(old)-1][2])
+	}); err != nil {
 		return false, err
 	}
-	recv := nanos(r.Envelope.ReceivedAt)
 	for _, o := range old {
-		if o[1] > recv {
+		if o[1] > nanos(r.Envelope.ReceivedAt) {
 			return true, nil // a newer message is waiting: absorb this one
 		}
 	}
 	for _, o := range old {
-		if _, err := s.exec(ctx, w.gone(`seq=?2`), s.tombHi, o[0]); err != nil {
+		if _, err := s.exec(ctx, coalesceGone, s.tomb, o[0]); err != nil {
 			return false, err
 		}
-		w.tombstone(1)
+		s.tombs++
 		w.count(r.Session, r.Route, -1, 0, -o[2])
 	}
 	return false, nil
@@ -266,7 +337,7 @@ func (s *Store) add(p pair, d counts) {
 		c = &counts{}
 		s.counts[p] = c
 	}
-	c.live, c.dead, c.bytes = c.live+d.live, c.dead+d.dead, c.bytes+d.bytes
+	*c = counts{c.live + d.live, c.dead + d.dead, c.bytes + d.bytes}
 	if *c == (counts{}) {
 		delete(s.counts, p)
 	}
