@@ -81,6 +81,44 @@ func TestGroup_HotPathNeedsNoClaim(t *testing.T) {
 	})
 }
 
+// TestGroup_ClaimsWhatOtherInstancesAppend: another instance appends
+// unclaimed records to a partition this one drains (it ingests from the
+// same shared subscription) between the owner's own hot-path appends,
+// whose Seqs are higher. The owner's next poll still finds them all.
+func TestGroup_ClaimsWhatOtherInstancesAppend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		snd := newScriptSender(1, nil)
+		g, w, store := newGroup(t, testOptions(t, snd, testPolicy(), nil))
+		other := &writer{t: t, store: store} // no group: appends unclaimed
+		stop := running(t, g)
+		eventually(t, time.Minute, "the first claim found the store empty", func() bool {
+			p := g.part(0)
+			if p == nil {
+				return false
+			}
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return !p.backlog
+		})
+		for i := range 30 {
+			recs, _ := records(1, nil)
+			recs[0].Envelope.ID = fmt.Sprintf("other%03d", i)
+			other.append(recs...)
+			recs, _ = records(1, nil)
+			recs[0].Envelope.ID = fmt.Sprintf("own%03d", i)
+			w.append(recs...)
+			synctest.Wait()
+		}
+		eventually(t, time.Minute, "every record delivered", func() bool { return live(t, store) == 0 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if snd.total() != 60 {
+			t.Errorf("%d sends, want 60", snd.total())
+		}
+	})
+}
+
 func TestGroup_RetriesTransientWithBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var sentAt []time.Time

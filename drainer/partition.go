@@ -42,9 +42,12 @@ type partition struct {
 	workCtx    context.Context
 	cancelWork context.CancelFunc
 
-	rnd      *rand.Rand
-	sched    *schedule
-	after    int64  // every record up to this Seq was claimed or delivered
+	rnd   *rand.Rand
+	sched *schedule
+	// after is the last Seq a claim returned: every record below it is
+	// held or settled. Hot-path Seqs do not count: another instance may
+	// append unclaimed records below them.
+	after    int64
 	seen     uint64 // the unclaimed version the last claim started at
 	full     bool   // the last claim filled its limit: more may wait
 	results  chan sendResult
@@ -230,6 +233,7 @@ func (p *partition) claim() (int, error) {
 	p.mu.Unlock()
 	now := g.now()
 	for i := range recs {
+		p.after = max(p.after, recs[i].Seq)
 		p.schedule(recs[i], now)
 	}
 	return len(recs), nil
@@ -248,7 +252,6 @@ func (p *partition) absorb(now time.Time) {
 
 // schedule takes one held record into the schedule.
 func (p *partition) schedule(rec stores.Record, now time.Time) {
-	p.after = max(p.after, rec.Seq)
 	it := &item{rec: rec, due: rec.NextAttemptAt}
 	it.env = &it.rec.Envelope
 	r := p.g.routes[rec.Route]
