@@ -17,7 +17,15 @@ require (
 	modernc.org/sqlite v1.62.0
 )
 
-require github.com/google/uuid v1.6.0 // indirect
+require (
+	github.com/bahlo/generic-list-go v0.2.0 // indirect
+	github.com/buger/jsonparser v1.1.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/invopop/jsonschema v0.14.0 // indirect
+	github.com/pb33f/ordered-map/v2 v2.3.1 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
+	go.yaml.in/yaml/v4 v4.0.0-rc.2 // indirect
+)
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
