@@ -166,12 +166,14 @@ func TestSchema_EnvReferences(t *testing.T) {
 		t.Fatalf("config with ${VAR} values: %v", err)
 	}
 	for name, mutate := range map[string]func(m map[string]any){
-		"bare number duration": func(m map[string]any) { m["bridge"].(map[string]any)["shutdown_timeout"] = 30 },
+		"bare number duration":  func(m map[string]any) { m["bridge"].(map[string]any)["shutdown_timeout"] = 30 },
 		"duration without unit": func(m map[string]any) { m["bridge"].(map[string]any)["shutdown_timeout"] = "30" },
-		"number as a word":      func(m map[string]any) { m["routes"].([]any)[0].(map[string]any)["policy"].(map[string]any)["max_in_flight"] = "eight" },
-		"unknown enum value":    func(m map[string]any) { m["bridge"].(map[string]any)["log"].(map[string]any)["level"] = "verbose" },
-		"missing required key":  func(m map[string]any) { delete(m["senders"].([]any)[0].(map[string]any), "type") },
-		"wrong version":         func(m map[string]any) { m["version"] = 2 },
+		"number as a word": func(m map[string]any) {
+			m["routes"].([]any)[0].(map[string]any)["policy"].(map[string]any)["max_in_flight"] = "eight"
+		},
+		"unknown enum value":   func(m map[string]any) { m["bridge"].(map[string]any)["log"].(map[string]any)["level"] = "verbose" },
+		"missing required key": func(m map[string]any) { delete(m["senders"].([]any)[0].(map[string]any), "type") },
+		"wrong version":        func(m map[string]any) { m["version"] = 2 },
 	} {
 		m := base()
 		mutate(m)
