@@ -34,3 +34,46 @@ func TestRegisterBuildInfo(t *testing.T) {
 		}
 	}
 }
+
+func TestRegisterOutboxLimits(t *testing.T) {
+	inRoot(t)
+	cfg, probs, err := loadConfig("testdata/config/memory-outbox-and-other-warnings.yaml")
+	if err != nil || probs.HasErrors() {
+		t.Fatalf("load: %v %v", err, probs)
+	}
+	want := map[string]float64{}
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		if r.DeliveryMode == "shared_outbox" {
+			r.Policy.MaxOutboxDepth = 500 + i // each route its own limit: the session reports the smallest
+			if _, ok := want[r.Session.ID]; !ok {
+				want[r.Session.ID] = float64(500 + i)
+			}
+		}
+	}
+	if len(want) == 0 {
+		t.Fatal("the fixture has no shared_outbox route")
+	}
+	reg := prometheus.NewRegistry()
+	if err := registerOutboxLimits(reg, cfg); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for s, v := range want {
+		if got[s] != v {
+			t.Errorf("session %s: limit %v, want %v", s, got[s], v)
+		}
+	}
+}

@@ -77,6 +77,9 @@ Flags:
 	if err := registerBuildInfo(reg, currentBuild()); err != nil {
 		return fmt.Errorf("register build info: %w", err)
 	}
+	if err := registerOutboxLimits(reg, cfg); err != nil {
+		return fmt.Errorf("register outbox limits: %w", err)
+	}
 	rt, err := runtime.New(cfg, runtime.Options{Logger: log, Registerer: reg, Stdout: c.Stdout})
 	if err != nil {
 		log.Error("bridge failed to start", "error", err)
