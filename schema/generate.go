@@ -12,7 +12,7 @@ import (
 	"github.com/gobridge/gobridge/routes"
 )
 
-// Module is the import path the Go comments of SourceDir are read as.
+// module is the import path the Go comments of SourceDir are read as.
 const module = "github.com/gobridge/gobridge"
 
 // SourceDir is the directory, relative to the repository root, whose Go doc
@@ -68,7 +68,7 @@ func Generate(root string) ([]byte, error) {
 	s := r.Reflect(&routes.Config{})
 	s.Title = "gobridge config"
 	s.Description = "A gobridge blueprint: the YAML file `gobridge run -c FILE` and `gobridge check` read. " +
-		"Generated from the Go type routes.Config by `gobridge schema`."
+		"Generated from the Go type routes.Config; `gobridge schema` prints it."
 	s.ID = ""
 	if err := refine(s, reflect.TypeFor[routes.Config]()); err != nil {
 		return nil, err

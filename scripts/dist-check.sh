@@ -77,7 +77,9 @@ if [ "${DIST_CHECK_BUILD:-1}" != 0 ]; then
   step "bash scripts/dist.sh"
   bash scripts/dist.sh
 fi
-VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo devel)}
+[ -f "$DIST/build.env" ] || die "no dist/build.env: run scripts/dist.sh"
+# shellcheck disable=SC1091
+. "$DIST/build.env" # VERSION, COMMIT, DATE, DEB_VERSION of what dist.sh built
 FV=${VERSION#v}
 for arch in amd64 arm64 armv7; do
   [ -f "$DIST/gobridge_${FV}_linux_$arch.tar.gz" ] || die "dist/ has no $arch tarball for version $VERSION"
@@ -98,7 +100,7 @@ for arch in amd64 arm64 armv7; do
   esac
   readelf -h "$bin" | grep -q "Machine: *.*$machine" || die "$arch binary: ELF machine is not $machine"
   out=$("${run[@]}" "$bin" version)
-  [[ $out == "gobridge $VERSION (commit "*", built "*") go"*" $platform" ]] || die "$arch version: $out"
+  [ "$out" = "gobridge $VERSION (commit $COMMIT, built $DATE) $(go env GOVERSION) $platform" ] || die "$arch version: $out"
   "${run[@]}" "$bin" check -c "$conf" 2>/dev/null || die "$arch binary rejects the default config"
   log "$arch: static, ${run[*]:-native}: $out"
 done
@@ -187,7 +189,7 @@ wait_for 20 "the message on stdout" grep -q '"topic":"plant/line1"' "$TMP/stdout
 metrics_show() { curl -fsS "http://127.0.0.1:$admin/metrics" | grep -q "^$1"; }
 wait_for 10 "the send on /metrics" metrics_show 'gobridge_delivery_send_seconds_count{route="everything"} 1$'
 curl -fsS "http://127.0.0.1:$admin/metrics" >"$TMP/metrics"
-grep -q "^gobridge_build_info{commit=\"$(git rev-parse HEAD 2>/dev/null || echo unknown)\",date=\"[^\"]*\",goversion=\"go[^\"]*\",version=\"$VERSION\"} 1$" "$TMP/metrics" \
+grep -qF "gobridge_build_info{commit=\"$COMMIT\",date=\"$DATE\",goversion=\"$(go env GOVERSION)\",version=\"$VERSION\"} 1" "$TMP/metrics" \
   || die "no gobridge_build_info for $VERSION on /metrics: $(grep build_info "$TMP/metrics")"
 [ "$(stat -c '%U %a' /var/lib/gobridge/outbox.db)" = "gobridge 600" ] \
   || die "outbox: $(stat -c '%U %a' /var/lib/gobridge/outbox.db)"

@@ -8,6 +8,7 @@
 #   gobridge_VERSION_linux_ARCH.oci.tar           OCI image archive (FROM scratch), built with
 #                                                 buildah from deploy/image/Containerfile
 #   SHA256SUMS                                    of the archives, packages and images
+#   build.env                                     VERSION, COMMIT, DATE, DEB_VERSION (for dist-check.sh)
 # for ARCH in amd64, arm64 and armv7 (GOARM=7; Debian's armhf).
 #
 # Binaries are CGO-free (CGO_ENABLED=0), -trimpath, and stamped with -X main.version,
@@ -162,5 +163,6 @@ for arch in $ARCHES; do
 done
 
 (cd "$DIST" && sha256sum -- *.tar.gz *.deb $(ls -- *.oci.tar 2>/dev/null) >SHA256SUMS)
+printf 'VERSION=%q\nCOMMIT=%q\nDATE=%q\nDEB_VERSION=%q\n' "$VERSION" "$COMMIT" "$DATE" "$DEB_VERSION" >"$DIST/build.env"
 log "done in $((SECONDS - START))s:"
 (cd "$DIST" && ls -l -- *.tar.gz *.deb *.oci.tar SHA256SUMS 2>/dev/null) >&2
