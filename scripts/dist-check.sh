@@ -39,7 +39,7 @@ step() {
   fi
   STEP_NAME=$*
   STEP_START=$SECONDS
-  [ "$*" = done ] || log "--- $*"
+  [ "$*" = "done" ] || log "--- $*"
 }
 [ "$(id -u)" = 0 ] || die "run as root (dpkg -i, apt-get)"
 
@@ -150,6 +150,7 @@ systemd-analyze verify "$unit" || die "systemd-analyze verify $unit"
 systemd-analyze security --offline=true --threshold=20 "$unit" >"$TMP/security.txt" \
   || { cat "$TMP/security.txt" >&2; die "unit exposure above 2.0"; }
 log "$(grep 'Overall exposure' "$TMP/security.txt")"
+# shellcheck disable=SC2016 # $MAINPID is literal text
 for want in 'User=gobridge' 'StateDirectory=gobridge' 'ConfigurationDirectory=gobridge' 'ProtectSystem=strict' \
   'ProtectHome=yes' 'PrivateTmp=yes' 'NoNewPrivileges=yes' 'CapabilityBoundingSet=' \
   'RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX' 'Restart=on-failure' \
@@ -295,6 +296,6 @@ jq -e '
 promtool check rules --lint-fatal "$TMP/dashboard.rules.yaml" >/dev/null || die "a dashboard expression does not parse"
 log "rules: checked and unit-tested; dashboard: $(jq '[.panels[] | select(.type != "row")] | length' "$dash") panels, every query parses"
 
-step done
+step "done"
 log "dist-check passed in $((SECONDS - START))s"
 echo "dist-check: $STEPS passed, 0 failed"

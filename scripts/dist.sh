@@ -101,8 +101,10 @@ cleanup() {
 trap cleanup EXIT
 
 # The default config, with its schema line pointing where each artifact has the schema.
+# shellcheck disable=SC2016 # $schema is literal text
 sed '1s|^# yaml-language-server: \$schema=.*|# yaml-language-server: $schema=/usr/share/gobridge/gobridge.schema.json|' \
   blueprints/packaged.yaml >"$WORK/gobridge.yaml.deb"
+# shellcheck disable=SC2016
 sed '1s|^# yaml-language-server: \$schema=.*|# yaml-language-server: $schema=gobridge.schema.json|' \
   blueprints/packaged.yaml >"$WORK/gobridge.yaml.tar"
 
@@ -162,7 +164,7 @@ for arch in $ARCHES; do
   fi
 done
 
-(cd "$DIST" && sha256sum -- *.tar.gz *.deb $(ls -- *.oci.tar 2>/dev/null) >SHA256SUMS)
+(cd "$DIST" && shopt -s nullglob && sha256sum -- *.tar.gz *.deb *.oci.tar >SHA256SUMS)
 printf 'VERSION=%q\nCOMMIT=%q\nDATE=%q\nDEB_VERSION=%q\n' "$VERSION" "$COMMIT" "$DATE" "$DEB_VERSION" >"$DIST/build.env"
 log "done in $((SECONDS - START))s:"
 (cd "$DIST" && ls -l -- *.tar.gz *.deb *.oci.tar SHA256SUMS 2>/dev/null) >&2
