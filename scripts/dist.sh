@@ -159,7 +159,11 @@ for arch in $ARCHES; do
       --label "org.opencontainers.image.revision=$COMMIT" \
       --label "org.opencontainers.image.created=$DATE" \
       -f deploy/image/Containerfile -t "$tag" "$ctx" >/dev/null
-    "${BUILDAH[@]}" push --quiet --format oci "$tag" "oci-archive:$DIST/$name.oci.tar:gobridge:$FILE_VERSION" >/dev/null
+    # Push to an OCI layout and pack it ourselves, like the tarballs, so that one commit
+    # gives byte-identical archives (buildah's own oci-archive stamps the time of packing).
+    "${BUILDAH[@]}" push --quiet --format oci "$tag" "oci:$WORK/oci-$arch:gobridge:$FILE_VERSION" >/dev/null
+    tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
+      -C "$WORK/oci-$arch" -cf "$DIST/$name.oci.tar" oci-layout index.json blobs
     log "$arch: $name.oci.tar in $((SECONDS - t))s"
   fi
 done
