@@ -46,8 +46,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "check":
 		err = (&CheckCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
-	case "version":
+	case "version", "--version", "-version", "-v":
 		err = (&VersionCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
+	case "schema":
+		err = (&SchemaCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
 	case "run":
 		err = (&RunCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, rest)
 	case "dlq":
@@ -89,7 +91,9 @@ Usage:
   gobridge dlq list|show|requeue|drop -c FILE   inspect, requeue or drop dead letters
   gobridge outbox stats -c FILE                 per-route pending, due, oldest, dead, done
   gobridge dynamodb create-tables -c FILE       create the config's DynamoDB tables and indexes
-  gobridge version                              print version and commit
+  gobridge schema                               print the config's JSON Schema
+  gobridge version                              print version, commit, build date, Go version
+                                                (also: gobridge --version, gobridge -v)
   gobridge help                                 show this help
 
 Run "gobridge COMMAND -h" for a command's flags.

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	goruntime "runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -44,19 +47,50 @@ func TestRun_UsageErrors(t *testing.T) {
 func TestVersion_PrintsBuildInfo(t *testing.T) {
 	inRoot(t)
 	code, out, _ := gobridge(t, "version")
-	if code != exitOK || !strings.HasPrefix(out, "gobridge ") {
+	if code != exitOK || !strings.HasPrefix(out, "gobridge ") || !strings.Contains(out, goruntime.Version()) {
 		t.Fatalf("exit %d, %q", code, out)
 	}
-	info := &debug.BuildInfo{GoVersion: "go1.26", Main: debug.Module{Version: "v1.2.3"},
-		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "true"}}}
-	if got := versionString(info, true); got != "gobridge v1.2.3 (commit abc123, modified) go1.26" {
-		t.Errorf("versionString = %q", got)
+	for _, flag := range []string{"--version", "-version", "-v"} {
+		if c, o, _ := gobridge(t, flag); c != exitOK || o != out {
+			t.Errorf("gobridge %s: exit %d, %q; want %q", flag, c, o, out)
+		}
 	}
-	old := version
-	version = "v9.9.9"
-	defer func() { version = old }()
-	if got := versionString(info, true); !strings.HasPrefix(got, "gobridge v9.9.9 ") {
-		t.Errorf("-X main.version override ignored: %q", got)
+	info := &debug.BuildInfo{GoVersion: "go1.26", Main: debug.Module{Version: "v1.2.3"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}, {Key: "vcs.modified", Value: "true"},
+			{Key: "vcs.time", Value: "2026-11-30T10:00:00Z"}}}
+	platform := goruntime.GOOS + "/" + goruntime.GOARCH
+	if got, want := readBuild(info, true).String(), "gobridge v1.2.3 (commit abc123, modified, built 2026-11-30T10:00:00Z) go1.26 "+platform; got != want {
+		t.Errorf("from build info: %q, want %q", got, want)
+	}
+	// dist.sh stamps version, commit and date with -X; they win.
+	for v, val := range map[*string]string{&version: "v9.9.9", &commit: "def456", &date: "2026-12-01T00:00:00Z"} {
+		old := *v
+		*v = val
+		defer func() { *v = old }()
+	}
+	if got, want := readBuild(info, true).String(), "gobridge v9.9.9 (commit def456, built 2026-12-01T00:00:00Z) go1.26 "+platform; got != want {
+		t.Errorf("stamped: %q, want %q", got, want)
+	}
+	if got, want := readBuild(nil, false).String(), "gobridge v9.9.9 (commit def456, built 2026-12-01T00:00:00Z) "+goruntime.Version()+" "+platform; got != want {
+		t.Errorf("stamped, no build info: %q, want %q", got, want)
+	}
+}
+
+func TestSchema_PrintsTheCommittedSchema(t *testing.T) {
+	inRoot(t)
+	code, out, _ := gobridge(t, "schema")
+	want, err := os.ReadFile("schema/gobridge.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != exitOK || out != string(want) {
+		t.Fatalf("exit %d; output differs from schema/gobridge.schema.json", code)
+	}
+	if !json.Valid([]byte(out)) {
+		t.Fatal("not JSON")
+	}
+	if code, _, _ := gobridge(t, "schema", "extra"); code != exitUsage {
+		t.Errorf("schema extra: exit %d, want %d", code, exitUsage)
 	}
 }
 

@@ -33,8 +33,9 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 
 Run loads FILE (as "gobridge check" does; any error stops it before it
 starts anything), then runs the bridge until SIGINT or SIGTERM, and shuts
-down gracefully within bridge.shutdown_timeout. Logs go to stderr; stdout
-senders write to stdout.
+down gracefully within bridge.shutdown_timeout. SIGHUP is logged and
+otherwise ignored (reloading the config is not supported yet: restart to
+apply a new one). Logs go to stderr; stdout senders write to stdout.
 
 Flags:
 `)
@@ -55,6 +56,8 @@ Flags:
 		fs.Usage()
 		return errUsage
 	}
+	reloads := catchReloads() // SIGHUP from now on is logged, not fatal
+	defer reloads.stop()
 	cfg, probs, err := loadConfig(*path)
 	if err != nil {
 		return err
@@ -68,8 +71,15 @@ Flags:
 	for _, w := range probs.Warnings() {
 		log.Warn("config warning", "problem", w.String())
 	}
+	reloads.serve(ctx, log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerBuildInfo(reg, currentBuild()); err != nil {
+		return fmt.Errorf("register build info: %w", err)
+	}
+	if err := registerOutboxLimits(reg, cfg); err != nil {
+		return fmt.Errorf("register outbox limits: %w", err)
+	}
 	rt, err := bridge.New(cfg, bridge.Options{Logger: log, Registerer: reg, Stdout: c.Stdout})
 	if err != nil {
 		log.Error("bridge failed to start", "error", err)

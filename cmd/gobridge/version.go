@@ -5,24 +5,100 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	goruntime "runtime"
 	"runtime/debug"
 )
 
-// version is set at build time with -ldflags "-X main.version=v1.2.3";
-// otherwise it comes from the module's build info.
-var version = ""
+// Build stamps, set by scripts/dist.sh with
+// -ldflags "-X main.version=v1.2.3 -X main.commit=SHA -X main.date=RFC3339".
+// Empty ones come from the binary's build info when it has them (a build
+// from a git checkout records the commit and its time; `go install
+// ...@v1.2.3` records the version).
+var (
+	version = ""
+	commit  = ""
+	date    = ""
+)
 
-// VersionCommand prints gobridge's version and commit.
+// buildInfo is what `gobridge version` prints and gobridge_build_info
+// exports.
+type buildInfo struct {
+	Version   string // "v1.2.3", or "devel"
+	Commit    string // the VCS revision, or "unknown"
+	Modified  bool   // built from a tree with uncommitted changes
+	Date      string // build (or commit) time, RFC 3339; "" when unknown
+	GoVersion string // "go1.26.8"
+	Platform  string // "linux/amd64"
+}
+
+// currentBuild describes this binary.
+func currentBuild() buildInfo {
+	info, ok := debug.ReadBuildInfo()
+	return readBuild(info, ok)
+}
+
+// readBuild combines the -X stamps with build info; ok is false when there
+// is none.
+func readBuild(info *debug.BuildInfo, ok bool) buildInfo {
+	b := buildInfo{Version: version, Commit: commit, Date: date,
+		GoVersion: goruntime.Version(), Platform: goruntime.GOOS + "/" + goruntime.GOARCH}
+	if ok {
+		b.GoVersion = info.GoVersion
+		if b.Version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+			b.Version = info.Main.Version
+		}
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				if b.Commit == "" {
+					b.Commit = s.Value
+				}
+			case "vcs.time":
+				if b.Date == "" {
+					b.Date = s.Value
+				}
+			case "vcs.modified":
+				b.Modified = commit == "" && s.Value == "true"
+			case "GOOS", "GOARCH", "GOARM":
+				// reported by Platform from the running binary
+			}
+		}
+	}
+	if b.Version == "" {
+		b.Version = "devel"
+	}
+	if b.Commit == "" {
+		b.Commit = "unknown"
+	}
+	return b
+}
+
+// String formats b as "gobridge VERSION (commit COMMIT[, modified][, built
+// DATE]) GOVERSION PLATFORM".
+func (b buildInfo) String() string {
+	c := b.Commit
+	if b.Modified {
+		c += ", modified"
+	}
+	if b.Date != "" {
+		c += ", built " + b.Date
+	}
+	return fmt.Sprintf("gobridge %s (commit %s) %s %s", b.Version, c, b.GoVersion, b.Platform)
+}
+
+// VersionCommand prints gobridge's version, commit, build date and Go
+// version: `gobridge version`, also `gobridge --version` and `gobridge -v`.
 type VersionCommand struct {
 	Stdout, Stderr io.Writer
 }
 
-// Run prints "gobridge VERSION (commit COMMIT[, modified]) GOVERSION".
+// Run prints one line, as buildInfo.String formats it.
 func (c *VersionCommand) Run(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	fs.SetOutput(c.Stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: gobridge version\n\nVersion prints the version, the VCS commit and the Go version gobridge was built with.")
+		fmt.Fprintln(fs.Output(), "Usage: gobridge version (or gobridge --version, gobridge -v)\n\n"+
+			"Version prints the version, the VCS commit, the build date, the Go version and the platform gobridge was built for.")
 	}
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -35,32 +111,6 @@ func (c *VersionCommand) Run(_ context.Context, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	_, err := fmt.Fprintln(c.Stdout, versionString(debug.ReadBuildInfo()))
+	_, err := fmt.Fprintln(c.Stdout, currentBuild())
 	return err
-}
-
-// versionString formats build info; ok is false when none is available.
-func versionString(info *debug.BuildInfo, ok bool) string {
-	v, commit, modified, goVersion := version, "unknown", false, "unknown"
-	if ok {
-		goVersion = info.GoVersion
-		if v == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
-			v = info.Main.Version
-		}
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				commit = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-	}
-	if v == "" {
-		v = "devel"
-	}
-	if modified {
-		commit += ", modified"
-	}
-	return fmt.Sprintf("gobridge %s (commit %s) %s", v, commit, goVersion)
 }

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gobridge/gobridge/routes"
+)
+
+// Process-level metrics, registered by `gobridge run` on the registry the
+// runtime serves on /metrics, beside the runtime's own.
+
+// registerBuildInfo registers gobridge_build_info{version,commit,date,
+// goversion}, a gauge that is always 1. Dashboards show it to say what is
+// running.
+func registerBuildInfo(reg prometheus.Registerer, b buildInfo) error {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "gobridge_build_info",
+		Help: "Always 1; the labels say which gobridge build is running.",
+		ConstLabels: prometheus.Labels{
+			"version": b.Version, "commit": b.Commit, "date": b.Date, "goversion": b.GoVersion,
+		},
+	})
+	g.Set(1)
+	return reg.Register(g)
+}
+
+// registerOutboxLimits registers gobridge_outbox_pending_limit{session}:
+// the smallest policy.max_outbox_depth among the shared_outbox routes of
+// each session, the pending count at which ingest on that route stops
+// acknowledging. Alerts divide gobridge_outbox_pending by it ("outbox near
+// full"). cfg has its defaults applied.
+func registerOutboxLimits(reg prometheus.Registerer, cfg *routes.Config) error {
+	limits := map[string]int{}
+	for _, r := range cfg.Routes {
+		if r.DeliveryMode != routes.SharedOutbox || r.Session.ID == "" {
+			continue
+		}
+		if l, ok := limits[r.Session.ID]; !ok || r.Policy.MaxOutboxDepth < l {
+			limits[r.Session.ID] = r.Policy.MaxOutboxDepth
+		}
+	}
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "gobridge_outbox_pending_limit",
+		Help: "Pending records at which ingest into the session pushes back (the smallest max_outbox_depth of its routes).",
+	}, []string{"session"})
+	for s, l := range limits {
+		g.WithLabelValues(s).Set(float64(l))
+	}
+	return reg.Register(g)
+}
