@@ -12,6 +12,7 @@ import (
 	"github.com/gobridge/gobridge/drainer"
 	"github.com/gobridge/gobridge/processors"
 	"github.com/gobridge/gobridge/receivers"
+	"github.com/gobridge/gobridge/receivers/httplistener"
 	"github.com/gobridge/gobridge/receivers/listener"
 	"github.com/gobridge/gobridge/receivers/mqtt"
 	"github.com/gobridge/gobridge/routes"
@@ -90,7 +91,7 @@ func compileProcessors(rc routes.RouteConfig) (func(*message.Envelope) (bool, st
 // newReceiverBackend maps a receiver's config to its component's Options.
 func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.Logger) (receiver, error) {
 	o := c.Options
-	tc, err := tlsConfig(o.TLS, c.Type == routes.ReceiverMQTTListener)
+	tc, err := tlsConfig(o.TLS, c.Type != routes.ReceiverMQTT)
 	if err != nil {
 		return nil, err
 	}
@@ -117,14 +118,9 @@ func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.
 		}
 		users := make([]listener.User, len(o.Users))
 		for i, u := range o.Users {
-			password := string(u.Password)
-			if password == "" && u.PasswordFile != "" {
-				// Until routes resolves *_file secrets at load time.
-				b, err := os.ReadFile(u.PasswordFile)
-				if err != nil {
-					return nil, fmt.Errorf("users[%d].password_file: %w", i, err)
-				}
-				password = strings.TrimRight(string(b), "\r\n")
+			password, err := secretOrFile(string(u.Password), u.PasswordFile)
+			if err != nil {
+				return nil, fmt.Errorf("users[%d].password_file: %w", i, err)
 			}
 			users[i] = listener.User{Username: u.Username, Password: password, PasswordHash: string(u.PasswordHash),
 				ACL: listener.ACL{Publish: u.Publish, Subscribe: u.Subscribe}}
@@ -135,6 +131,38 @@ func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.
 			MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes, MaxClients: o.MaxClients,
 			ConnectTimeout: o.ConnectTimeout.D(), Retain: o.Retain, SessionExpiry: o.SessionExpiry.D(),
 		}, sink, log)
+	case routes.ReceiverHTTPListener:
+		filters := make([]string, len(c.Topics))
+		for i, t := range c.Topics {
+			filters[i] = t.Topic
+		}
+		token, err := secretOrFile(string(o.Token), o.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("token_file: %w", err)
+		}
+		if o.TokenFile != "" && token == "" {
+			return nil, fmt.Errorf("token_file %s is empty", o.TokenFile)
+		}
+		return httplistener.New(httplistener.Options{
+			ID: c.ID, Listen: o.Listen, Topics: filters, Token: token, AllowAnonymous: o.AllowAnonymous, TLS: tc,
+			MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes, MaxInFlight: o.MaxInFlight,
+			SettleTimeout: o.SettleTimeout.D(), ReadHeaderTimeout: o.ConnectTimeout.D(), ReadTimeout: o.ReadTimeout.D(),
+			WriteTimeout: o.WriteTimeout.D(), Headers: o.Headers, MaxBatchLines: o.MaxBatchLines, MaxBatchBytes: o.MaxBatchBytes,
+		}, sink, log)
 	}
 	return nil, fmt.Errorf("unknown receiver type %q", c.Type)
+}
+
+// secretOrFile returns secret, or else the content of file (when named)
+// without its trailing newline. Until routes resolves *_file secrets at
+// load time.
+func secretOrFile(secret, file string) (string, error) {
+	if secret != "" || file == "" {
+		return secret, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
 }

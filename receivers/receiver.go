@@ -35,6 +35,8 @@ const (
 const (
 	ReasonPayloadTooLarge = "payload_too_large"
 	ReasonDenied          = "denied"
+	ReasonMalformed       = "malformed"
+	ReasonBusy            = "busy"
 )
 
 // Message is one inbound MQTT message.
@@ -154,6 +156,13 @@ type Stats struct {
 	// Denied counts publications the listener's ACL refused: acknowledged
 	// and discarded (reason denied; mqtt_listener only).
 	Denied uint64
+	// Malformed counts requests (or batch lines) refused as malformed
+	// (http_listener only: 400, 415).
+	Malformed uint64
+	// Busy counts requests refused with 503 before their message was
+	// handed on: max_in_flight requests open, or no room within
+	// max_inflight_bytes in time (http_listener only).
+	Busy uint64
 	// InFlight is the number of messages received and not yet acknowledged.
 	InFlight int
 	// InFlightBytes is the payload bytes of those messages.
