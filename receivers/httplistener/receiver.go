@@ -26,9 +26,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -269,14 +271,14 @@ func (r *Receiver) Stats() receivers.Stats {
 
 // EnvelopeID is the envelope ID of a message published with an
 // Idempotency-Key: the hex SHA-256 of the receiver's ID (the producer
-// identity: one token per receiver), the topic and the key, separated by
-// NUL bytes. The same key on another topic or another receiver gives
-// another ID.
+// identity: one token per receiver), the topic and the key, each preceded
+// by its length (8 bytes, big-endian). The same key on another topic or
+// another receiver gives another ID.
 func EnvelopeID(receiver, topic, key string) string {
 	h := sha256.New()
 	for _, s := range []string{receiver, topic, key} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
+		_ = binary.Write(h, binary.BigEndian, uint64(len(s)))
+		_, _ = io.WriteString(h, s)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
