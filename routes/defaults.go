@@ -108,7 +108,7 @@ func (c *Config) setDefaults() {
 			o.MaxBatchBytes = cmp.Or(o.MaxBatchBytes, DefaultMaxBatchBytes)
 		}
 		for j := range r.Topics {
-			if r.Topics[j].QoS == nil {
+			if r.Topics[j].QoS == nil && r.Type != ReceiverHTTPListener { // no QoS over HTTP
 				q := DefaultQoS
 				r.Topics[j].QoS = &q
 			}
