@@ -1,8 +1,10 @@
-// Package receivers defines how inbound MQTT messages reach gobridge's
-// routes. The backends are receivers/mqtt (a paho client of an existing
+// Package receivers defines how inbound messages reach gobridge's routes.
+// The MQTT backends are receivers/mqtt (a paho client of an existing
 // broker) and receivers/listener (an embedded mochi-mqtt broker); both
 // acknowledge through the one in-order Acker of this package and pass the
-// conformance suite in receivers/receivertest.
+// conformance suite in receivers/receivertest. receivers/httplistener
+// (HTTP ingest) answers each request on its own once its message settled
+// (Message.Report).
 //
 // Each message is handed to a Sink together with a done callback. The
 // receiver acknowledges the message to its publisher or broker only after
@@ -151,10 +153,11 @@ type Stats struct {
 	// Reconnects counts successful connections after the first (mqtt only).
 	Reconnects uint64
 	// TooLarge counts payloads over max_payload_bytes, handed to the sink
-	// truncated (reason payload_too_large).
+	// truncated (reason payload_too_large); http_listener: refused with 413.
 	TooLarge uint64
 	// Denied counts publications the listener's ACL refused: acknowledged
-	// and discarded (reason denied; mqtt_listener only).
+	// and discarded (reason denied; mqtt_listener); http_listener: requests
+	// refused with 401 or 403.
 	Denied uint64
 	// Malformed counts requests (or batch lines) refused as malformed
 	// (http_listener only: 400, 415).
