@@ -11,11 +11,13 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/receivers/internal/testsink"
+	"github.com/gobridge/gobridge/receivers/internal/testtls"
 )
 
 const testToken = "s3cret-token"
@@ -257,21 +259,27 @@ func TestReceiver_AnonymousNeedsNoToken(t *testing.T) {
 	}
 }
 
-// zeros is a reader of n zero bytes that allocates nothing.
-type zeros struct{ n, read int64 }
+// zeros is a reader of n zero bytes that allocates nothing. The client's
+// transport may still read it after the answer arrived: read is atomic.
+type zeros struct {
+	n    int64
+	read atomic.Int64
+}
 
 func (z *zeros) Read(p []byte) (int, error) {
-	if z.read >= z.n {
+	read := z.read.Load()
+	if read >= z.n {
 		return 0, io.EOF
 	}
-	k := min(int64(len(p)), z.n-z.read)
+	k := min(int64(len(p)), z.n-read)
 	clear(p[:k])
-	z.read += k
+	z.read.Add(k)
 	return int(k), nil
 }
 
+// TestReceiver_OversizedBodyIsRefusedUnread is not parallel: it measures
+// the process's allocations.
 func TestReceiver_OversizedBodyIsRefusedUnread(t *testing.T) {
-	t.Parallel()
 	sink := testsink.New(true)
 	const limit = 64 << 10
 	b := setup(t, Options{MaxPayloadBytes: limit, MaxBatchBytes: limit}, sink)
@@ -313,10 +321,10 @@ func TestReceiver_OversizedBodyIsRefusedUnread(t *testing.T) {
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<20 {
 			t.Fatalf("%d bytes allocated for a refused body", alloc)
 		}
-		if body.read > 64<<20 {
-			t.Fatalf("the client could send %d bytes of a refused body", body.read)
+		if sent := body.read.Load(); sent > 64<<20 {
+			t.Fatalf("the client could send %d bytes of a refused body", sent)
 		}
-		t.Logf("client sent %d of %d bytes", body.read, body.n)
+		t.Logf("client sent %d of %d bytes", body.read.Load(), body.n)
 	})
 	if st := b.r.Stats(); st.TooLarge != 2 || st.InFlightBytes != 0 {
 		t.Fatalf("stats = %+v", st)
@@ -390,6 +398,30 @@ func TestNew_RefusesBadOptions(t *testing.T) {
 	} {
 		if _, err := New(o, sink, nil); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: err = %v, want ErrConfig", name, err)
+		}
+	}
+}
+
+func TestReceiver_TLSOnly(t *testing.T) {
+	t.Parallel()
+	files := testtls.Write(t)
+	b := setup(t, Options{TLS: files.Server(t, false)}, newSettlingSink(receivers.OutcomeCommitted, false))
+	https := &http.Client{Transport: &http.Transport{TLSClientConfig: files.Client(t, false)}}
+	req, _ := http.NewRequest(http.MethodPost, strings.Replace(b.url, "http://", "https://", 1)+"/plant/a", strings.NewReader("x"))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := https.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("over TLS: %d", resp.StatusCode)
+	}
+	plain, err := http.Post(b.url+"/plant/a", "text/plain", strings.NewReader("x"))
+	if err == nil {
+		plain.Body.Close()
+		if plain.StatusCode == http.StatusOK {
+			t.Fatal("a plain HTTP request was served by a TLS listener")
 		}
 	}
 }
