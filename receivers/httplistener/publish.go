@@ -132,8 +132,7 @@ func (r *Receiver) readBody(ctx context.Context, w http.ResponseWriter, req *htt
 		r.inFlightBytes.Add(-held)
 		r.bytes.Release(held)
 	}
-	body = make([]byte, 0, min(want+1, 64<<10))
-	body, err := readAll(http.MaxBytesReader(w, req.Body, int64(limit)), body)
+	body, err := readAll(http.MaxBytesReader(w, req.Body, int64(limit)), limit, want)
 	if err != nil {
 		release()
 		if errors.As(err, new(*http.MaxBytesError)) {
@@ -154,11 +153,19 @@ func (r *Receiver) readBody(ctx context.Context, w http.ResponseWriter, req *htt
 	return body, release, true
 }
 
-// readAll is io.ReadAll into buf.
-func readAll(rd io.Reader, buf []byte) ([]byte, error) {
+// readAll reads rd to its end into a buffer of at most limit+1 bytes (its
+// capacity grows by doubling, capped there), so that a limited reader
+// (http.MaxBytesReader) can report a body over limit without more memory.
+func readAll(rd io.Reader, limit int, sizeHint int64) ([]byte, error) {
+	buf := make([]byte, 0, min(max(sizeHint+1, 512), 64<<10, int64(limit)+1))
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			if cap(buf) > limit {
+				return buf, &http.MaxBytesError{Limit: int64(limit)}
+			}
+			nb := make([]byte, len(buf), min(2*cap(buf), limit+1))
+			copy(nb, buf)
+			buf = nb
 		}
 		n, err := rd.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
