@@ -109,8 +109,8 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// post sends a request with the test token (unless headers set
-// Authorization) and returns the status, the decoded JSON answer and the
+// post sends a request with the test token (headers with an empty value
+// are removed) and returns the status, the decoded JSON answer and the
 // response headers.
 func post(t *testing.T, url string, body io.Reader, headers map[string]string) (int, map[string]any, http.Header) {
 	t.Helper()
@@ -128,12 +128,13 @@ func post(t *testing.T, url string, body io.Reader, headers map[string]string) (
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err) // not Fatal: post also runs in goroutines of its own
+		return 0, nil, nil
 	}
 	defer resp.Body.Close()
 	var out map[string]any
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatalf("answer %d is not JSON: %v", resp.StatusCode, err)
+		t.Errorf("answer %d is not JSON: %v", resp.StatusCode, err)
 	}
 	return resp.StatusCode, out, resp.Header
 }
@@ -423,5 +424,24 @@ func TestReceiver_TLSOnly(t *testing.T) {
 		if plain.StatusCode == http.StatusOK {
 			t.Fatal("a plain HTTP request was served by a TLS listener")
 		}
+	}
+}
+
+func TestReceiver_StopAnswersWaitingRequests503(t *testing.T) {
+	t.Parallel()
+	sink := newSettlingSink(receivers.OutcomeCommitted, true) // never released
+	b := setup(t, Options{}, sink)
+	answered := make(chan int, 1)
+	go func() {
+		st, _, _ := post(t, b.url+"/plant/a", strings.NewReader("x"), nil)
+		answered <- st
+	}()
+	<-sink.got
+	b.stop()
+	if st := <-answered; st != http.StatusServiceUnavailable {
+		t.Fatalf("a request waiting at stop got %d", st)
+	}
+	if s := b.r.Status(); s.Connected || s.Reason == "" {
+		t.Fatalf("status after stop = %+v", s)
 	}
 }
