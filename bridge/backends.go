@@ -10,6 +10,7 @@ import (
 	"github.com/gobridge/gobridge/drainer"
 	"github.com/gobridge/gobridge/processors"
 	"github.com/gobridge/gobridge/receivers"
+	"github.com/gobridge/gobridge/receivers/httplistener"
 	"github.com/gobridge/gobridge/receivers/listener"
 	"github.com/gobridge/gobridge/receivers/mqtt"
 	"github.com/gobridge/gobridge/routes"
@@ -88,7 +89,7 @@ func compileProcessors(rc routes.RouteConfig) (func(*message.Envelope) (bool, st
 // newReceiverBackend maps a receiver's config to its component's Options.
 func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.Logger) (receiver, error) {
 	o := c.Options
-	tc, err := tlsConfig(o.TLS, c.Type == routes.ReceiverMQTTListener)
+	tc, err := tlsConfig(o.TLS, c.Type != routes.ReceiverMQTT)
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +124,17 @@ func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.
 			AllowAnonymous: o.AllowAnonymous, Anonymous: listener.ACL{Publish: o.Anonymous.Publish, Subscribe: o.Anonymous.Subscribe},
 			MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes, MaxClients: o.MaxClients,
 			ConnectTimeout: o.ConnectTimeout.D(), Retain: o.Retain, SessionExpiry: o.SessionExpiry.D(),
+		}, sink, log)
+	case routes.ReceiverHTTPListener:
+		filters := make([]string, len(c.Topics))
+		for i, t := range c.Topics {
+			filters[i] = t.Topic
+		}
+		return httplistener.New(httplistener.Options{
+			ID: c.ID, Listen: o.Listen, Topics: filters, Token: o.Token.Reveal(), AllowAnonymous: o.AllowAnonymous, TLS: tc,
+			MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes, MaxInFlight: o.MaxInFlight,
+			SettleTimeout: o.SettleTimeout.D(), ReadHeaderTimeout: o.ConnectTimeout.D(), ReadTimeout: o.ReadTimeout.D(),
+			WriteTimeout: o.WriteTimeout.D(), Headers: o.Headers, MaxBatchLines: o.MaxBatchLines, MaxBatchBytes: o.MaxBatchBytes,
 		}, sink, log)
 	}
 	return nil, fmt.Errorf("unknown receiver type %q", c.Type)

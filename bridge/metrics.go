@@ -171,7 +171,7 @@ var (
 	descRecvInFlightBytes = prometheus.NewDesc("gobridge_receiver_in_flight_bytes",
 		"Payload bytes received and not yet acknowledged (bounded by max_inflight_bytes).", []string{"receiver"}, nil)
 	descRejected = prometheus.NewDesc("gobridge_ingest_rejected_total",
-		"Messages a receiver refused to route: payload_too_large (over max_payload_bytes: dead-lettered truncated, or dropped without an outbox store) or denied (the listener's publish ACL; acknowledged and discarded).",
+		"Messages a receiver refused to route: payload_too_large (over max_payload_bytes: dead-lettered truncated, or dropped without an outbox store) denied (the listener's publish ACL; acknowledged and discarded; http_listener: 401, 403), malformed (http_listener: 400, 415) or busy (http_listener: 503 before the message was taken).",
 		[]string{"receiver", "reason"}, nil)
 )
 
@@ -198,6 +198,8 @@ func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRecvInFlightBytes, prometheus.GaugeValue, float64(st.InFlightBytes), nr.id)
 		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(st.TooLarge), nr.id, receivers.ReasonPayloadTooLarge)
 		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(st.Denied), nr.id, receivers.ReasonDenied)
+		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(st.Malformed), nr.id, receivers.ReasonMalformed)
+		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(st.Busy), nr.id, receivers.ReasonBusy)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -40,11 +42,11 @@ func readStdout(t *testing.T, b *bridge) []stdoutLine {
 }
 
 // TestQuickstart_Blueprint runs blueprints/quickstart.yaml (the SQLite path
-// made unique, the ports moved with the GOBRIDGE_MQTT_LISTEN and
-// GOBRIDGE_ADMIN_LISTEN variables the README documents) as the README's
-// quick start does: QoS 1 messages published to the embedded MQTT listener
-// come out on stdout, one JSON line each, with the topic, the payload and an
-// envelope ID.
+// made unique, the ports moved with the GOBRIDGE_*_LISTEN variables the
+// README documents) as the README's quick start does: QoS 1 messages
+// published to the embedded MQTT listener, and one POSTed to its HTTP
+// ingest as the README's curl line does, come out on stdout, one JSON line
+// each, with the topic, the payload and an envelope ID.
 func TestQuickstart_Blueprint(t *testing.T) {
 	needBinary(t)
 	blueprint, err := os.ReadFile("../blueprints/quickstart.yaml")
@@ -52,11 +54,12 @@ func TestQuickstart_Blueprint(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := string(blueprint)
-	admin, listen, dir := freeAddr(t), freeAddr(t), t.TempDir()
+	admin, listen, web, dir := freeAddr(t), freeAddr(t), freeAddr(t), t.TempDir()
 	for old, repl := range map[string]string{
 		"./data/outbox.db": dir + "/outbox.db",
 		// kept as they are: the environment below moves the ports
 		"${GOBRIDGE_ADMIN_LISTEN:-127.0.0.1:9090}": "", "${GOBRIDGE_MQTT_LISTEN:-127.0.0.1:1883}": "",
+		"${GOBRIDGE_HTTP_LISTEN:-127.0.0.1:8080}": "",
 	} {
 		if !strings.Contains(cfg, old) {
 			t.Fatalf("blueprint no longer contains %q; update this test", old)
@@ -66,7 +69,7 @@ func TestQuickstart_Blueprint(t *testing.T) {
 		}
 	}
 	b := startBridge(t, dir, "quickstart", admin, cfg,
-		"GOBRIDGE_ADMIN_LISTEN="+admin, "GOBRIDGE_MQTT_LISTEN="+listen)
+		"GOBRIDGE_ADMIN_LISTEN="+admin, "GOBRIDGE_MQTT_LISTEN="+listen, "GOBRIDGE_HTTP_LISTEN="+web)
 	b.waitReady(t, 30*time.Second)
 
 	const n = 10
@@ -78,10 +81,20 @@ func TestQuickstart_Blueprint(t *testing.T) {
 		want[topic] = payload
 	}
 	publishAll(t, publisher(t, "tcp://"+listen, "quickstart-pub"), msgs, 20*time.Second)
+	resp, err := http.Post("http://"+web+"/v1/publish/demo/posted", "application/json", strings.NewReader(`{"temp": 21}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(answer), `"outcome":"committed"`) {
+		t.Fatalf("POST answered %d %s", resp.StatusCode, answer)
+	}
+	want["demo/posted"] = `{"temp": 21}`
 	var lines []stdoutLine
 	waitFor(t, 20*time.Second, "every message printed on stdout", func() bool {
 		lines = readStdout(t, b)
-		return len(lines) >= n
+		return len(lines) >= len(want)
 	})
 	seen := map[string]bool{}
 	for _, l := range lines {
@@ -90,7 +103,7 @@ func TestQuickstart_Blueprint(t *testing.T) {
 		}
 		seen[l.Topic] = true
 	}
-	if len(lines) != n {
-		t.Errorf("%d stdout lines, want %d", len(lines), n)
+	if len(lines) != len(want) {
+		t.Errorf("%d stdout lines, want %d", len(lines), len(want))
 	}
 }

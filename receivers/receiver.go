@@ -1,8 +1,10 @@
-// Package receivers defines how inbound MQTT messages reach gobridge's
-// routes. The backends are receivers/mqtt (a paho client of an existing
+// Package receivers defines how inbound messages reach gobridge's routes.
+// The MQTT backends are receivers/mqtt (a paho client of an existing
 // broker) and receivers/listener (an embedded mochi-mqtt broker); both
 // acknowledge through the one in-order Acker of this package and pass the
-// conformance suite in receivers/receivertest.
+// conformance suite in receivers/receivertest. receivers/httplistener
+// (HTTP ingest) answers each request on its own once its message settled
+// (Message.Report).
 //
 // Each message is handed to a Sink together with a done callback. The
 // receiver acknowledges the message to its publisher or broker only after
@@ -35,6 +37,8 @@ const (
 const (
 	ReasonPayloadTooLarge = "payload_too_large"
 	ReasonDenied          = "denied"
+	ReasonMalformed       = "malformed"
+	ReasonBusy            = "busy"
 )
 
 // Message is one inbound MQTT message.
@@ -149,11 +153,19 @@ type Stats struct {
 	// Reconnects counts successful connections after the first (mqtt only).
 	Reconnects uint64
 	// TooLarge counts payloads over max_payload_bytes, handed to the sink
-	// truncated (reason payload_too_large).
+	// truncated (reason payload_too_large); http_listener: refused with 413.
 	TooLarge uint64
 	// Denied counts publications the listener's ACL refused: acknowledged
-	// and discarded (reason denied; mqtt_listener only).
+	// and discarded (reason denied; mqtt_listener); http_listener: requests
+	// refused with 401 or 403.
 	Denied uint64
+	// Malformed counts requests (or batch lines) refused as malformed
+	// (http_listener only: 400, 415).
+	Malformed uint64
+	// Busy counts requests refused with 503 before their message was
+	// handed on: max_in_flight requests open, or no room within
+	// max_inflight_bytes in time (http_listener only).
+	Busy uint64
 	// InFlight is the number of messages received and not yet acknowledged.
 	InFlight int
 	// InFlightBytes is the payload bytes of those messages.

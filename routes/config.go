@@ -127,20 +127,22 @@ type StoreOptions struct {
 const (
 	ReceiverMQTT         = "mqtt"
 	ReceiverMQTTListener = "mqtt_listener"
+	ReceiverHTTPListener = "http_listener"
 )
 
 // ReceiverConfig is one message source.
 type ReceiverConfig struct {
 	ID string `yaml:"id,omitempty" validate:"required"`
-	// Type is mqtt (a client of an existing broker) or mqtt_listener (an
-	// embedded broker).
-	Type    string          `yaml:"type,omitempty" validate:"required,oneof=mqtt mqtt_listener"`
+	// Type is mqtt (a client of an existing broker), mqtt_listener (an
+	// embedded broker) or http_listener (HTTP ingest).
+	Type    string          `yaml:"type,omitempty" validate:"required,oneof=mqtt mqtt_listener http_listener"`
 	Options ReceiverOptions `yaml:"options,omitempty"`
-	// Topics are the subscriptions; a route's topic must be covered by one.
+	// Topics are the subscriptions (http_listener: the topics producers
+	// may publish to); a route's topic must be covered by one.
 	Topics []Subscription `yaml:"topics,omitempty" validate:"required,dive"`
 }
 
-// ReceiverOptions holds the options of both receiver types.
+// ReceiverOptions holds the options of every receiver type.
 type ReceiverOptions struct {
 	// BrokerURLs (mqtt) are tcp://, ssl://, ws:// or wss:// URLs. Required.
 	BrokerURLs []string `yaml:"broker_urls,omitempty"`
@@ -159,8 +161,8 @@ type ReceiverOptions struct {
 	// would turn keep-alive off).
 	KeepAlive Duration `yaml:"keep_alive,omitempty"`
 	// ConnectTimeout bounds one connection attempt (mqtt), or how long a
-	// client may take to send its CONNECT (mqtt_listener). Defaults to 10s;
-	// must be > 0.
+	// client may take to send its CONNECT (mqtt_listener) or its request
+	// headers (http_listener). Defaults to 10s; must be > 0.
 	ConnectTimeout Duration `yaml:"connect_timeout,omitempty"`
 	// MaxPayloadBytes: a larger payload becomes an ingest dead letter
 	// (payload_too_large) holding its first 1 KiB. 1..268435456; defaults
@@ -170,15 +172,42 @@ type ReceiverOptions struct {
 	// acknowledged (mqtt_listener: across all publishers). Defaults to
 	// 67108864 (64 MiB).
 	MaxInflightBytes int `yaml:"max_inflight_bytes,omitempty" validate:"min=1"`
-	// Listen (mqtt_listener) is the TCP address to accept publishers on.
-	// Defaults to 127.0.0.1:1883.
+	// Listen (mqtt_listener, http_listener) is the TCP address to accept
+	// publishers on. Defaults to 127.0.0.1:1883 (mqtt_listener) or
+	// 127.0.0.1:8080 (http_listener).
 	Listen string `yaml:"listen,omitempty"`
 	// Users (mqtt_listener) may connect.
 	Users []User `yaml:"users,omitempty" validate:"dive"`
 	// AllowAnonymous (mqtt_listener) lets clients without a username
 	// connect. Without it they may only on a loopback listen with no users
-	// (a warning).
+	// (a warning). http_listener: requests need no token; allowed on a
+	// loopback listen only.
 	AllowAnonymous bool `yaml:"allow_anonymous,omitempty"`
+	// Token (http_listener) is the bearer token every request must carry;
+	// TokenFile names a file holding it (trailing newline ignored). One of
+	// them unless allow_anonymous.
+	Token     Secret `yaml:"token,omitempty"`
+	TokenFile string `yaml:"token_file,omitempty" file:"token"`
+	// MaxInFlight (http_listener) bounds the requests served at once; one
+	// more is answered 503. Defaults to 256.
+	MaxInFlight int `yaml:"max_in_flight,omitempty" validate:"omitempty,min=1"`
+	// SettleTimeout (http_listener) bounds how long a request waits for
+	// its message to be settled (room in the outbox included) before it is
+	// answered 503. Defaults to 30s.
+	SettleTimeout Duration `yaml:"settle_timeout,omitempty"`
+	// ReadTimeout (http_listener) bounds reading a whole request; defaults
+	// to 30s. WriteTimeout bounds a request from the end of its headers to
+	// the end of its answer; defaults to 60s and must exceed
+	// settle_timeout.
+	ReadTimeout  Duration `yaml:"read_timeout,omitempty"`
+	WriteTimeout Duration `yaml:"write_timeout,omitempty"`
+	// Headers (http_listener) are request headers carried into the
+	// message's headers, besides Content-Type.
+	Headers []string `yaml:"headers,omitempty"`
+	// MaxBatchLines and MaxBatchBytes (http_listener) bound one NDJSON
+	// batch. Default 1000 and 4194304 (4 MiB).
+	MaxBatchLines int `yaml:"max_batch_lines,omitempty" validate:"omitempty,min=1"`
+	MaxBatchBytes int `yaml:"max_batch_bytes,omitempty" validate:"omitempty,min=1"`
 	// Anonymous (mqtt_listener) is the ACL of anonymous clients.
 	Anonymous ACL `yaml:"anonymous,omitempty"`
 	// MaxClients (mqtt_listener) bounds the open connections. Defaults to

@@ -11,6 +11,13 @@ import (
 const (
 	DefaultAdminListen      = "127.0.0.1:9090"
 	DefaultListenerAddr     = "127.0.0.1:1883"
+	DefaultHTTPListenerAddr = "127.0.0.1:8080"
+	DefaultHTTPMaxInFlight  = 256
+	DefaultSettleTimeout    = 30 * time.Second
+	DefaultReadTimeout      = 30 * time.Second
+	DefaultWriteTimeout     = 60 * time.Second
+	DefaultMaxBatchLines    = 1000
+	DefaultMaxBatchBytes    = 4 << 20
 	DefaultSQLitePath       = "./data/outbox.db"
 	DefaultDoneRetention    = 100_000
 	DefaultOutboxTable      = "gobridge_outbox"
@@ -91,9 +98,17 @@ func (c *Config) setDefaults() {
 			o.Listen = cmp.Or(o.Listen, DefaultListenerAddr)
 			o.MaxClients = cmp.Or(o.MaxClients, DefaultMaxClients)
 			o.SessionExpiry = cmp.Or(o.SessionExpiry, Duration(DefaultSessionExpiry))
+		case ReceiverHTTPListener:
+			o.Listen = cmp.Or(o.Listen, DefaultHTTPListenerAddr)
+			o.MaxInFlight = cmp.Or(o.MaxInFlight, DefaultHTTPMaxInFlight)
+			o.SettleTimeout = cmp.Or(o.SettleTimeout, Duration(DefaultSettleTimeout))
+			o.ReadTimeout = cmp.Or(o.ReadTimeout, Duration(DefaultReadTimeout))
+			o.WriteTimeout = cmp.Or(o.WriteTimeout, Duration(DefaultWriteTimeout))
+			o.MaxBatchLines = cmp.Or(o.MaxBatchLines, DefaultMaxBatchLines)
+			o.MaxBatchBytes = cmp.Or(o.MaxBatchBytes, DefaultMaxBatchBytes)
 		}
 		for j := range r.Topics {
-			if r.Topics[j].QoS == nil {
+			if r.Topics[j].QoS == nil && r.Type != ReceiverHTTPListener { // no QoS over HTTP
 				q := DefaultQoS
 				r.Topics[j].QoS = &q
 			}

@@ -83,8 +83,8 @@ func documented(rows map[string]string, path string) bool {
 	return false
 }
 
-// defaultsFixture is a small config touching every kind of default: both
-// receiver types, every sender type, a direct_hold route, a fixed_poll and an
+// defaultsFixture is a small config touching every kind of default: every
+// receiver type, every sender type, a direct_hold route, a fixed_poll and an
 // adaptive shared_outbox route.
 const defaultsFixture = `version: 1
 bridge: {id: docs}
@@ -93,6 +93,7 @@ stores:
 receivers:
   - {id: plant, type: mqtt, options: {broker_urls: ["tcp://127.0.0.1:1883"]}, topics: [{topic: "#"}]}
   - {id: edge, type: mqtt_listener, topics: [{topic: "#"}]}
+  - {id: web, type: http_listener, options: {allow_anonymous: true}, topics: [{topic: "#"}]}
 senders:
   - {id: q, type: sqs, options: {queue_url: "https://sqs.example.com/1/q"}}
   - {id: h, type: http, options: {url: "https://example.com/"}}
@@ -106,6 +107,7 @@ routes:
     sender: s
     delivery_mode: shared_outbox
     session: {id: s2, drain_strategy: {type: adaptive_backoff}}
+  - {id: posted, receiver: web, topic: "d", sender: s, delivery_mode: shared_outbox, session: {id: s3}}
 `
 
 // dynamoFixture covers the DynamoDB store defaults.

@@ -14,6 +14,9 @@ var receiverOptions = map[string][]string{
 		"max_payload_bytes", "max_inflight_bytes", "tls"},
 	ReceiverMQTTListener: {"listen", "users", "allow_anonymous", "anonymous", "max_clients", "connect_timeout",
 		"retain", "session_expiry", "max_payload_bytes", "max_inflight_bytes", "tls"},
+	ReceiverHTTPListener: {"listen", "token", "token_file", "allow_anonymous", "connect_timeout", "max_payload_bytes",
+		"max_inflight_bytes", "max_in_flight", "settle_timeout", "read_timeout", "write_timeout", "headers",
+		"max_batch_lines", "max_batch_bytes", "tls"},
 }
 
 var senderOptions = map[string][]string{
@@ -49,9 +52,14 @@ func (c *Config) checkReceivers(add func(Problem)) {
 				add(c.Errorf(path+".options.listen", "listen", "%s.options.listen: %v", path, err))
 			}
 			c.checkListenerAccess(add, path+".options", r.Options)
+		case ReceiverHTTPListener:
+			if err := checkListenAddr(r.Options.Listen); err != nil {
+				add(c.Errorf(path+".options.listen", "listen", "%s.options.listen: %v", path, err))
+			}
+			c.checkHTTPListener(add, path, r)
 		}
-		c.checkReceiverLimits(add, path+".options", r.Options)
-		c.checkTLS(add, path+".options.tls", r.Options.TLS, r.Type == ReceiverMQTTListener)
+		c.checkReceiverLimits(add, path+".options", r)
+		c.checkTLS(add, path+".options.tls", r.Options.TLS, r.Type != ReceiverMQTT)
 		feeds := c.routesOf(r.ID)
 		for j, s := range r.Topics {
 			tp := fmt.Sprintf("%s.topics[%d]", path, j)
@@ -60,6 +68,9 @@ func (c *Config) checkReceivers(add func(Problem)) {
 					add(c.Errorf(tp+".topic", "topic-filter", "%s.topic: %v", tp, err))
 					continue
 				}
+			}
+			if r.Type == ReceiverHTTPListener {
+				continue
 			}
 			if s.QoS != nil && *s.QoS == 0 {
 				for _, rt := range feeds {
@@ -153,15 +164,19 @@ func (c *Config) checkACL(add func(Problem), path string, publish, subscribe []s
 	}
 }
 
-// checkReceiverLimits checks max_inflight_bytes against max_payload_bytes,
-// and warns that without an outbox store an oversized message cannot be
-// dead-lettered.
-func (c *Config) checkReceiverLimits(add func(Problem), path string, o ReceiverOptions) {
+// checkReceiverLimits checks max_inflight_bytes against max_payload_bytes
+// (and max_batch_bytes), and warns that without an outbox store an
+// oversized message cannot be dead-lettered (http_listener answers 413).
+func (c *Config) checkReceiverLimits(add func(Problem), path string, r ReceiverConfig) {
+	o := r.Options
 	if o.MaxPayloadBytes <= 256<<20 && o.MaxInflightBytes > 0 && o.MaxInflightBytes < o.MaxPayloadBytes {
 		add(c.Errorf(path+".max_inflight_bytes", "range", "%s.max_inflight_bytes (%d) must be at least max_payload_bytes (%d)",
 			path, o.MaxInflightBytes, o.MaxPayloadBytes))
+	} else if o.MaxInflightBytes > 0 && o.MaxInflightBytes < o.MaxBatchBytes {
+		add(c.Errorf(path+".max_inflight_bytes", "range", "%s.max_inflight_bytes (%d) must be at least max_batch_bytes (%d)",
+			path, o.MaxInflightBytes, o.MaxBatchBytes))
 	}
-	if c.Stores.Outbox == nil && c.Has(path+".max_payload_bytes") {
+	if c.Stores.Outbox == nil && c.Has(path+".max_payload_bytes") && r.Type != ReceiverHTTPListener {
 		add(c.Warnf(path+".max_payload_bytes", "payload-without-outbox",
 			"%s.max_payload_bytes: there is no stores.outbox, so a larger message is dropped and counted, not dead-lettered; configure stores.outbox to keep it", path))
 	}
@@ -184,7 +199,7 @@ func (c *Config) checkListenConflicts(add func(Problem)) {
 		used[*l] = "bridge.admin.listen"
 	}
 	for i, r := range c.Receivers {
-		if r.Type != ReceiverMQTTListener || r.Options.Listen == "" {
+		if r.Type == ReceiverMQTT || r.Options.Listen == "" {
 			continue
 		}
 		path := fmt.Sprintf("receivers[%d].options.listen", i)

@@ -45,8 +45,8 @@ func (c *Config) checkTargets(add func(Problem)) {
 				"%s: route %q sends to the FIFO queue of sender %q without an ordering_key: records are sent concurrently, so SQS can receive them out of order within a message group; set ordering_key (for example to the message_group_id, %q) to keep each group in order",
 				path, r.ID, s.ID, cmp.Or(s.Options.MessageGroupID, "{topic}")))
 		}
-		if hasKey {
-			continue
+		if hasKey || c.receiverType(r.Receiver) == ReceiverHTTPListener {
+			continue // http_listener: the producer's Idempotency-Key is the ID
 		}
 		var dedup string
 		switch {
@@ -61,4 +61,14 @@ func (c *Config) checkTargets(add func(Problem)) {
 			"%s: route %q has no idempotency_key processor, but %s: every delivery gets a fresh envelope ID, so a message the broker redelivers (after a crash or a lost acknowledgement) reaches %q as a new message; add {type: idempotency_key, from: \"{payload.msg_id}\"} (a message id of the producer) or {type: idempotency_key, hash: true}",
 			path, r.ID, dedup, s.ID))
 	}
+}
+
+// receiverType returns the type of receiver id ("" when there is none).
+func (c *Config) receiverType(id string) string {
+	for _, r := range c.Receivers {
+		if r.ID == id {
+			return r.Type
+		}
+	}
+	return ""
 }

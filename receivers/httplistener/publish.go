@@ -1,0 +1,340 @@
+package httplistener
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gobridge/gobridge/receivers"
+	"github.com/gobridge/gobridge/topics"
+)
+
+const publishPath = "/v1/publish"
+
+// errTopic is wrapped by every topic a request names that is not a valid
+// MQTT topic name.
+var errTopic = errors.New("invalid topic")
+
+// ServeHTTP implements http.Handler: the checks every request passes,
+// cheapest first and before its body is read, then one of the two forms.
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if req.Header.Get("Origin") != "" {
+		r.denied.Add(1)
+		answerError(w, http.StatusForbidden, "requests from browsers (with an Origin header) are refused")
+		return
+	}
+	if !r.authorized(req) {
+		r.denied.Add(1)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gobridge"`)
+		answerError(w, http.StatusUnauthorized, "this receiver needs its token (Authorization: Bearer TOKEN)")
+		return
+	}
+	path := req.URL.EscapedPath()
+	batch := path == publishPath
+	escapedTopic, single := strings.CutPrefix(path, publishPath+"/")
+	switch {
+	case !batch && !single:
+		answerError(w, http.StatusNotFound, "no such endpoint: POST /v1/publish/{topic} or POST /v1/publish (application/x-ndjson)")
+		return
+	case req.Method != http.MethodPost:
+		w.Header().Set("Allow", http.MethodPost)
+		answerError(w, http.StatusMethodNotAllowed, "use POST")
+		return
+	}
+	select {
+	case r.slots <- struct{}{}:
+		defer func() { <-r.slots }()
+	default:
+		r.busy.Add(1)
+		answerBusy(w, fmt.Sprintf("%d requests are already open (max_in_flight)", r.o.MaxInFlight))
+		return
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), r.o.SettleTimeout)
+	defer cancel()
+	if batch {
+		r.serveBatch(ctx, w, req)
+		return
+	}
+	r.servePublish(ctx, w, req, escapedTopic)
+}
+
+// servePublish serves POST /v1/publish/{topic...}.
+func (r *Receiver) servePublish(ctx context.Context, w http.ResponseWriter, req *http.Request, escapedTopic string) {
+	topic, err := DecodeTopic(escapedTopic)
+	if err != nil {
+		r.malformed.Add(1)
+		answerError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !r.allowed(topic) {
+		r.denied.Add(1)
+		answerError(w, http.StatusForbidden, fmt.Sprintf("topic %q is not among this receiver's topics", topic))
+		return
+	}
+	var id string
+	if keys := req.Header.Values("Idempotency-Key"); len(keys) > 0 {
+		if err := checkKey(keys[0]); err != nil {
+			r.malformed.Add(1)
+			answerError(w, http.StatusBadRequest, "Idempotency-Key: "+err.Error())
+			return
+		}
+		id = EnvelopeID(r.o.ID, topic, keys[0])
+	}
+	body, release, ok := r.readBody(ctx, w, req, r.o.MaxPayloadBytes)
+	if !ok {
+		return
+	}
+	defer release()
+	headers := r.headers(req)
+	if ct := req.Header.Get("Content-Type"); ct != "" {
+		headers["Content-Type"] = ct
+	}
+	p := &pending{msg: receivers.Message{Topic: topic, Payload: body, ID: id, Headers: headers}}
+	r.publish(ctx, []*pending{p})
+	res := p.result()
+	if res.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+	}
+	answerJSON(w, res.Status, res)
+}
+
+// readBody reads req's body, at most limit bytes, after taking room for it
+// in the MaxInflightBytes window (waiting up to ctx); release gives the
+// room back. When ok is false the request was answered (413, 503, 400).
+func (r *Receiver) readBody(ctx context.Context, w http.ResponseWriter, req *http.Request, limit int) (body []byte, release func(), ok bool) {
+	if req.ContentLength > int64(limit) {
+		r.tooLarge.Add(1)
+		answerError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body has %d bytes; the limit is %d", req.ContentLength, limit))
+		return nil, nil, false
+	}
+	want := int64(limit)
+	if req.ContentLength >= 0 {
+		want = req.ContentLength
+	}
+	if r.bytes.Acquire(ctx, want) != nil {
+		r.busy.Add(1)
+		answerBusy(w, fmt.Sprintf("no room within max_inflight_bytes (%d) in time", r.o.MaxInflightBytes))
+		return nil, nil, false
+	}
+	r.inFlightBytes.Add(want)
+	held := want
+	release = func() {
+		r.inFlightBytes.Add(-held)
+		r.bytes.Release(held)
+	}
+	body, err := readAll(http.MaxBytesReader(w, req.Body, int64(limit)), limit, want)
+	if err != nil {
+		release()
+		if errors.As(err, new(*http.MaxBytesError)) {
+			r.tooLarge.Add(1)
+			answerError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over the limit of %d bytes", limit))
+		} else {
+			r.malformed.Add(1)
+			answerError(w, http.StatusBadRequest, "read body: "+err.Error())
+		}
+		return nil, nil, false
+	}
+	// Keep only what the body holds.
+	if unused := held - int64(len(body)); unused > 0 {
+		r.inFlightBytes.Add(-unused)
+		r.bytes.Release(unused)
+		held = int64(len(body))
+	}
+	return body, release, true
+}
+
+// readAll reads rd to its end into a buffer of at most limit+1 bytes (its
+// capacity grows by doubling, capped there), so that a limited reader
+// (http.MaxBytesReader) can report a body over limit without more memory.
+func readAll(rd io.Reader, limit int, sizeHint int64) ([]byte, error) {
+	buf := make([]byte, 0, min(max(sizeHint+1, 512), 64<<10, int64(limit)+1))
+	for {
+		if len(buf) == cap(buf) {
+			if cap(buf) > limit {
+				return buf, &http.MaxBytesError{Limit: int64(limit)}
+			}
+			nb := make([]byte, len(buf), min(2*cap(buf), limit+1))
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// pending is one message handed (or to be handed) to the sink, with what
+// its request is answered.
+type pending struct {
+	msg     receivers.Message
+	done    chan struct{}
+	settled receivers.Settled
+	handed  bool
+	// failure, when set, answers the message without handing it over.
+	failure *result
+}
+
+// result is the answer for one message (the body of a single publish, a
+// line of a batch's answer).
+type result struct {
+	Line    int    `json:"line,omitempty"`
+	Status  int    `json:"status"`
+	ID      string `json:"id,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// result is p's answer; call it after publish.
+func (p *pending) result() result {
+	if p.failure != nil {
+		return *p.failure
+	}
+	select {
+	case <-p.done:
+	default:
+		return result{Status: http.StatusServiceUnavailable, ID: p.msg.ID,
+			Error: "not settled in time; it may still be committed: retry with the same Idempotency-Key"}
+	}
+	res := result{Status: http.StatusOK, ID: p.settled.ID, Outcome: p.settled.Outcome}
+	if res.Outcome == receivers.OutcomeUnrouted {
+		res.Status, res.Error = http.StatusNotFound, "no route takes this topic"
+	}
+	return res
+}
+
+// publish hands the messages without a failure to the sink one after the
+// other, in the caller's goroutine, then waits until each is settled or ctx
+// ends. A message Accept did not take before ctx ended is not handed on.
+func (r *Receiver) publish(ctx context.Context, ps []*pending) {
+	now := time.Now()
+	for _, p := range ps {
+		if p.failure != nil || ctx.Err() != nil {
+			continue
+		}
+		p.done = make(chan struct{})
+		p.msg.Receiver, p.msg.QoS, p.msg.ReceivedAt, p.msg.Size = r.o.ID, 1, now, len(p.msg.Payload)
+		p.msg.Report = func(s receivers.Settled) { p.settled = s }
+		p.handed = true
+		r.received.Add(1)
+		r.inFlight.Add(1)
+		r.sink.Accept(ctx, p.msg, func() { close(p.done) })
+	}
+	for _, p := range ps {
+		if !p.handed {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+		}
+	}
+	for _, p := range ps {
+		if !p.handed {
+			continue
+		}
+		r.inFlight.Add(-1)
+		select {
+		case <-p.done:
+			r.acked.Add(1)
+		default:
+			r.abandoned.Add(1)
+		}
+	}
+}
+
+// headers returns the configured request headers req carries.
+func (r *Receiver) headers(req *http.Request) map[string]string {
+	h := make(map[string]string, len(r.o.Headers)+1)
+	for _, name := range r.o.Headers {
+		if v := req.Header.Get(name); v != "" {
+			h[name] = v
+		}
+	}
+	return h
+}
+
+// allowed reports whether one of the receiver's topics matches topic.
+func (r *Receiver) allowed(topic string) bool {
+	for _, f := range r.o.Topics {
+		if topics.Match(f, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// DecodeTopic turns the escaped path after /v1/publish/ into an MQTT topic
+// name: each segment is URL-decoded (%2F decodes to a level separator) and
+// the result must be a valid topic name: not empty, at most 65535 bytes of
+// UTF-8 without NUL, no wildcard (+ or #). Errors wrap errTopic.
+func DecodeTopic(escaped string) (string, error) {
+	levels := strings.Split(escaped, "/")
+	for i, l := range levels {
+		s, err := url.PathUnescape(l)
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", errTopic, err)
+		}
+		levels[i] = s
+	}
+	topic := strings.Join(levels, "/")
+	if err := validTopic(topic); err != nil {
+		return "", err
+	}
+	return topic, nil
+}
+
+// validTopic checks a topic name.
+func validTopic(topic string) error {
+	switch {
+	case topic == "":
+		return fmt.Errorf("%w: empty", errTopic)
+	case len(topic) > 65535:
+		return fmt.Errorf("%w: longer than 65535 bytes", errTopic)
+	case !utf8.ValidString(topic) || strings.ContainsRune(topic, 0):
+		return fmt.Errorf("%w: %q is not valid UTF-8 or contains NUL", errTopic, topic)
+	case strings.ContainsAny(topic, "+#"):
+		return fmt.Errorf("%w: %q: a topic name has no wildcards (+, #)", errTopic, topic)
+	}
+	return nil
+}
+
+// checkKey checks an idempotency key.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("empty")
+	case len(key) > MaxIdempotencyKey:
+		return fmt.Errorf("longer than %d bytes", MaxIdempotencyKey)
+	}
+	return nil
+}
+
+func answerJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func answerError(w http.ResponseWriter, status int, msg string) {
+	answerJSON(w, status, result{Status: status, Error: msg})
+}
+
+func answerBusy(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+	answerError(w, http.StatusServiceUnavailable, msg)
+}
