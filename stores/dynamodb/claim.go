@@ -51,11 +51,11 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 
 func (s *Store) claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
 	pk, lease := partPK(req.Session, req.Partition), stores.PartitionLease(req.Session, req.Partition)
-	items, err := s.getItems(ctx, []item{key(pk, metaSK), key(leasePK(lease), leaseSK)})
+	items, err := s.getItems(ctx, []item{key(pk, metaSK), leaseKey(lease)})
 	if err != nil {
 		return nil, err
 	}
-	le := items[itemID(key(leasePK(lease), leaseSK))]
+	le := items[itemID(leaseKey(lease))]
 	if le == nil || getN(le, "token") != req.Token || getS(le, "owner") == "" {
 		return nil, stores.ErrLeaseLost
 	}

@@ -20,9 +20,7 @@ type item = map[string]types.AttributeValue
 const (
 	metaSK    = "m" // the partition item, after every Seq sort key
 	statsPK   = "stats"
-	leaseReg  = "leases"
 	ptrSK     = "c"
-	leaseSK   = "l"
 	partBits  = 10
 	maxParts  = 1 << partBits
 	maxReason = 4 << 10
@@ -56,8 +54,11 @@ func partPK(session string, part int) string { return "p#" + bound(session) + "#
 func seqSK(seq int64) string                 { return fmt.Sprintf("%019d", seq) }
 func keySK(session, route string) string     { return digest(session, route) }
 func deadPK(route string) string             { return "d#" + bound(route) }
-func leasePK(name string) string             { return "l#" + bound(name) }
 func ptrPK(session, route, ck string) string { return "c#" + digest(session, route, ck) }
+
+// leaseKey is the key of lease name: every lease is in one item collection,
+// which List reads by prefix.
+func leaseKey(name string) item { return key("leases", name) }
 
 func keyOf(k stores.Key) item { return key("k#"+digest(k.ID), keySK(k.Session, k.Route)) }
 

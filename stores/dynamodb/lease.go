@@ -3,8 +3,6 @@ package dynamodb
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -14,18 +12,17 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// maxLeaseName bounds lease names: List finds them by prefix in a sort key.
+// maxLeaseName bounds lease names, which are sort keys.
 const maxLeaseName = 1000
 
 // leaseCheck is a ConditionCheck that the lease name is held under token.
 func (s *Store) leaseCheck(name string, token int64) types.TransactWriteItem {
-	return s.tw(key(leasePK(name), leaseSK), "", "#token = :lt AND #owner <> :none", ":lt", token, ":none", "")
+	return s.tw(leaseKey(name), "", "#token = :lt AND #owner <> :none", ":lt", token, ":none", "")
 }
 
 // Acquire implements stores.Leases: the next token from the token item
 // (one UpdateItem ADD), then one conditional UpdateItem of the lease item
-// (free, released, lapsed at now, or already owner's). A process's first
-// Acquire of a name also records the name for List (one PutItem).
+// (free, released, lapsed at now, or already owner's).
 func (s *Store) Acquire(ctx context.Context, name, owner string, ttl time.Duration, now time.Time) (stores.Lease, error) {
 	if name == "" || owner == "" || ttl <= 0 || len(name) > maxLeaseName {
 		return stores.Lease{}, fmt.Errorf("dynamodb: acquire lease: %w: name %q, owner %q, ttl %v", stores.ErrInvalid, name, owner, ttl)
@@ -33,17 +30,14 @@ func (s *Store) Acquire(ctx context.Context, name, owner string, ttl time.Durati
 	le := stores.Lease{Name: name, Owner: owner, Until: time.Unix(0, now.Add(ttl).UnixNano()).UTC()}
 	err := s.usable(ctx)
 	if err == nil {
-		err = s.recordName(ctx, name)
-	}
-	if err == nil {
 		var tok item
 		tok, err = s.updateItem(ctx, key("meta", "token"), "ADD #n :one", "", ":one", 1)
 		le.Token = getN(tok, "n")
 	}
 	if err == nil {
-		_, err = s.updateItem(ctx, key(leasePK(name), leaseSK), "SET #name = :name, #owner = :o, #token = :lt, #until = :u",
+		_, err = s.updateItem(ctx, leaseKey(name), "SET #owner = :o, #token = :lt, #until = :u",
 			"attribute_not_exists(#token) OR (#token < :lt AND (#owner = :o OR #owner = :none OR #until <= :now))",
-			":name", name, ":o", owner, ":lt", le.Token, ":u", le.Until, ":none", "", ":now", now)
+			":o", owner, ":lt", le.Token, ":u", le.Until, ":none", "", ":now", now)
 	}
 	if conditionFailed(err) {
 		err = stores.ErrLeaseHeld
@@ -52,26 +46,6 @@ func (s *Store) Acquire(ctx context.Context, name, owner string, ttl time.Durati
 		return stores.Lease{}, fmt.Errorf("dynamodb: acquire lease %q: %w", name, err)
 	}
 	return le, nil
-}
-
-// recordName writes name's entry in the lease names, once per process.
-func (s *Store) recordName(ctx context.Context, name string) error {
-	s.mu.Lock()
-	done := s.names[name]
-	s.mu.Unlock()
-	if done {
-		return nil
-	}
-	err := retry(ctx, func() error {
-		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: s.table, Item: key(leaseReg, name)})
-		return err
-	})
-	if err == nil {
-		s.mu.Lock()
-		s.names[name] = true
-		s.mu.Unlock()
-	}
-	return err
 }
 
 // Renew implements stores.Leases with one conditional UpdateItem.
@@ -101,7 +75,7 @@ func (s *Store) changeLease(ctx context.Context, le stores.Lease, upd string, kv
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	_, err := s.updateItem(ctx, key(leasePK(le.Name), leaseSK), upd, "#owner = :o AND #token = :lt",
+	_, err := s.updateItem(ctx, leaseKey(le.Name), upd, "#owner = :o AND #token = :lt",
 		append(kv, ":o", le.Owner, ":lt", le.Token)...)
 	if conditionFailed(err) {
 		return stores.ErrLeaseLost
@@ -109,33 +83,23 @@ func (s *Store) changeLease(ctx context.Context, le stores.Lease, upd string, kv
 	return err
 }
 
-// List implements stores.Leases: one Query of the lease names by prefix,
-// then strongly consistent reads of their lease items. Leases come sorted
-// by name.
+// List implements stores.Leases: one Query of the lease items by prefix.
+// Leases come sorted by name.
 func (s *Store) List(ctx context.Context, prefix string, now time.Time) ([]stores.Lease, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}
-	var keys []item
+	var out []stores.Lease
 	err := s.query(ctx, &dynamodb.QueryInput{KeyConditionExpression: aws.String("#pk = :pk AND begins_with(#sk, :p)")},
-		[]any{":pk", leaseReg, ":p", prefix}, func(it item) bool {
-			keys = append(keys, key(leasePK(getS(it, "sk")), leaseSK))
+		[]any{":pk", "leases", ":p", prefix}, func(it item) bool {
+			le := stores.Lease{Name: getS(it, "sk"), Owner: getS(it, "owner"), Token: getN(it, "token"), Until: getT(it, "until")}
+			if le.Owner != "" && le.Until.After(now) {
+				out = append(out, le)
+			}
 			return true
 		})
-	var items map[string]item
-	if err == nil {
-		items, err = s.getItems(ctx, keys)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("dynamodb: list leases: %w", err)
 	}
-	var out []stores.Lease
-	for _, it := range items {
-		le := stores.Lease{Name: getS(it, "name"), Owner: getS(it, "owner"), Token: getN(it, "token"), Until: getT(it, "until")}
-		if le.Owner != "" && le.Until.After(now) {
-			out = append(out, le)
-		}
-	}
-	slices.SortFunc(out, func(a, b stores.Lease) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }

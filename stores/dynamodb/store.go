@@ -7,7 +7,7 @@
 // One table, key schema pk (HASH, S) and sk (RANGE, S), on-demand
 // billing, no secondary index, TTL on the attribute ttl. Every key made
 // from message data (envelope ID, coalesce key) is a SHA-256 digest, and
-// names from the configuration (session, route, lease) longer than 200
+// names from the configuration (session, route) longer than 200
 // bytes are too ("~" + digest), so no key exceeds DynamoDB's key limits;
 // the full values are plain attributes.
 //
@@ -18,8 +18,7 @@
 //	dead letter d#<route>                     <DeadAt ns>.<Seq>.<hash> the record, dead_at, dead_reason
 //	coalesce    c#<sha256(session,route,key)> c                        the newest unclaimed record of the key: id, loc, received_at, size
 //	stats       stats                         <session>#<shard 0..15>  name; parts (NS); per route: l#<route> live, b#<route> bytes, d#<route> dead
-//	lease       l#<name>                      l                        name, owner, token, until (ns)
-//	lease names leases                        <name>                   (List reads them by prefix)
+//	lease       leases                        <name>                   owner, token, until (ns)
 //	token       meta                          token                    n: the last fencing token
 //
 // A record's Seq is a partition counter n shifted left by 10 bits, or'd
@@ -110,9 +109,6 @@ type Store struct {
 
 	wmu  sync.Mutex       // one Write at a time: a process's writes never conflict with each other
 	seqs map[string]int64 // under wmu: partition pk → the highest counter this process knows committed
-
-	mu    sync.Mutex
-	names map[string]bool // lease names this process has recorded for List
 }
 
 var errClosed = errors.New("dynamodb: store closed")
@@ -162,7 +158,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return &Store{db: db, table: aws.String(opts.Table), retention: opts.DoneRetention,
-		seqs: map[string]int64{}, names: map[string]bool{}}, nil
+		seqs: map[string]int64{}}, nil
 }
 
 // Close marks the store closed; later calls fail. It is idempotent.
