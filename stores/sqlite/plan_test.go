@@ -71,9 +71,8 @@ func TestStore_QueryPlans(t *testing.T) {
 		{"retry", retryQuery, "outbox_key", []any{1, "a", "r", "s", 0, 0, "", 1}, false},
 		{"dead letter", deadLetterQuery, "outbox_key", []any{1, "a", "r", "s", 0, "", 0, 1}, false},
 		{"drop", dropQuery, "outbox_key", []any{1, "a", "r", "s"}, false},
-		{"key", keyQuery, "outbox_key", []any{"a", "r", "s"}, false},
-		{"coalesce", coalesceQuery, "outbox_coalesce", []any{"s", "r", "c1"}, false},
-		{"coalesce replace", coalesceGone, "", []any{1, 1}, false},
+		{"absorb", absorbQuery, "outbox_coalesce", []any{1, "a", "r", "s", "c1", 0}, false},
+		{"coalesce replace", replaceQuery, "outbox_coalesce", []any{1, "a", "r", "s", "c1"}, false},
 		{"compact", compactQuery, "outbox_tomb", []any{10}, false}, // the first rows of the index, in order
 		{"oldest", oldestQuery, "outbox_age", []any{"s"}, false},
 		{"lease", leaseQuery, "", []any{"outbox/s/0"}, false},

@@ -31,11 +31,15 @@ const (
 		WHERE ` + byKey + ` AND state=0 AND token=?8`
 	deadLetterQuery = `UPDATE outbox SET state=1, token=0, attempts=?1, first_at=?5, last_error=?6, dead_reason=?6,
 		dead_at=?7 WHERE ` + byKey + ` AND state=0 AND token=?8 RETURNING size`
-	keyQuery      = `SELECT 1 FROM outbox WHERE id=? AND route=? AND session=?`
-	leaseQuery    = `SELECT token FROM lease WHERE name = ?`
-	coalesceQuery = `SELECT seq, received_at, size FROM outbox
-		WHERE session=? AND route=? AND ckey=? AND state=0 AND token=0 AND ckey<>''`
-	coalesceGone = `UPDATE outbox SET ` + tombstone + ` WHERE seq=?2`
+	// absorbQuery finds a reason not to append a record (key ?2 to ?4)
+	// with coalesce key ?5 received at ?6: its key is present, or an
+	// unclaimed record of its coalesce key received later waits.
+	absorbQuery = `SELECT 1 FROM outbox WHERE ` + byKey + ` UNION ALL SELECT 1 FROM outbox WHERE ` + byCoalesce +
+		` AND received_at>?6`
+	// replaceQuery makes tombstones of the unclaimed records of a coalesce key.
+	replaceQuery = `UPDATE outbox SET ` + tombstone + ` WHERE ` + byCoalesce + ` RETURNING size`
+	byCoalesce   = `session=?4 AND route=?3 AND ckey=?5 AND state=0 AND token=0 AND ckey<>''`
+	leaseQuery   = `SELECT token FROM lease WHERE name = ?`
 	compactQuery = `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state=2 ORDER BY tomb LIMIT ?)`
 	insertCols   = `seq, session, part, route, id, state, token, size, created_at, ckey, received_at, topic,
 		payload, headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error,
@@ -299,35 +303,21 @@ func (w *write) lease(r *stores.Record, token *int64) error {
 }
 
 // coalesce applies the coalesce key of live record r: absorbed when r's key
-// is present or an unclaimed record of the key received later is waiting,
-// else the unclaimed records of the key become tombstones.
+// is present or an unclaimed record of the key received later waits, else
+// the unclaimed records of the key become tombstones.
 func (w *write) coalesce(r *stores.Record) (absorbed bool, err error) {
-	s, ctx := w.s, w.ctx
+	s, args := w.s, []any{w.s.tomb, r.Envelope.ID, r.Route, r.Session, r.CoalesceKey, nanos(r.Envelope.ReceivedAt)}
 	var one int
-	if ok, err := s.queryRow(ctx, keyQuery, []any{r.Envelope.ID, r.Route, r.Session}, &one); ok || err != nil {
+	if absorbed, err = s.queryRow(w.ctx, absorbQuery, args, &one); absorbed || err != nil {
 		return true, err
 	}
-	var old [][3]int64 // seq, received_at, size
-	if err := s.each(ctx, coalesceQuery, []any{r.Session, r.Route, r.CoalesceKey}, func(rs *sql.Rows) error {
-		var o [3]int64
-		old = append(old, o)
-		return rs.Scan(&old[len(old)-1][0], &old[len(old)-1][1], &old[len(old)-1][2])
-	}); err != nil {
-		return false, err
-	}
-	for _, o := range old {
-		if o[1] > nanos(r.Envelope.ReceivedAt) {
-			return true, nil // a newer message is waiting: absorb this one
-		}
-	}
-	for _, o := range old {
-		if _, err := s.exec(ctx, coalesceGone, s.tomb, o[0]); err != nil {
-			return false, err
-		}
+	return false, s.each(w.ctx, replaceQuery, args[:5], func(rs *sql.Rows) error {
+		var size int64
+		err := rs.Scan(&size)
 		s.tombs++
-		w.count(r.Session, r.Route, -1, 0, -o[2])
-	}
-	return false, nil
+		w.count(r.Session, r.Route, -1, 0, -size)
+		return err
+	})
 }
 
 // add applies d to the counters of p.
