@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/bridge"
 	"github.com/gobridge/gobridge/internal/testservices"
@@ -97,7 +100,7 @@ func newStoreFixture(t *testing.T, storeType string) *storeFixture {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if c, err := dynamodb.NewClient(ctx, opts); err == nil {
-				_ = dynamodb.DeleteTable(ctx, c, table)
+				_, _ = c.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(table)})
 			}
 		})
 		fx.st = st

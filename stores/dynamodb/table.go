@@ -54,16 +54,6 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 	return nil
 }
 
-// DeleteTable deletes a table; a missing one is not an error.
-func DeleteTable(ctx context.Context, db *dynamodb.Client, name string) error {
-	_, err := db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-	var nf *types.ResourceNotFoundException
-	if err != nil && !errors.As(err, &nf) {
-		return fmt.Errorf("dynamodb: delete table %s: %w", name, err)
-	}
-	return nil
-}
-
 // checkLayout verifies that the table has the key schema pk (HASH, S), sk
 // (RANGE, S) and no secondary index: a table made for the layout of an
 // earlier gobridge (seven indexes, records keyed by envelope ID) is refused
