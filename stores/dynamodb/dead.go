@@ -20,7 +20,7 @@ import (
 // then a read of those that are dead letters.
 func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
 	start := deadPrefix(0, 0) // before every letter
-	if q.After != "" {
+	if q.After != "" && q.ID == "" {
 		at, seq, err := stores.ParseDeadCursor(q.After)
 		if err != nil {
 			return nil, "", err
@@ -34,7 +34,7 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 	var all []stores.Record
 	var err error
 	if q.ID != "" {
-		all, err = s.deadByID(ctx, q.ID, q.Route, start)
+		all, err = s.deadByID(ctx, q.ID)
 		if err == nil && len(all) == 0 {
 			return nil, "", stores.ErrNotFound
 		}
@@ -65,14 +65,12 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 	return all, "", nil
 }
 
-// deadByID returns the dead letters with envelope ID id (of route, when
-// set) after start.
-func (s *Store) deadByID(ctx context.Context, id, route, start string) ([]stores.Record, error) {
+// deadByID returns the dead letters with envelope ID id.
+func (s *Store) deadByID(ctx context.Context, id string) ([]stores.Record, error) {
 	var locs []item
 	err := s.query(ctx, &dynamodb.QueryInput{KeyConditionExpression: aws.String("#pk = :pk")},
 		[]any{":pk", keyOf(stores.Key{ID: id})["pk"]}, func(it item) bool {
-			if getS(it, "state") == string(stores.Dead) && (route == "" || getS(it, "loc_pk") == deadPK(route)) &&
-				getS(it, "loc_sk") > start {
+			if getS(it, "state") == string(stores.Dead) {
 				locs = append(locs, loc(it))
 			}
 			return true

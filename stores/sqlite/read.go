@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/gobridge/gobridge/stores"
@@ -19,18 +20,16 @@ const (
 	oldestQuery = `SELECT min(created_at) FROM outbox WHERE session=? AND state=0`
 )
 
-// deadQuery lists dead letters after a cursor (dead_at, seq), by ID or
-// route when asked, one query per index.
-func deadQuery(byID, byRoute bool) string {
-	q := `SELECT ` + columns + ` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?)`
-	if byID {
-		q = `SELECT ` + columns + ` FROM outbox INDEXED BY outbox_key WHERE state=1 AND (dead_at, seq) > (?, ?) AND id=?`
-	}
+// deadQuery lists dead letters after a cursor (dead_at, seq), of a route
+// when asked, one query per index; deadByID lists those of an envelope ID.
+func deadQuery(byRoute bool) string {
 	if byRoute {
-		q += ` AND route=?`
+		return `SELECT ` + columns + ` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?) AND route=? ORDER BY dead_at, seq LIMIT ?`
 	}
-	return q + ` ORDER BY dead_at, seq LIMIT ?`
+	return `SELECT ` + columns + ` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?) ORDER BY dead_at, seq LIMIT ?`
 }
+
+const deadByID = `SELECT ` + columns + ` FROM outbox INDEXED BY outbox_key WHERE state=1 AND id=? ORDER BY dead_at, seq LIMIT ?`
 
 // Claim implements stores.Store: one transaction that checks the lease and
 // claims with one statement, from req.After on (Seqs follow commit order).
@@ -62,26 +61,25 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 
 // Dead implements stores.Store.
 func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
-	args := []any{int64(-1 << 63), int64(0)}
-	if q.After != "" {
-		at, seq, err := stores.ParseDeadCursor(q.After)
-		if err != nil {
-			return nil, "", err
+	query, args := deadByID, []any{q.ID}
+	if q.ID == "" {
+		at, seq, err := int64(math.MinInt64), int64(0), error(nil)
+		if q.After != "" {
+			if at, seq, err = stores.ParseDeadCursor(q.After); err != nil {
+				return nil, "", err
+			}
 		}
-		args = []any{at, seq}
-	}
-	if q.ID != "" {
-		args = append(args, q.ID)
-	}
-	if q.Route != "" {
-		args = append(args, q.Route)
+		query, args = deadQuery(q.Route != ""), []any{at, seq}
+		if q.Route != "" {
+			args = append(args, q.Route)
+		}
 	}
 	limit := cmp.Or(max(q.Limit, 0), 100)
 	if err := s.enter(ctx, false); err != nil {
 		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
 	}
 	defer s.mu.Unlock()
-	out, err := s.records(ctx, deadQuery(q.ID != "", q.Route != ""), append(args, limit+1)...)
+	out, err := s.records(ctx, query, append(args, limit+1)...)
 	switch {
 	case err != nil:
 		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
