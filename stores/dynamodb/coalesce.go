@@ -77,7 +77,7 @@ func (g *group) key(id string) stores.Key {
 // tombstone (or the check that the record that absorbed appends still
 // waits), and the pointer to the new waiting record.
 func (t *txn) pointer(g *group, ttl int64) {
-	s, ro := t.s, role{kind: roleReplaced, g: g}
+	s, ro := t.s, func(item) { g.ignore = true } // the record the pointer names was claimed or settled
 	switch {
 	case g.replace:
 		t.add(ro, s.tw(loc(g.ptr), "delete", "#token = :zero", ":zero", 0))
@@ -100,7 +100,7 @@ func (t *txn) pointer(g *group, ttl int64) {
 	if g.ptr != nil {
 		cond, kv = "#id = :id", []any{":id", getS(g.ptr, "id")}
 	}
-	t.add(role{kind: rolePointer, g: g}, s.tw(ptr, "put", cond, kv...))
+	t.add(func(item) { t.refetch = append(t.refetch, g) }, s.tw(ptr, "put", cond, kv...)) // moved by another process
 	t.after = append(t.after, func() { g.ptr, g.ignore = ptr, false })
 }
 

@@ -12,35 +12,17 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// What a transaction item stands for, so that a cancellation reason can be
-// turned into a change of plan.
-type roleKind int
-
-const (
-	roleNone     roleKind = iota
-	roleKey               // an appended record's key item (condition: new)
-	roleSettle            // a settled record or its key item (condition: its state and token)
-	roleCounter           // a partition counter (condition: its value as this process saw it)
-	roleLease             // a partition lease check for appends claimed
-	roleReplaced          // the record a coalesce pointer names (condition: unclaimed)
-	rolePointer           // a coalesce pointer (condition: as read)
-)
-
-type role struct {
-	kind roleKind
-	op   *op
-	pk   string
-	g    *group
-}
-
-// txn is one transaction being built: its items, what each stands for,
-// the stats deltas, and what to remember once it has committed.
+// txn is one transaction being built: its items, what to change in the
+// plan when the condition of one fails, the stats deltas, and what to
+// remember once it has committed.
 type txn struct {
-	s     *Store
-	items []types.TransactWriteItem
-	roles []role
-	after []func()
-	stats map[string]*delta // by session
+	s       *Store
+	items   []types.TransactWriteItem
+	replan  []func(old item) // by item; nil for items without a condition
+	after   []func()
+	stats   map[string]*delta // by session
+	refetch []*group          // set by replan: pointers another process moved
+	busy    bool              // set by replan: another process appended to a partition first
 }
 
 // delta is a transaction's change to one session's stats.
@@ -49,9 +31,9 @@ type delta struct {
 	parts  []string             // partitions appended to
 }
 
-func (t *txn) add(ro role, it types.TransactWriteItem) {
+func (t *txn) add(replan func(old item), it types.TransactWriteItem) {
 	t.items = append(t.items, it)
-	t.roles = append(t.roles, ro)
+	t.replan = append(t.replan, replan)
 }
 
 func (t *txn) delta(session string) *delta {
@@ -74,8 +56,8 @@ func (t *txn) count(session, route string, live, bytes, dead int64) {
 }
 
 // tombstone turns the key item k from state from into done, kept until ttl.
-func (t *txn) tombstone(ro role, k item, from stores.State, ttl int64) {
-	t.add(ro, t.s.tw(k, "SET #state = :done, #ttl = :ttl REMOVE #loc_pk, #loc_sk", "#state = :from",
+func (t *txn) tombstone(replan func(item), k item, from stores.State, ttl int64) {
+	t.add(replan, t.s.tw(k, "SET #state = :done, #ttl = :ttl REMOVE #loc_pk, #loc_sk", "#state = :from",
 		":done", "done", ":ttl", ttl, ":from", string(from)))
 }
 
@@ -138,20 +120,28 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 		} else {
 			t.count(r.Session, r.Route, 1, r.Size(), 0)
 		}
-		t.add(role{}, s.tw(encode(&w, lpk, lsk), "put", ""))
+		t.add(nil, s.tw(encode(&w, lpk, lsk), "put", ""))
 		ki := keyOf(r.Key())
 		ki["state"], ki["loc_pk"], ki["loc_sk"], ki["size"] = av(string(r.State)), av(lpk), av(lsk), av(r.Size())
-		t.add(role{kind: roleKey, op: o}, s.tw(ki, "put", "attribute_not_exists(pk)"))
+		t.add(func(item) { o.skip = true }, s.tw(ki, "put", "attribute_not_exists(pk)")) // a duplicate
 	}
 	for _, g := range groups {
 		t.pointer(g, ttl)
 	}
 	for _, pk := range order {
 		p := parts[pk]
-		t.add(role{kind: roleCounter, pk: pk}, s.tw(key(pk, metaSK), "SET #n = :n", "attribute_not_exists(#n) OR #n < :first",
-			":n", p.n, ":first", p.first))
+		// Another process committed a later Seq first: plan above it.
+		t.add(func(old item) { s.seqs[pk], t.busy = getN(old, "n"), true }, s.tw(key(pk, metaSK), "SET #n = :n",
+			"attribute_not_exists(#n) OR #n < :first", ":n", p.n, ":first", p.first))
 		if p.token != 0 {
-			t.add(role{kind: roleLease, pk: pk}, s.leaseCheck(stores.PartitionLease(p.session, p.num), p.token))
+			// Not the partition's current token: append unclaimed.
+			t.add(func(item) {
+				for _, o := range c {
+					if o.rec != nil && o.pk == pk {
+						o.lease = false
+					}
+				}
+			}, s.leaseCheck(stores.PartitionLease(p.session, p.num), p.token))
 		}
 		d := t.delta(p.session)
 		d.parts = append(d.parts, strconv.Itoa(p.num))
@@ -183,7 +173,7 @@ func (t *txn) addStats() {
 			}
 		}
 		if len(terms) > 0 {
-			t.add(role{}, t.s.tw(key(statsPK, bound(session)+"#"+shard), "SET #name = :name ADD "+strings.Join(terms, ", "), "", kv...))
+			t.add(nil, t.s.tw(key(statsPK, bound(session)+"#"+shard), "SET #name = :name ADD "+strings.Join(terms, ", "), "", kv...))
 		}
 	}
 }
@@ -192,7 +182,7 @@ func (t *txn) addStats() {
 func (t *txn) settle(o *op, now time.Time, ttl int64) {
 	st, s := o.st, t.s
 	at, size := loc(o.ki), getN(o.ki, "size")
-	ro := role{kind: roleSettle, op: o}
+	ro := func(item) { o.skip, o.st.Stale = true, true } // not live under the token (or not dead) any more
 	switch st.Outcome {
 	case stores.Done:
 		t.add(ro, s.tw(at, "delete", "#token = :token", ":token", st.Token))
@@ -206,7 +196,7 @@ func (t *txn) settle(o *op, now time.Time, ttl int64) {
 		r.Token, r.DeadReason, r.DeadAt = 0, st.Reason, cmp.Or(st.At, now)
 		r.Attempts, r.FirstAttemptAt, r.LastError = st.Attempts, st.FirstAttemptAt, st.Reason
 		dpk, dsk := deadPK(r.Route), deadSK(&r)
-		t.add(role{}, s.tw(encode(&r, dpk, dsk), "put", ""))
+		t.add(nil, s.tw(encode(&r, dpk, dsk), "put", ""))
 		t.add(ro, s.tw(at, "delete", "#token = :token", ":token", st.Token))
 		t.add(ro, s.tw(keyOf(st.Key), "SET #state = :dead, #loc_pk = :lp, #loc_sk = :ls", "#state = :live",
 			":dead", string(stores.Dead), ":live", string(stores.Live), ":lp", dpk, ":ls", dsk))

@@ -234,10 +234,10 @@ func (o *op) weight(shared map[string]bool) (items, size int) {
 }
 
 // commit applies one chunk. After a cancellation that conditions caused it
-// plans the chunk again from the reasons: duplicates are skipped, stale
-// settlements marked, a partition counter or coalesce pointer another
-// process moved taken as reported, appends whose lease is not current
-// written unclaimed.
+// plans the chunk again, as each failed item's replan says: duplicates are
+// skipped, stale settlements marked, a partition counter or coalesce
+// pointer another process moved taken as reported, appends whose lease is
+// not current written unclaimed.
 func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 	for attempt := 0; ; attempt++ {
 		t := s.build(c, now)
@@ -254,40 +254,20 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 		if len(rs) != len(t.items) || attempt == maxAttempts {
 			return err
 		}
-		var refetch []*group
-		fixed, contended := false, false
+		fixed := false
 		for i, r := range rs {
-			if aws.ToString(r.Code) != codeCondition {
-				continue
-			}
-			fixed = true
-			switch ro := t.roles[i]; ro.kind {
-			case roleKey: // the key exists: a duplicate
-				ro.op.skip = true
-			case roleSettle: // not live under the token (or not dead) any more
-				ro.op.skip, ro.op.st.Stale = true, true
-			case roleCounter: // another process committed a later Seq first
-				s.seqs[ro.pk] = getN(r.Item, "n")
-				contended = true
-			case roleLease: // not the partition's current token: append unclaimed
-				for _, o := range c {
-					if o.rec != nil && o.pk == ro.pk {
-						o.lease = false
-					}
-				}
-			case roleReplaced: // the record the pointer names was claimed or settled
-				ro.g.ignore = true
-			case rolePointer: // another process moved the pointer
-				refetch = append(refetch, ro.g)
+			if aws.ToString(r.Code) == codeCondition && t.replan[i] != nil {
+				t.replan[i](r.Item)
+				fixed = true
 			}
 		}
 		if !fixed {
 			return err
 		}
-		if err := s.refetch(ctx, refetch); err != nil {
+		if err := s.refetch(ctx, t.refetch); err != nil {
 			return err
 		}
-		if contended && attempt > 0 {
+		if t.busy && attempt > 0 {
 			// Several processes keep appending to one partition: spread
 			// them out.
 			if err := backoff(ctx, attempt); err != nil {
