@@ -102,42 +102,40 @@ func (s *Store) records(ctx context.Context, query string, args ...any) ([]store
 	return out, err
 }
 
-// Stats implements stores.Store: the counters in memory and, per session
-// with live records, one search of the age index. A read-only store counts
-// the file instead.
+// Stats implements stores.Store: the counts table and, per session with
+// live records, one search of the age index.
 func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
 	if err := s.enter(ctx, false); err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)
 	}
 	defer s.mu.Unlock()
-	all := s.counts
-	if s.opts.ReadOnly {
-		var err error
-		if all, err = s.count(ctx); err != nil {
-			return nil, fmt.Errorf("sqlite: stats: %w", err)
-		}
-	}
-	by := map[string]*stores.SessionStats{}
-	for p, c := range all {
-		st := by[p.session]
-		if st == nil {
-			st = &stores.SessionStats{Session: p.session, Routes: map[string]stores.RouteCounts{}}
-			by[p.session] = st
-		}
-		st.Live, st.Bytes = st.Live+c.live, st.Bytes+c.bytes
-		st.Routes[p.route] = stores.RouteCounts{Live: c.live, Dead: c.dead}
-	}
-	out := make([]stores.SessionStats, 0, len(by))
-	for _, st := range by {
-		if st.Live > 0 {
-			var oldest int64
-			if _, err := s.queryRow(ctx, oldestQuery, []any{st.Session}, &oldest); err != nil {
-				return nil, fmt.Errorf("sqlite: stats: %w", err)
+	var out []stores.SessionStats
+	err := s.each(ctx, `SELECT session, route, live, dead, bytes FROM counts WHERE live<>0 OR dead<>0 ORDER BY session`, nil,
+		func(rows *sql.Rows) error {
+			var (
+				session, route string
+				c              stores.RouteCounts
+				bytes          int64
+			)
+			if err := rows.Scan(&session, &route, &c.Live, &c.Dead, &bytes); err != nil {
+				return err
 			}
-			st.Oldest = fromNanos(oldest)
+			if len(out) == 0 || out[len(out)-1].Session != session {
+				out = append(out, stores.SessionStats{Session: session, Routes: map[string]stores.RouteCounts{}})
+			}
+			st := &out[len(out)-1]
+			st.Live, st.Bytes, st.Routes[route] = st.Live+c.Live, st.Bytes+bytes, c
+			return nil
+		})
+	for i := 0; err == nil && i < len(out); i++ {
+		if out[i].Live > 0 {
+			var oldest int64
+			_, err = s.queryRow(ctx, oldestQuery, []any{out[i].Session}, &oldest)
+			out[i].Oldest = fromNanos(oldest)
 		}
-		out = append(out, *st)
 	}
-	slices.SortFunc(out, func(a, b stores.SessionStats) int { return cmp.Compare(a.Session, b.Session) })
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: stats: %w", err)
+	}
 	return out, nil
 }
