@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
@@ -91,7 +94,7 @@ func newStoreFixture(t *testing.T, storeType string) *storeFixture {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if c, err := dynamodb.NewClient(ctx, opts); err == nil {
-				_ = dynamodb.DeleteTable(ctx, c, table)
+				_, _ = c.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(table)})
 			}
 		})
 		fx.st = st
