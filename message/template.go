@@ -76,11 +76,8 @@ type part struct {
 //
 // A literal brace is written twice: "{{" renders "{" and "}}" renders "}".
 type Template struct {
-	src          string
-	parts        []part
-	usesPayload  bool
-	literalLen   int
-	placeholders []string
+	src   string
+	parts []part // adjacent literals merged
 }
 
 // ParseTemplate parses s. It returns a *TemplateError for an unknown
@@ -91,7 +88,6 @@ func ParseTemplate(s string) (*Template, error) {
 	flush := func() {
 		if lit.Len() > 0 {
 			t.parts = append(t.parts, part{kind: partLiteral, text: lit.String()})
-			t.literalLen += lit.Len()
 			lit.Reset()
 		}
 	}
@@ -121,10 +117,6 @@ func ParseTemplate(s string) (*Template, error) {
 			}
 			flush()
 			t.parts = append(t.parts, p)
-			t.placeholders = append(t.placeholders, name)
-			if p.kind == partPayload {
-				t.usesPayload = true
-			}
 			i += end + 2
 		default:
 			lit.WriteByte(c)
@@ -133,16 +125,6 @@ func ParseTemplate(s string) (*Template, error) {
 	}
 	flush()
 	return t, nil
-}
-
-// MustParseTemplate is ParseTemplate for templates known to be valid (tests,
-// constants). It panics on a parse error.
-func MustParseTemplate(s string) *Template {
-	t, err := ParseTemplate(s)
-	if err != nil {
-		panic(err)
-	}
-	return t
 }
 
 func parsePlaceholder(name string) (part, string) {
@@ -188,7 +170,9 @@ func parsePlaceholder(name string) (part, string) {
 func (t *Template) String() string { return t.src }
 
 // IsLiteral reports whether the template has no placeholders.
-func (t *Template) IsLiteral() bool { return len(t.placeholders) == 0 }
+func (t *Template) IsLiteral() bool {
+	return len(t.parts) == 0 || len(t.parts) == 1 && t.parts[0].kind == partLiteral
+}
 
 // LiteralPrefix returns the literal text before the first placeholder
 // (braces unescaped): the whole text of a literal template.
@@ -199,35 +183,15 @@ func (t *Template) LiteralPrefix() string {
 	return ""
 }
 
-// UsesPayload reports whether rendering needs the decoded JSON payload.
-func (t *Template) UsesPayload() bool { return t.usesPayload }
-
-// Fields returns the placeholders used, without braces, in order of
-// appearance (e.g. "topic.1", "payload.msg_id"). The caller must not modify
-// the slice.
-func (t *Template) Fields() []string { return t.placeholders }
-
-// Render fills the template from e. It decodes the payload only when the
-// template has a {payload.PATH} placeholder; use RenderWith to share one
-// decoding among several templates. A placeholder that e cannot fill returns
-// a *FieldError.
-func (t *Template) Render(e *Envelope) (string, error) {
-	if !t.usesPayload {
-		return t.RenderWith(e, nil)
-	}
-	var p ParsedPayload
-	return t.RenderWith(e, &p)
-}
-
-// RenderWith is Render with a payload cache: p decodes e's payload at most
-// once, however many templates use it. p may be nil when the template does
-// not use the payload (a nil p with a payload placeholder decodes afresh).
-func (t *Template) RenderWith(e *Envelope, p *ParsedPayload) (string, error) {
+// Render fills the template from e. p caches e's decoded JSON payload, so
+// that several templates (and expressions) decode it at most once; nil
+// decodes afresh when the template has a {payload.PATH} placeholder. A
+// placeholder that e cannot fill returns a *FieldError.
+func (t *Template) Render(e *Envelope, p *ParsedPayload) (string, error) {
 	if len(t.parts) == 1 {
 		return t.renderPart(&t.parts[0], e, p)
 	}
 	var b strings.Builder
-	b.Grow(t.literalLen + 16*len(t.placeholders))
 	for i := range t.parts {
 		s, err := t.renderPart(&t.parts[i], e, p)
 		if err != nil {

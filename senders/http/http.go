@@ -187,7 +187,7 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 		return nil, fmt.Errorf("build request for %s: %w", redact.URL(u.String()), errBadURL)
 	}
 	for _, h := range s.headers {
-		v, err := h.value.RenderWith(e, &p)
+		v, err := h.value.Render(e, &p)
 		if err != nil {
 			return nil, fmt.Errorf("header %s: %w", h.name, err)
 		}

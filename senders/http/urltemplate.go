@@ -168,7 +168,7 @@ func (t *urlTemplate) render(e *message.Envelope, p *message.ParsedPayload) (*ur
 			b.WriteString(part.literal)
 			continue
 		}
-		v, err := part.value.RenderWith(e, p)
+		v, err := part.value.Render(e, p)
 		if err != nil {
 			return nil, err
 		}

@@ -104,7 +104,7 @@ func (s *Sender) build(index int, e *message.Envelope) (entry, error) {
 		set(name, e.Headers[name])
 	}
 	for _, a := range s.attrs {
-		v, err := a.value.RenderWith(e, &p)
+		v, err := a.value.Render(e, &p)
 		if err != nil {
 			return fail(err, "attribute %s", a.name)
 		}
@@ -132,7 +132,7 @@ func (s *Sender) build(index int, e *message.Envelope) (entry, error) {
 		MessageAttributes: attrs,
 	}
 	if s.fifo {
-		g, err := s.group.RenderWith(e, &p)
+		g, err := s.group.Render(e, &p)
 		if err != nil {
 			return fail(err, "message_group_id")
 		}
