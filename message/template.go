@@ -183,6 +183,17 @@ func (t *Template) LiteralPrefix() string {
 	return ""
 }
 
+// Split returns the parts of t in order, each a Template of its own (with
+// no source text): literal text (IsLiteral; LiteralPrefix is the text) or
+// one placeholder.
+func (t *Template) Split() []*Template {
+	out := make([]*Template, len(t.parts))
+	for i := range t.parts {
+		out[i] = &Template{parts: t.parts[i : i+1]}
+	}
+	return out
+}
+
 // Render fills the template from e. p caches e's decoded JSON payload, so
 // that several templates (and expressions) decode it at most once; nil
 // decodes afresh when the template has a {payload.PATH} placeholder. A

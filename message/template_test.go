@@ -142,6 +142,10 @@ func TestTemplate_Introspection(t *testing.T) {
 	if got := tmpl.LiteralPrefix(); got != "" {
 		t.Errorf("LiteralPrefix() = %q, want empty", got)
 	}
+	parts := tmpl.Split()
+	if len(parts) != 4 || parts[0].IsLiteral() || !parts[3].IsLiteral() || parts[3].LiteralPrefix() != ":{x}" {
+		t.Errorf("Split() = %d parts", len(parts))
+	}
 	lit := mustParse("just {{text}}")
 	if !lit.IsLiteral() || lit.LiteralPrefix() != "just {text}" {
 		t.Errorf("literal template: IsLiteral() = %v, LiteralPrefix() = %q", lit.IsLiteral(), lit.LiteralPrefix())

@@ -69,7 +69,7 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 	if err != nil {
 		return nil, fmt.Errorf("http sender %q: url %s: %w", cfg.ID, redact.URL(o.URL), err)
 	}
-	if u.isLiteral() {
+	if !u.perMessage() {
 		if _, err := u.render(&message.Envelope{}, nil); err != nil {
 			return nil, fmt.Errorf("http sender %q: %w", cfg.ID, err)
 		}

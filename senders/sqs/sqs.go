@@ -4,6 +4,7 @@
 package sqs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,9 +22,6 @@ import (
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/senders"
 )
-
-// DefaultBatchSize is the batch size when the config leaves it zero.
-const DefaultBatchSize = MaxBatchSize
 
 // Sender sends envelopes to one queue. It is safe for concurrent use.
 type Sender struct {
@@ -61,11 +59,8 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		id:        cfg.ID,
 		queueURL:  o.QueueURL,
 		fifo:      strings.HasSuffix(o.QueueURL, ".fifo"),
-		batchSize: o.BatchSize,
+		batchSize: cmp.Or(o.BatchSize, MaxBatchSize),
 		log:       logger.With("component", "sender", "sender", cfg.ID),
-	}
-	if s.batchSize == 0 {
-		s.batchSize = DefaultBatchSize
 	}
 	if s.batchSize < 1 || s.batchSize > MaxBatchSize {
 		return fail("batch_size %d is outside 1..%d", o.BatchSize, MaxBatchSize)
@@ -139,9 +134,6 @@ func regionOf(queueURL string) string {
 // BatchSize returns the configured batch size (1..10).
 func (s *Sender) BatchSize() int { return s.batchSize }
 
-// FIFO reports whether the queue is a FIFO queue.
-func (s *Sender) FIFO() bool { return s.fifo }
-
 // Send delivers envs and returns one error per envelope (nil: SQS accepted
 // it). The envelopes go out together, in order, in SendMessageBatch calls of
 // at most BatchSize entries and MaxBatchBytes bytes. A message SQS would
@@ -187,12 +179,12 @@ func (s *Sender) sendBatch(ctx context.Context, batch []entry, errs []error) {
 	}
 	done := make(map[int]bool, len(batch))
 	for _, ok := range out.Successful {
-		if i, found := byID[deref(ok.Id)]; found {
+		if i, found := byID[aws.ToString(ok.Id)]; found {
 			errs[i], done[i] = nil, true
 		}
 	}
 	for _, f := range out.Failed {
-		if i, found := byID[deref(f.Id)]; found {
+		if i, found := byID[aws.ToString(f.Id)]; found {
 			errs[i], done[i] = classifyEntry(f), true
 		}
 	}
