@@ -6,6 +6,7 @@ package topics
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -120,6 +121,11 @@ func Match(filter, topic string) bool {
 		}
 		fi, ti = fe+1, te+1
 	}
+}
+
+// MatchAny reports whether topic matches one of filters (see Match).
+func MatchAny(filters []string, topic string) bool {
+	return slices.ContainsFunc(filters, func(f string) bool { return Match(f, topic) })
 }
 
 // Covers reports whether every topic that matches filter inner also matches

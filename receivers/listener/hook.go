@@ -107,7 +107,7 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 		Retained: pk.FixedHeader.Retain, Duplicate: pk.FixedHeader.Dup, ReceivedAt: time.Now(),
 	}
 	reason := packets.CodeSuccess
-	toSink := l.matches(pk.TopicName)
+	toSink := topics.MatchAny(l.o.Topics, pk.TopicName)
 	switch {
 	case !l.access.acl(string(cl.Properties.Username)).mayPublish(pk.TopicName):
 		l.win.Denied.Add(1)
@@ -193,13 +193,4 @@ func (h *hook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 	if a != nil {
 		a.cancel()
 	}
-}
-
-func (l *Listener) matches(topic string) bool {
-	for _, f := range l.o.Topics {
-		if topics.Match(f, topic) {
-			return true
-		}
-	}
-	return false
 }
