@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"mime"
 	"net/http"
 	"strconv"
@@ -129,10 +130,7 @@ func (r *Receiver) serveBatch(ctx context.Context, w http.ResponseWriter, req *h
 			p.failure = &result{Status: http.StatusRequestEntityTooLarge,
 				Error: fmt.Sprintf("the payload has %d bytes; the limit is %d", len(l.Payload), r.o.MaxPayloadBytes)}
 		default:
-			h := make(map[string]string, len(base)+1)
-			for k, v := range base {
-				h[k] = v
-			}
+			h := maps.Clone(base)
 			if l.JSON {
 				h["Content-Type"] = "application/json"
 			}

@@ -174,9 +174,8 @@ func readAll(rd io.Reader, limit int, sizeHint int64) ([]byte, error) {
 // its request is answered.
 type pending struct {
 	msg     receivers.Message
-	done    chan struct{}
+	done    chan struct{} // nil: not handed to the sink
 	settled receivers.Settled
-	handed  bool
 	// failure, when set, answers the message without handing it over.
 	failure *result
 }
@@ -221,23 +220,17 @@ func (r *Receiver) publish(ctx context.Context, ps []*pending) {
 		p.done = make(chan struct{})
 		p.msg.Receiver, p.msg.QoS, p.msg.ReceivedAt, p.msg.Size = r.o.ID, 1, now, len(p.msg.Payload)
 		p.msg.Report = func(s receivers.Settled) { p.settled = s }
-		p.handed = true
 		r.win.Received.Add(1)
 		r.win.InFlight.Add(1)
 		r.sink.Accept(ctx, p.msg, func() { close(p.done) })
 	}
 	for _, p := range ps {
-		if !p.handed {
+		if p.done == nil {
 			continue
 		}
 		select {
 		case <-p.done:
 		case <-ctx.Done():
-		}
-	}
-	for _, p := range ps {
-		if !p.handed {
-			continue
 		}
 		r.win.InFlight.Add(-1)
 		select {
@@ -265,15 +258,10 @@ func (r *Receiver) headers(req *http.Request) map[string]string {
 // the result must be a valid topic name: not empty, at most 65535 bytes of
 // UTF-8 without NUL, no wildcard (+ or #). Errors wrap errTopic.
 func DecodeTopic(escaped string) (string, error) {
-	levels := strings.Split(escaped, "/")
-	for i, l := range levels {
-		s, err := url.PathUnescape(l)
-		if err != nil {
-			return "", fmt.Errorf("%w: %v", errTopic, err)
-		}
-		levels[i] = s
+	topic, err := url.PathUnescape(escaped)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", errTopic, err)
 	}
-	topic := strings.Join(levels, "/")
 	if err := validTopic(topic); err != nil {
 		return "", err
 	}
