@@ -98,7 +98,7 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 		}
 		s.headers = append(s.headers, header{name: name, value: t})
 	}
-	tlsConf, err := tlsConfig(o.TLS)
+	tlsConf, err := o.TLS.Config(false)
 	if err != nil {
 		return nil, fmt.Errorf("http sender %q: %w", cfg.ID, err)
 	}
