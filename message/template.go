@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -47,18 +48,11 @@ const (
 	partPayload
 )
 
-// pathSegment is one step of a payload path: an object key, which is also an
-// array index when it is a decimal number (index >= 0).
-type pathSegment struct {
-	key   string
-	index int
-}
-
 type part struct {
 	kind partKind
 	text string // literal text, header name, or the placeholder (for errors)
 	n    int    // topic segment
-	path []pathSegment
+	path []string // payload path: object keys (a decimal key also indexes an array)
 }
 
 // Template is a parsed per-message template: literal text with placeholders
@@ -148,16 +142,9 @@ func parsePlaceholder(name string) (part, string) {
 		}
 		return part{kind: partHeader, text: rest}, ""
 	case head == "payload" && dotted:
-		segs := strings.Split(rest, ".")
-		path := make([]pathSegment, len(segs))
-		for i, sg := range segs {
-			if sg == "" {
-				return part{}, fmt.Sprintf("{%s}: empty path segment", name)
-			}
-			path[i] = pathSegment{key: sg, index: -1}
-			if n, err := strconv.ParseUint(sg, 10, 31); err == nil && sg[0] != '+' {
-				path[i].index = int(n)
-			}
+		path := strings.Split(rest, ".")
+		if slices.Contains(path, "") {
+			return part{}, fmt.Sprintf("{%s}: empty path segment", name)
 		}
 		return part{kind: partPayload, text: name, path: path}, ""
 	case head == "payload" || head == "header":
@@ -276,36 +263,29 @@ func lookupHeader(h map[string]string, name string) (string, bool) {
 	return "", false
 }
 
-func walkPath(v any, path []pathSegment) (any, string) {
-	for i, sg := range path {
+func walkPath(v any, path []string) (any, string) {
+	for i, key := range path {
 		switch x := v.(type) {
 		case map[string]any:
-			next, ok := x[sg.key]
+			next, ok := x[key]
 			if !ok {
-				return nil, fmt.Sprintf("field %q missing", joinPath(path[:i+1]))
+				return nil, fmt.Sprintf("field %q missing", strings.Join(path[:i+1], "."))
 			}
 			v = next
 		case []any:
-			if sg.index < 0 || sg.index >= len(x) {
-				return nil, fmt.Sprintf("index %q out of range (array of %d)", joinPath(path[:i+1]), len(x))
+			n, err := strconv.ParseUint(key, 10, 31)
+			if err != nil || n >= uint64(len(x)) {
+				return nil, fmt.Sprintf("index %q out of range (array of %d)", strings.Join(path[:i+1], "."), len(x))
 			}
-			v = x[sg.index]
+			v = x[n]
 		default:
-			return nil, fmt.Sprintf("field %q missing (not an object or array)", joinPath(path[:i+1]))
+			return nil, fmt.Sprintf("field %q missing (not an object or array)", strings.Join(path[:i+1], "."))
 		}
 	}
 	if v == nil {
-		return nil, fmt.Sprintf("field %q is null", joinPath(path))
+		return nil, fmt.Sprintf("field %q is null", strings.Join(path, "."))
 	}
 	return v, ""
-}
-
-func joinPath(path []pathSegment) string {
-	keys := make([]string, len(path))
-	for i, sg := range path {
-		keys[i] = sg.key
-	}
-	return strings.Join(keys, ".")
 }
 
 // formatValue renders a decoded JSON value: strings raw, numbers in their
