@@ -50,8 +50,8 @@ const (
 
 type part struct {
 	kind partKind
-	text string // literal text, header name, or the placeholder (for errors)
-	n    int    // topic segment
+	text string   // literal text, header name, or the placeholder (for errors)
+	n    int      // topic segment
 	path []string // payload path: object keys (a decimal key also indexes an array)
 }
 
