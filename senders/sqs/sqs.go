@@ -25,7 +25,6 @@ import (
 
 // Sender sends envelopes to one queue. It is safe for concurrent use.
 type Sender struct {
-	id        string
 	queueURL  string
 	fifo      bool
 	group     *message.Template // FIFO only
@@ -56,7 +55,6 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		return fail("queue_url is required")
 	}
 	s := &Sender{
-		id:        cfg.ID,
 		queueURL:  o.QueueURL,
 		fifo:      strings.HasSuffix(o.QueueURL, ".fifo"),
 		batchSize: cmp.Or(o.BatchSize, MaxBatchSize),
