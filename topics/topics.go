@@ -133,11 +133,8 @@ func MatchAny(filters []string, topic string) bool {
 func Covers(outer, inner string) bool {
 	o := strings.Split(stripShare(outer), "/")
 	in := strings.Split(stripShare(inner), "/")
-	if strings.HasPrefix(in[0], "$") || in[0] == "+" || in[0] == "#" {
-		// inner may produce $-topics only if its first level is literally $...
-		if strings.HasPrefix(in[0], "$") && (o[0] == "+" || o[0] == "#") {
-			return false
-		}
+	if dollarOnly(in[0], o[0]) {
+		return false
 	}
 	for i, l := range in {
 		if i >= len(o) {

@@ -175,20 +175,17 @@ func (s *Sender) sendBatch(ctx context.Context, batch []entry, errs []error) {
 		}
 		return
 	}
-	done := make(map[int]bool, len(batch))
+	for _, en := range batch {
+		errs[en.index] = errNoResult // unless the response mentions it
+	}
 	for _, ok := range out.Successful {
 		if i, found := byID[aws.ToString(ok.Id)]; found {
-			errs[i], done[i] = nil, true
+			errs[i] = nil
 		}
 	}
 	for _, f := range out.Failed {
 		if i, found := byID[aws.ToString(f.Id)]; found {
-			errs[i], done[i] = classifyEntry(f), true
-		}
-	}
-	for _, en := range batch {
-		if !done[en.index] {
-			errs[en.index] = errNoResult
+			errs[i] = classifyEntry(f)
 		}
 	}
 }
