@@ -286,7 +286,6 @@ func (h *Handler) listJournal(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"entries": h.journal.Entries(r.URL.Query().Get("route"), limit)})
 }
 
-// storeError maps a store error to a status.
 func (h *Handler) storeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, stores.ErrNotFound):

@@ -94,7 +94,6 @@ func (v *identVisitor) Visit(n *ast.Node) {
 	}
 }
 
-// usedVars returns the environment variables prog reads.
 func usedVars(prog *vm.Program) []string {
 	v := &identVisitor{}
 	node := prog.Node()
@@ -102,7 +101,6 @@ func usedVars(prog *vm.Program) []string {
 	return v.uses
 }
 
-// run evaluates p against the current message.
 func (s *state) run(p *program) (any, error) {
 	for _, name := range p.uses {
 		s.env[name] = envVars[name](s)

@@ -165,7 +165,6 @@ func (a *Acker) Run(ctx context.Context) {
 	}
 }
 
-// release gives back a message's room.
 func (a *Acker) release(p *pending) {
 	a.w.InFlight.Add(-1)
 	a.w.Release(p.weight)

@@ -242,7 +242,6 @@ func (r *Receiver) publish(ctx context.Context, ps []*pending) {
 	}
 }
 
-// headers returns the configured request headers req carries.
 func (r *Receiver) headers(req *http.Request) map[string]string {
 	h := make(map[string]string, len(r.o.Headers)+1)
 	for _, name := range r.o.Headers {
@@ -268,7 +267,6 @@ func DecodeTopic(escaped string) (string, error) {
 	return topic, nil
 }
 
-// validTopic checks a topic name.
 func validTopic(topic string) error {
 	switch {
 	case topic == "":
@@ -283,7 +281,6 @@ func validTopic(topic string) error {
 	return nil
 }
 
-// checkKey checks an idempotency key.
 func checkKey(key string) error {
 	switch {
 	case key == "":
