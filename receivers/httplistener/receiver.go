@@ -33,7 +33,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -119,8 +118,7 @@ type Receiver struct {
 	ran    atomic.Bool
 	ready  chan struct{}
 	addr   atomic.Pointer[net.Addr]
-	mu     sync.Mutex
-	status receivers.Status
+	status atomic.Pointer[receivers.Status] // nil: not listening yet
 }
 
 // New validates o and builds a receiver that hands messages to sink. It
@@ -163,7 +161,7 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 	return &Receiver{
 		o: o, sink: sink, log: logger.With("component", "receiver", "receiver", o.ID),
 		slots: make(chan struct{}, o.MaxInFlight), win: receivers.NewWindow(o.MaxInflightBytes),
-		ready: make(chan struct{}), status: receivers.Status{Reason: "not listening yet"},
+		ready: make(chan struct{}),
 	}, nil
 }
 
@@ -178,7 +176,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 	}
 	ln, err := net.Listen("tcp", r.o.Listen)
 	if err != nil {
-		r.setStatus(receivers.Status{Reason: fmt.Sprintf("listen on %s: %v", r.o.Listen, err)})
+		r.status.Store(&receivers.Status{Reason: fmt.Sprintf("listen on %s: %v", r.o.Listen, err)})
 		return fmt.Errorf("listen on %s: %w", r.o.Listen, err)
 	}
 	addr := ln.Addr()
@@ -195,7 +193,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
 	}
 	r.addr.Store(&addr)
-	r.setStatus(receivers.Status{Connected: true, Subscribed: true})
+	r.status.Store(&receivers.Status{Connected: true, Subscribed: true})
 	close(r.ready)
 	r.log.Info("listening", "address", addr.String(), "tls", r.o.TLS != nil, "anonymous", r.o.Token == "",
 		"max_payload_bytes", r.o.MaxPayloadBytes, "max_in_flight", r.o.MaxInFlight)
@@ -212,7 +210,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		_ = srv.Close()
 		err = <-served
 	}
-	r.setStatus(receivers.Status{Reason: "stopped"})
+	r.status.Store(&receivers.Status{Reason: "stopped"})
 	r.log.Info("stopped")
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -233,15 +231,10 @@ func (r *Receiver) Addr() net.Addr {
 
 // Status reports Connected and Subscribed true while the receiver listens.
 func (r *Receiver) Status() receivers.Status {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.status
-}
-
-func (r *Receiver) setStatus(s receivers.Status) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.status = s
+	if s := r.status.Load(); s != nil {
+		return *s
+	}
+	return receivers.Status{Reason: "not listening yet"}
 }
 
 // Stats returns the receiver's counters: Acked counts messages answered as
