@@ -117,9 +117,7 @@ func NewJournal(size int) *Journal {
 
 // SenderState records a sender's transition between up and down.
 func (j *Journal) SenderState(sender string, up bool, lastErr string) {
-	if len(lastErr) > maxErrLen {
-		lastErr = lastErr[:maxErrLen]
-	}
+	lastErr = truncate(redact.Text(lastErr), maxErrLen)
 	j.mu.Lock()
 	j.senders[sender] = SenderState{Sender: sender, Up: up, LastError: lastErr, Since: time.Now()}
 	j.mu.Unlock()
