@@ -89,7 +89,7 @@ func compileProcessors(rc routes.RouteConfig) (func(*message.Envelope) (bool, st
 // newReceiverBackend maps a receiver's config to its component's Options.
 func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.Logger) (receiver, error) {
 	o := c.Options
-	tc, err := tlsConfig(o.TLS, c.Type != routes.ReceiverMQTT)
+	tc, err := o.TLS.Config(c.Type != routes.ReceiverMQTT)
 	if err != nil {
 		return nil, err
 	}
