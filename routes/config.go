@@ -71,7 +71,7 @@ type Admin struct {
 	// TokenFile reads Token from a file (trailing newline trimmed); never
 	// together with Token. After loading it is empty: Token holds the
 	// file's content.
-	TokenFile string `yaml:"token_file,omitempty" file:"token"`
+	TokenFile string `yaml:"token_file,omitempty"`
 	// AllowedHosts are host names (ports ignored) clients may use in the
 	// Host header to reach /api and /console, besides the listen host,
 	// loopback names and IP literals. Others get 421 (DNS rebinding).
