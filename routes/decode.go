@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -90,7 +91,7 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 	switch t.Kind() {
 	case reflect.Pointer:
 		return w.walk(n, t.Elem(), path)
-	case reflect.Struct:
+	case reflect.Struct, reflect.Map:
 		return w.mapping(n, t, path)
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
@@ -104,33 +105,6 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 				n.Content[i] = emptyNode(t.Elem(), e)
 			}
 		}
-		return true
-	case reflect.Map:
-		if n.Kind != yaml.MappingNode {
-			w.errorf(n, path, "wrong-type", "%s: expected a mapping, got %s", path, kindName(n))
-			return false
-		}
-		var kept []*yaml.Node
-		seen := map[string]int{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode {
-				w.errorf(k, path, "wrong-type", "%s: keys must be strings", path)
-				continue
-			}
-			p := path + "." + k.Value
-			if line, dup := seen[k.Value]; dup {
-				w.errorf(k, p, "duplicate-key", "%s: key %q already defined at line %d", path, k.Value, line)
-				continue
-			}
-			seen[k.Value] = k.Line
-			k.Tag, k.Style = "!!str", yaml.DoubleQuotedStyle
-			if !w.walk(v, t.Elem(), p) {
-				continue
-			}
-			kept = append(kept, k, v)
-		}
-		n.Content = kept
 		return true
 	case reflect.Int, reflect.Int64, reflect.Float64:
 		if !w.scalar(n, t, path, false) {
@@ -147,13 +121,17 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 	}
 }
 
-// mapping checks a struct's mapping node: every key must name a field.
+// mapping checks the mapping node of a struct (every key must name a
+// field) or of a map (keys are strings).
 func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 	if n.Kind != yaml.MappingNode {
 		w.errorf(n, path, "wrong-type", "%s: expected a mapping, got %s", display(path), kindName(n))
 		return false
 	}
-	fields := yamlFields(t)
+	var fields map[string]reflect.StructField
+	if t.Kind() == reflect.Struct {
+		fields = yamlFields(t)
+	}
 	var kept []*yaml.Node
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -163,8 +141,13 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 			continue
 		}
 		p := joinPath(path, k.Value)
-		f, ok := fields[k.Value]
-		if !ok {
+		var elem reflect.Type
+		template := w.template // a map's values are templates when the map is
+		if fields == nil {
+			elem = t.Elem()
+		} else if f, ok := fields[k.Value]; ok {
+			elem, template = f.Type, f.Tag.Get("template") == "true"
+		} else {
 			w.errorf(k, "", "unknown-key", "%s: unknown key %q%s", display(path), k.Value, suggest(k.Value, fields))
 			continue
 		}
@@ -173,14 +156,14 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 			continue
 		}
 		seen[k.Value] = k.Line
+		k.Tag, k.Style = "!!str", yaml.DoubleQuotedStyle
 		outer := w.template
-		w.template = f.Tag.Get("template") == "true"
-		ok = w.walk(v, f.Type, p)
+		w.template = template
+		ok := w.walk(v, elem, p)
 		w.template = outer
-		if !ok {
-			continue
+		if ok {
+			kept = append(kept, k, v)
 		}
-		kept = append(kept, k, v)
 	}
 	n.Content = kept
 	return true
@@ -288,20 +271,17 @@ func emptyNode(t reflect.Type, at *yaml.Node) *yaml.Node {
 func yamlFields(t reflect.Type) map[string]reflect.StructField {
 	m := make(map[string]reflect.StructField, t.NumField())
 	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
+		if f := t.Field(i); f.IsExported() {
+			m[yamlName(f)] = f
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		m[name] = f
 	}
 	return m
+}
+
+// yamlName is the key of field f in YAML.
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return cmp.Or(name, strings.ToLower(f.Name))
 }
 
 // suggest proposes the closest known key for a misspelt one.

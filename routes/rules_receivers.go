@@ -3,6 +3,7 @@ package routes
 import (
 	"fmt"
 	"net"
+	"strings"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -26,11 +27,7 @@ var senderOptions = map[string][]string{
 }
 
 func (c *Config) checkReceivers(add func(Problem)) {
-	ids := make([]string, len(c.Receivers))
-	for i, r := range c.Receivers {
-		ids[i] = r.ID
-	}
-	c.checkDuplicateIDs(add, "receivers", ids)
+	c.checkDuplicateIDs(add, "receivers", c.receiverIDs())
 
 	for i, r := range c.Receivers {
 		path := fmt.Sprintf("receivers[%d]", i)
@@ -182,14 +179,16 @@ func (c *Config) checkReceiverLimits(add func(Problem), path string, r ReceiverC
 	}
 }
 
-// isLoopback reports whether a listen address accepts only local clients.
+// isLoopback reports whether a host:port listen address accepts only local
+// clients: localhost or a loopback IP. An empty host (":9090") listens
+// everywhere.
 func isLoopback(listen string) bool {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		return false
 	}
 	ip := net.ParseIP(host)
-	return host == "localhost" || (ip != nil && ip.IsLoopback())
+	return strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback())
 }
 
 // checkListenConflicts reports two servers configured on one address.
@@ -223,11 +222,7 @@ func (c *Config) routesOf(id string) []RouteConfig {
 }
 
 func (c *Config) checkSenders(add func(Problem)) {
-	ids := make([]string, len(c.Senders))
-	for i, s := range c.Senders {
-		ids[i] = s.ID
-	}
-	c.checkDuplicateIDs(add, "senders", ids)
+	c.checkDuplicateIDs(add, "senders", c.senderIDs())
 
 	for i, s := range c.Senders {
 		path := fmt.Sprintf("senders[%d]", i)

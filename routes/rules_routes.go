@@ -136,13 +136,7 @@ func (c *Config) checkProcessors(add func(Problem), route string, ps []Processor
 		if !ok {
 			continue // the enum rule reports it
 		}
-		c.checkOptions(add, path, "processor", p.Type, struct {
-			Expr    string            `yaml:"expr"`
-			Headers map[string]string `yaml:"headers"`
-			From    string            `yaml:"from"`
-			Hash    bool              `yaml:"hash"`
-			Key     string            `yaml:"key"`
-		}{p.Expr, p.Headers, p.From, p.Hash, p.Key}, allowed)
+		c.checkOptions(add, path, "processor", p.Type, p, allowed)
 		switch p.Type {
 		case "filter", "transform":
 			if p.Expr == "" {
@@ -262,9 +256,6 @@ func (c *Config) checkSession(add func(Problem), route string, s Session) {
 }
 
 func (c *Config) checkBackoff(add func(Problem), path string, b Backoff) {
-	if b.Multiplier < 1 {
-		add(c.Errorf(path+".multiplier", "multiplier", "%s.multiplier must be at least 1; got %g", path, b.Multiplier))
-	}
 	if b.InitialInterval > b.MaxInterval {
 		add(c.Errorf(path+".initial_interval", "interval-order", "%s: initial_interval %s is greater than max_interval %s", path, b.InitialInterval, b.MaxInterval))
 	}

@@ -3,7 +3,6 @@ package routes
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/gobridge/gobridge/topics"
 )
@@ -64,7 +63,7 @@ func (c *Config) checkUnroutedSubscriptions(add func(Problem)) {
 			tp := fmt.Sprintf("%s.topics[%d].topic", path, j)
 			add(c.Errorf(tp, "unrouted-subscription",
 				"%s: no route of receiver %q matches any topic %q delivers (its routes: %s): such messages would be acknowledged and discarded; add a route for them or remove the subscription",
-				tp, r.ID, s.Topic, quoteList(filters)))
+				tp, r.ID, s.Topic, idList(filters)))
 		}
 	}
 }
@@ -123,15 +122,4 @@ func (c *Config) danglingRef(ref func(RouteConfig) string, ids []string) bool {
 	return slices.ContainsFunc(c.Routes, func(r RouteConfig) bool {
 		return ref(r) == "" || !slices.Contains(ids, ref(r))
 	})
-}
-
-func quoteList(ss []string) string {
-	if len(ss) == 0 {
-		return "none"
-	}
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = fmt.Sprintf("%q", s)
-	}
-	return strings.Join(q, ", ")
 }
