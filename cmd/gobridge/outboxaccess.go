@@ -42,14 +42,9 @@ type outbox struct {
 // go to that bridge's admin API (its address and token from FILE); a
 // DynamoDB table is shared by design and used directly.
 func openOutbox(ctx context.Context, path string, stderr io.Writer) (*routes.Config, *outbox, error) {
-	cfg, probs, err := loadConfig(path)
+	cfg, err := loadValid(path, stderr)
 	if err != nil {
 		return nil, nil, err
-	}
-	if probs.HasErrors() {
-		_ = probs.Errors().WriteText(stderr)
-		fmt.Fprintf(stderr, "config invalid: %d errors\n", len(probs.Errors()))
-		return nil, nil, errInvalid
 	}
 	sc := cfg.Stores.Outbox
 	if sc == nil {

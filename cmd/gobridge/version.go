@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	goruntime "runtime"
@@ -59,8 +58,6 @@ func readBuild(info *debug.BuildInfo, ok bool) buildInfo {
 				}
 			case "vcs.modified":
 				b.Modified = commit == "" && s.Value == "true"
-			case "GOOS", "GOARCH", "GOARM":
-				// reported by Platform from the running binary
 			}
 		}
 	}
@@ -94,22 +91,10 @@ type VersionCommand struct {
 
 // Run prints one line, as buildInfo.String formats it.
 func (c *VersionCommand) Run(_ context.Context, args []string) error {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(c.Stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: gobridge version (or gobridge --version, gobridge -v)\n\n"+
-			"Version prints the version, the VCS commit, the build date, the Go version and the platform gobridge was built for.")
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(c.Stderr, "version: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return errUsage
+	fs := newFlags("version", "Usage: gobridge version (or gobridge --version, gobridge -v)\n\n"+
+		"Version prints the version, the VCS commit, the build date, the Go version and the platform gobridge was built for.\n", c.Stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	_, err := fmt.Fprintln(c.Stdout, currentBuild())
 	return err
