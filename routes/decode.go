@@ -58,36 +58,7 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" && !strings.Contains(n.Value, "${") {
 		return true // zero value; defaults and "required" rules take over
 	}
-	if n.Anchor != "" {
-		n.Anchor = "" // anchors are harmless without aliases
-	}
-	switch t {
-	case durationType:
-		if !w.scalar(n, t, path, true) {
-			return false
-		}
-		switch n.ShortTag() {
-		case "!!int", "!!float":
-			w.errorf(n, path, "duration", "%s: %q has no unit; write a duration such as \"%ss\"", path, n.Value, n.Value)
-			return false
-		case "!!str":
-		default:
-			w.errorf(n, path, "wrong-type", "%s: expected a duration such as \"1s\", got %s", path, kindName(n))
-			return false
-		}
-		d, err := ParseDuration(n.Value)
-		if err != nil {
-			w.errorf(n, path, "duration", "%s: %v", path, err)
-			return false
-		}
-		if d == 0 {
-			w.src.zero[path] = true
-		}
-		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
-		return true
-	case secretType:
-		return w.scalar(n, t, path, false)
-	}
+	n.Anchor = "" // anchors are harmless without aliases
 	switch t.Kind() {
 	case reflect.Pointer:
 		return w.walk(n, t.Elem(), path)
@@ -99,26 +70,14 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 			return false
 		}
 		for i, e := range n.Content {
-			p := fmt.Sprintf("%s[%d]", path, i)
-			if !w.walk(e, t.Elem(), p) {
+			if !w.walk(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i)) {
 				// keep indices stable: decode an empty value in its place
 				n.Content[i] = emptyNode(t.Elem(), e)
 			}
 		}
 		return true
-	case reflect.Int, reflect.Int64, reflect.Float64:
-		if !w.scalar(n, t, path, false) {
-			return false
-		}
-		if f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64); err == nil && f == 0 {
-			w.src.zero[path] = true
-		} else if i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64); err == nil && i == 0 {
-			w.src.zero[path] = true
-		}
-		return true
-	default:
-		return w.scalar(n, t, path, false)
 	}
+	return w.scalar(n, t, path)
 }
 
 // mapping checks the mapping node of a struct (every key must name a
@@ -169,12 +128,13 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 	return true
 }
 
-// scalar checks a scalar node for a string, int, bool or float target,
-// expanding ${VAR} first.
-func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string, duration bool) bool {
+// scalar checks a scalar node for a string, duration, int, bool or float
+// target, expanding ${VAR} first, and records a number or duration written
+// as zero.
+func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string) bool {
 	if n.Kind != yaml.ScalarNode {
 		want := "a " + t.Kind().String()
-		if duration {
+		if t == durationType {
 			want = "a duration"
 		}
 		w.errorf(n, path, "wrong-type", "%s: expected %s, got %s", path, want, kindName(n))
@@ -192,45 +152,56 @@ func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string, duration bool
 		n.Value = v
 		n.Tag, n.Style = "", 0 // re-resolve the expanded text as a plain scalar
 	}
-	if duration {
-		return true
-	}
-	tag := n.ShortTag()
-	switch t.Kind() {
-	case reflect.String:
+	tag, zero := n.ShortTag(), false
+	switch {
+	case t == durationType && (tag == "!!int" || tag == "!!float"):
+		w.errorf(n, path, "duration", "%s: %q has no unit; write a duration such as \"%ss\"", path, n.Value, n.Value)
+		return false
+	case t == durationType && tag != "!!str":
+		w.errorf(n, path, "wrong-type", "%s: expected a duration such as \"1s\", got %s", path, kindName(n))
+		return false
+	case t == durationType:
+		d, err := ParseDuration(n.Value)
+		if err != nil {
+			w.errorf(n, path, "duration", "%s: %v", path, err)
+			return false
+		}
+		zero = d == 0
+		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
+	case t.Kind() == reflect.String:
 		if tag == "!!null" && !expanded {
 			n.Value = "" // "~" or "null" written in the file; an expanded value stays as it is
 		}
 		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
-		return true
-	case reflect.Int, reflect.Int64:
-		if tag == "!!int" {
-			if _, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, t.Bits()/2+32*(t.Bits()/64)); err == nil {
-				return true
-			}
+	case t.Kind() == reflect.Bool && tag != "!!bool":
+		w.errorf(n, path, "wrong-type", "%s: expected true or false, got %s", path, kindName(n))
+		return false
+	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
+		if tag != "!!int" {
+			w.errorf(n, path, "wrong-type", "%s: expected an integer, got %s", path, kindName(n))
+			return false
+		}
+		i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+		if err != nil {
 			w.errorf(n, path, "wrong-type", "%s: %s is out of range", path, n.Value)
 			return false
 		}
-		w.errorf(n, path, "wrong-type", "%s: expected an integer, got %s", path, kindName(n))
-		return false
-	case reflect.Bool:
-		if tag == "!!bool" {
-			return true
+		zero = i == 0
+	case t.Kind() == reflect.Float64:
+		var f float64
+		if (tag != "!!float" && tag != "!!int") || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			w.errorf(n, path, "wrong-type", "%s: expected a number, got %s", path, kindName(n))
+			return false
 		}
-		w.errorf(n, path, "wrong-type", "%s: expected true or false, got %s", path, kindName(n))
-		return false
-	case reflect.Float64:
-		if tag == "!!float" || tag == "!!int" {
-			var f float64
-			if err := n.Decode(&f); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
-				return true
-			}
-		}
-		w.errorf(n, path, "wrong-type", "%s: expected a number, got %s", path, kindName(n))
+		zero = f == 0
+	case t.Kind() != reflect.Bool:
+		w.errorf(n, path, "wrong-type", "%s: unsupported value", path)
 		return false
 	}
-	w.errorf(n, path, "wrong-type", "%s: unsupported value", path)
-	return false
+	if zero {
+		w.src.zero[path] = true
+	}
+	return true
 }
 
 // kindName describes a node for messages.
