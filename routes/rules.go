@@ -143,12 +143,6 @@ func (c *Config) checkTemplate(add func(Problem), path, tmpl string) {
 	}
 }
 
-func (c *Config) checkTemplateMap(add func(Problem), path string, m map[string]string) {
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		c.checkTemplate(add, path+"."+k, m[k])
-	}
-}
-
 // brokerSchemes are the URL schemes the MQTT client dials.
 var brokerSchemes = []string{"tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss"}
 

@@ -45,15 +45,12 @@ func (c *Config) checkReceivers(add func(Problem)) {
 				}
 			}
 		case ReceiverMQTTListener:
-			if err := checkListenAddr(r.Options.Listen); err != nil {
-				add(c.Errorf(path+".options.listen", "listen", "%s.options.listen: %v", path, err))
-			}
 			c.checkListenerAccess(add, path+".options", r.Options)
 		case ReceiverHTTPListener:
-			if err := checkListenAddr(r.Options.Listen); err != nil {
-				add(c.Errorf(path+".options.listen", "listen", "%s.options.listen: %v", path, err))
-			}
 			c.checkHTTPListener(add, path, r)
+		}
+		if err := checkListenAddr(r.Options.Listen); err != nil && (r.Type == ReceiverMQTTListener || r.Type == ReceiverHTTPListener) {
+			add(c.Errorf(path+".options.listen", "listen", "%s.options.listen: %v", path, err))
 		}
 		c.checkReceiverLimits(add, path+".options", r)
 		c.checkTLS(add, path+".options.tls", r.Options.TLS, r.Type != ReceiverMQTT)
@@ -247,8 +244,6 @@ func (c *Config) checkSenders(add func(Problem)) {
 				add(c.Errorf(op+".message_group_id", "sqs-fifo",
 					"%s.message_group_id applies only to FIFO queues (URL ending in .fifo); %s is a standard queue", op, o.QueueURL))
 			}
-			c.checkTemplate(add, op+".message_group_id", o.MessageGroupID)
-			c.checkTemplateMap(add, op+".attributes", o.Attributes)
 		case SenderHTTP:
 			switch err := checkHTTPURL(s.Options.URL); {
 			case s.Options.URL == "":
@@ -257,9 +252,7 @@ func (c *Config) checkSenders(add func(Problem)) {
 			case err != nil:
 				add(c.Errorf(op+".url", "url", "%s.url: %v", op, err))
 			}
-			c.checkTemplate(add, op+".url", s.Options.URL)
 			c.checkTLS(add, op+".tls", s.Options.TLS, false)
-			c.checkTemplateMap(add, op+".headers", s.Options.Headers)
 			c.checkHostHeader(add, op+".headers", s.Options.Headers)
 		}
 	}

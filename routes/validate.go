@@ -2,6 +2,7 @@ package routes
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -41,7 +42,8 @@ func (c *Config) Validate() Problems {
 // present, even empty), oneof=A B, min=N and max=N (numbers), omitempty and
 // omitnil (no rule applies to a zero or nil value), and dive (the rules
 // before it are the list's; its elements are structs, checked in turn). A
-// field reports its first failing rule only.
+// field reports its first failing rule only. Fields tagged template:"true"
+// are parsed as templates, whatever type their struct has.
 func (c *Config) checkTags(add func(Problem), v reflect.Value, path string) {
 	switch v.Kind() {
 	case reflect.Pointer:
@@ -62,8 +64,23 @@ func (c *Config) checkTags(add func(Problem), v reflect.Value, path string) {
 			if p, failed := c.tagProblem(v.Field(i), fp, f.Tag.Get("validate")); failed {
 				add(p)
 			}
+			if f.Tag.Get("template") == "true" {
+				c.checkTemplates(add, fp, v.Field(i))
+			}
 			c.checkTags(add, v.Field(i), fp)
 		}
+	}
+}
+
+// checkTemplates checks a field tagged template:"true": a template, or a
+// map of them.
+func (c *Config) checkTemplates(add func(Problem), path string, v reflect.Value) {
+	if v.Kind() == reflect.String {
+		c.checkTemplate(add, path, v.String())
+		return
+	}
+	for _, k := range slices.Sorted(maps.Keys(v.Interface().(map[string]string))) {
+		c.checkTemplate(add, path+"."+k, v.MapIndex(reflect.ValueOf(k)).String())
 	}
 }
 
