@@ -23,8 +23,8 @@ type OutboxCommand struct {
 
 const outboxUsage = `Usage: gobridge outbox stats -c FILE [--format table|json] [--sample DURATION]
 
-Stats opens the outbox store configured in FILE (read-only: safe while a
-bridge runs on it) and prints, per session and route: the live records
+Stats opens the outbox store configured in FILE (safe while a bridge runs
+on it: it only reads) and prints, per session and route: the live records
 (waiting for delivery, held by a drainer, or retrying), the age of the
 session's oldest live record, and the dead letters. Routes named in FILE
 are listed even when they have no records; records of routes FILE does not

@@ -22,16 +22,6 @@ func safe(s string) string { return escape(s, false) }
 func safeBlock(s string) string { return escape(s, true) }
 
 func escape(s string, block bool) string {
-	clean := true
-	for _, r := range s {
-		if unsafeRune(r, block) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
 	var b strings.Builder
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -13,11 +14,7 @@ import (
 // Empty ones come from the binary's build info when it has them (a build
 // from a git checkout records the commit and its time; `go install
 // ...@v1.2.3` records the version).
-var (
-	version = ""
-	commit  = ""
-	date    = ""
-)
+var version, commit, date string
 
 // buildInfo is what `gobridge version` prints and gobridge_build_info
 // exports.
@@ -49,24 +46,15 @@ func readBuild(info *debug.BuildInfo, ok bool) buildInfo {
 		for _, s := range info.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				if b.Commit == "" {
-					b.Commit = s.Value
-				}
+				b.Commit = cmp.Or(b.Commit, s.Value)
 			case "vcs.time":
-				if b.Date == "" {
-					b.Date = s.Value
-				}
+				b.Date = cmp.Or(b.Date, s.Value)
 			case "vcs.modified":
 				b.Modified = commit == "" && s.Value == "true"
 			}
 		}
 	}
-	if b.Version == "" {
-		b.Version = "devel"
-	}
-	if b.Commit == "" {
-		b.Commit = "unknown"
-	}
+	b.Version, b.Commit = cmp.Or(b.Version, "devel"), cmp.Or(b.Commit, "unknown")
 	return b
 }
 
