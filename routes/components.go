@@ -25,7 +25,7 @@ type ReceiverOptions struct {
 	Password     Secret `yaml:"password,omitempty"`
 	// PasswordFile (mqtt) reads Password from a file; never with Password.
 	// After loading it is empty: Password holds the file's content.
-	PasswordFile string `yaml:"password_file,omitempty" file:"password"`
+	PasswordFile string `yaml:"password_file,omitempty"`
 	// KeepAlive (mqtt) is the MQTT keep-alive interval; the broker drops a
 	// connection silent for 1.5 times it. Defaults to 30s; must be > 0 (0
 	// would turn keep-alive off).
@@ -57,7 +57,7 @@ type ReceiverOptions struct {
 	// TokenFile names a file holding it (trailing newline ignored). One of
 	// them unless allow_anonymous.
 	Token     Secret `yaml:"token,omitempty"`
-	TokenFile string `yaml:"token_file,omitempty" file:"token"`
+	TokenFile string `yaml:"token_file,omitempty"`
 	// MaxInFlight (http_listener) bounds the requests served at once; one
 	// more is answered 503. Defaults to 256.
 	MaxInFlight int `yaml:"max_in_flight,omitempty" validate:"omitempty,min=1"`
@@ -100,7 +100,7 @@ type User struct {
 	// (bcrypt): one of them, or none for a user that connects only with a
 	// client certificate of its name (tls.client_ca_file).
 	Password     Secret `yaml:"password,omitempty"`
-	PasswordFile string `yaml:"password_file,omitempty" file:"password"`
+	PasswordFile string `yaml:"password_file,omitempty"`
 	PasswordHash Secret `yaml:"password_hash,omitempty"`
 	// Publish are the topic filters the user may publish to; defaults to
 	// the receiver's topics.
@@ -181,7 +181,7 @@ type SenderOptions struct {
 	// (a secret such as "Bearer ..."; trailing newline trimmed; literal
 	// text, not a template). A header is in Headers or HeadersFile, never
 	// both. After loading it is empty: Headers holds the values.
-	HeadersFile map[string]string `yaml:"headers_file,omitempty" file:"headers"`
+	HeadersFile map[string]string `yaml:"headers_file,omitempty"`
 	// Timeout (http) bounds one request, connecting included. Defaults to
 	// 5s; must be > 0.
 	Timeout Duration `yaml:"timeout,omitempty"`

@@ -71,7 +71,7 @@ type Admin struct {
 	// TokenFile reads Token from a file (trailing newline trimmed); never
 	// together with Token. After loading it is empty: Token holds the
 	// file's content.
-	TokenFile string `yaml:"token_file,omitempty" file:"token"`
+	TokenFile string `yaml:"token_file,omitempty"`
 	// AllowedHosts are host names (ports ignored) clients may use in the
 	// Host header to reach /api and /console, besides the listen host,
 	// loopback names and IP literals. Others get 421 (DNS rebinding).
@@ -108,13 +108,13 @@ type StoreOptions struct {
 	Path string `yaml:"path,omitempty"`
 	// Sync is full (survives power loss) or normal (survives a process
 	// crash). SQLite only. Defaults to full.
-	Sync string `yaml:"sync,omitempty"`
+	Sync string `yaml:"sync,omitempty" validate:"omitempty,oneof=full normal"`
 	// DoneRetention is how many delivered records a SQLite outbox keeps as
 	// tombstones (payload included) so that a redelivered message with the
 	// same envelope ID (idempotency_key) is not delivered twice. Defaults to
 	// 100000; 0 keeps none (such a redelivery is delivered again). Not
 	// omitted when 0, so that a marshalled config keeps a written 0.
-	DoneRetention int `yaml:"done_retention"`
+	DoneRetention int `yaml:"done_retention" validate:"min=0"`
 	// Table is the DynamoDB table name. Defaults to gobridge_outbox.
 	Table string `yaml:"table,omitempty"`
 	// Region is the AWS region (DynamoDB); empty uses the default chain.
@@ -277,7 +277,7 @@ type Backoff struct {
 	MaxInterval Duration `yaml:"max_interval,omitempty"`
 	// Multiplier grows the delay ceiling after each attempt. Defaults to
 	// 2.0; must be >= 1 (1 keeps it constant).
-	Multiplier float64 `yaml:"multiplier,omitempty"`
+	Multiplier float64 `yaml:"multiplier,omitempty" validate:"min=1"`
 }
 
 // Duration is a time.Duration written in YAML as a string with a unit
