@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -132,6 +133,29 @@ func procMem(pid int) (rss, hwm int64) {
 }
 
 const mib = 1 << 20
+
+// perfRecord samples the CPU stacks of a process with Linux perf into
+// $GOBRIDGE_BENCH_PERF/<name>.perf.data until the returned stop is called
+// (a no-op when GOBRIDGE_BENCH_PERF is unset). Read it with
+// `perf report -i FILE --no-children` (Go keeps frame pointers, so -g
+// stacks are whole).
+func perfRecord(t *testing.T, pid int, name string) (stop func()) {
+	t.Helper()
+	dir := os.Getenv("GOBRIDGE_BENCH_PERF")
+	if dir == "" {
+		return func() {}
+	}
+	out := filepath.Join(dir, strings.ReplaceAll(name, "/", "_")+".perf.data")
+	cmd := exec.Command("perf", "record", "-F", "997", "-g", "-o", out, "-p", strconv.Itoa(pid))
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("perf record: %v", err)
+	}
+	return sync.OnceFunc(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		t.Logf("CPU profile: %s", out)
+	})
+}
 
 // benchPayload is a 200-byte message: "<publish time, UnixNano> <id> " and
 // padding. The sink reads both back.
@@ -469,11 +493,16 @@ func benchBridge(t *testing.T, mode string, n, rate int) {
     session: {id: bench, batch_size: 200}
     policy: {max_in_flight: 100, max_outbox_depth: 1000000}`
 	}
-	b := startBridge(t, dir, "gobridge", admin, benchConfig(run, admin, mqttURL, s.srv.URL, sqliteOutbox(dir), route))
+	// GOBRIDGE_BENCH_BRIDGE_ENV: space-separated KEY=VALUE for the bridge
+	// process only (e.g. GOMAXPROCS=1 GOGC=200).
+	env := strings.Fields(os.Getenv("GOBRIDGE_BENCH_BRIDGE_ENV"))
+	b := startBridge(t, dir, "gobridge", admin, benchConfig(run, admin, mqttURL, s.srv.URL, sqliteOutbox(dir), route), env...)
 	b.waitReady(t, 30*time.Second)
 	pid := b.cmd.Process.Pid
 	pub := publisher(t, mqttURL, run+"-pub")
 	load := loadAvg()
+	stopPerf := perfRecord(t, pid, variantName(mode, rate))
+	defer stopPerf()
 	cpu0 := procCPU(t, pid)
 	start := publishRange(t, pub, run, 0, n, 0, rate, nil)
 	persisted := 0.0
@@ -489,10 +518,11 @@ func benchBridge(t *testing.T, mode string, n, rate int) {
 	}
 	waitFor(t, 5*time.Minute, "every message at the sink", func() bool { return s.delivered() == n })
 	cpu := procCPU(t, pid) - cpu0
+	stopPerf()
 	_, last, _ := s.span(0, n)
 	p50, p99 := s.latency(0, n)
 	rss, hwm := procMem(pid)
-	report(t, "e2e", "variant", variantName(mode, rate), "bin", binaryName(), "n", n,
+	report(t, "e2e", "variant", variantName(mode, rate), "bin", binaryName(), "env", strings.Join(env, ","), "n", n,
 		"msg_s", float64(n)/last.Sub(start).Seconds(), "persisted_msg_s", persisted,
 		"p50_ms", p50, "p99_ms", p99, "cpu_us_msg", float64(cpu.Microseconds())/float64(n),
 		"rss_mib", float64(rss)/mib, "hwm_mib", float64(hwm)/mib, "load", load)
