@@ -19,12 +19,18 @@ import (
 	"time"
 )
 
-// binary is the gobridge executable TestMain built ("" under -short).
+// binary is the gobridge executable TestMain built, or GOBRIDGE_E2E_BINARY
+// ("" under -short).
 var binary string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	// GOBRIDGE_E2E_BINARY: run the tests against a gobridge built elsewhere
+	// (the benchmarks compare builds this way).
+	if binary = os.Getenv("GOBRIDGE_E2E_BINARY"); binary != "" {
 		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "gobridge-e2e-")
