@@ -23,6 +23,7 @@ const (
 	DefaultOutboxTable      = "gobridge_outbox"
 	DefaultClientIDPrefix   = "gobridge-"
 	DefaultShutdownTimeout  = 30 * time.Second
+	DefaultLeaseTTL         = 15 * time.Second
 	DefaultKeepAlive        = 30 * time.Second
 	DefaultConnectTimeout   = 10 * time.Second
 	DefaultHTTPTimeout      = 5 * time.Second
@@ -68,6 +69,7 @@ func (c *Config) setDefaults() {
 		b.Admin.Listen = &l
 	}
 	b.ShutdownTimeout = cmp.Or(b.ShutdownTimeout, Duration(DefaultShutdownTimeout))
+	b.LeaseTTL = cmp.Or(b.LeaseTTL, Duration(DefaultLeaseTTL))
 	b.Log.Level = cmp.Or(b.Log.Level, "info")
 	b.Log.Format = cmp.Or(b.Log.Format, "json")
 
