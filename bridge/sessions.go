@@ -285,12 +285,11 @@ func (g *guarded) renew(ctx context.Context) {
 		if s.stop == "lost" {
 			continue
 		}
-		now := time.Now()
-		nl, err := g.b.store.Renew(ctx, s.le, ttl, now)
+		nl, err := g.b.store.Renew(ctx, s.le, ttl, time.Now())
 		switch {
 		case err == nil:
 			s.le = nl
-		case errors.Is(err, stores.ErrLeaseLost) || !now.Before(s.le.Until.Add(-ttl/3)):
+		case errors.Is(err, stores.ErrLeaseLost) || !time.Now().Before(s.le.Until.Add(-ttl/3)):
 			g.log.Warn("session lease lost: disconnecting", "client_id", id, "error", err)
 			g.halt(s, "lost")
 		default:
