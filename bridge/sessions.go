@@ -132,9 +132,9 @@ func (g *guarded) Adopted() int {
 // lapses at once, so that a survivor can adopt it without waiting a TTL.
 func (g *guarded) Run(ctx context.Context) error {
 	g.base = context.WithoutCancel(ctx)
-	tick := g.b.leaseTTL() / 3
-	t := time.NewTimer(0)
+	t := time.NewTicker(g.b.leaseTTL() / 3) // a steady beat: a slow tick does not delay the next renewal
 	defer t.Stop()
+	g.tick(ctx)
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -142,7 +142,6 @@ func (g *guarded) Run(ctx context.Context) error {
 			g.finish(ctx, s)
 		case <-t.C:
 			g.tick(ctx)
-			t.Reset(tick)
 		}
 	}
 	for _, s := range g.held {
@@ -154,20 +153,23 @@ func (g *guarded) Run(ctx context.Context) error {
 			g.finish(g.base, s)
 		case <-t.C:
 			g.renew(g.base)
-			t.Reset(tick)
 		}
 	}
 	if g.want.Token != 0 {
-		_ = g.b.store.Release(g.base, g.want)
+		rctx, cancel := context.WithTimeout(g.base, g.b.leaseTTL()/3)
+		defer cancel()
+		_ = g.b.store.Release(rctx, g.want)
 	}
 	return nil
 }
 
+// tick renews, then takes the own session, hands adopted sessions back
+// and adopts lapsed ones; each step is bounded by LeaseTTL/3.
 func (g *guarded) tick(ctx context.Context) {
 	ttl := g.b.leaseTTL()
+	g.renew(ctx)
 	ctx, cancel := context.WithTimeout(ctx, ttl/3)
 	defer cancel()
-	g.renew(ctx)
 	now := time.Now()
 	if g.held[g.own] == nil {
 		g.takeOwn(ctx, now)
@@ -281,6 +283,8 @@ func (g *guarded) halt(s *leased, why string) {
 // or past Until − LeaseTTL/3, disconnects.
 func (g *guarded) renew(ctx context.Context) {
 	ttl := g.b.leaseTTL()
+	ctx, cancel := context.WithTimeout(ctx, ttl/3)
+	defer cancel()
 	for id, s := range g.held {
 		if s.stop == "lost" {
 			continue
@@ -302,6 +306,8 @@ func (g *guarded) renew(ctx context.Context) {
 // lost, the lease lapses at once (the owner, or a survivor, takes it); an
 // adopted session the broker no longer has is released for good.
 func (g *guarded) finish(ctx context.Context, s *leased) {
+	ctx, cancel := context.WithTimeout(ctx, g.b.leaseTTL()/3)
+	defer cancel()
 	g.mu.Lock()
 	delete(g.held, s.id)
 	g.mu.Unlock()
