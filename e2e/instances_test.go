@@ -56,7 +56,7 @@ routes:
 // dropTablesAtCleanup deletes DynamoDB tables when the test ends; register
 // it before starting the bridges that create them, so that it runs after
 // their cleanups stopped them.
-func dropTablesAtCleanup(t *testing.T, endpoint string, tables ...string) {
+func dropTablesAtCleanup(t testing.TB, endpoint string, tables ...string) {
 	t.Helper()
 	// DynamoDB Local wants credentials; any will do.
 	client := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
