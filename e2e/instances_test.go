@@ -244,8 +244,8 @@ func TestMultiInstance_KillOne(t *testing.T) {
 		takenOver, victimHeld, beforeRestart, n)
 
 	// Mosquitto keeps handing a share of the $share/ group's messages to the
-	// dead member's persistent session and queues them for it: they arrive
-	// when it comes back (with the same client id).
+	// dead member's persistent session; a survivor adopts that session
+	// (adopt_test.go tests it) and hands it back when b2 returns.
 	restartedAt := logSize(t, victim.logPath)
 	victim.start(t)
 	victim.waitReady(t, 60*time.Second)
