@@ -4,7 +4,7 @@
 # behind every figure in BENCHMARKS.md, then prints one line per benchmark with
 # its throughput and latency metrics. The full output is kept in a log file.
 #
-#   bash scripts/bench.sh                 # every area, once each (~10 min)
+#   bash scripts/bench.sh                 # every area, once each (~15 min)
 #   bash scripts/bench.sh -count 3        # three runs each, for medians
 #   bash scripts/bench.sh stores e2e      # only some areas
 #
@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
 	*) echo "bench.sh: unknown argument $1 (see -h)" >&2; exit 2 ;;
 	esac
 done
-[ ${#areas[@]} -gt 0 ] || areas=(stores drainer senders processors dynamodb mqtt e2e)
+[ ${#areas[@]} -gt 0 ] || areas=(stores drainer senders processors dynamodb mqtt e2e scaleout)
 
 bash scripts/test-services.sh
 # shellcheck disable=SC1091
