@@ -132,11 +132,13 @@ func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
 	out := make([]stores.SessionStats, 0, len(by))
 	for _, st := range by {
 		if st.Live > 0 {
-			var oldest int64
+			var oldest sql.NullInt64 // NULL when the records were settled since they were counted
 			if _, err := s.queryRow(ctx, oldestQuery, []any{st.Session}, &oldest); err != nil {
 				return nil, fmt.Errorf("sqlite: stats: %w", err)
 			}
-			st.Oldest = fromNanos(oldest)
+			if oldest.Valid {
+				st.Oldest = fromNanos(oldest.Int64)
+			}
 		}
 		out = append(out, *st)
 	}
