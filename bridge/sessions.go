@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,20 +19,9 @@ import (
 
 // Persistent MQTT sessions on a shared (DynamoDB) store are leased, so that
 // a survivor can adopt the session of an instance that died (DESIGN.md
-// §11.7). The lease of a session is named mqtt/<broker>/<receiver>/<client
-// id>; its holder alone connects with that client id. A returning owner
-// whose session is held by an adopter takes the lease want/<that name>; the
-// adopter sees it at its next renewal, stops reading, acknowledges what it
-// committed, disconnects and lets its lease lapse at once; then the owner
-// takes it.
-
-// wantPrefix starts the name of the lease by which an owner asks for its
-// session back.
+// §11.7, docs/DESIGN.md §5.1). A returning owner asks for its session back
+// with the lease want/<session lease>.
 const wantPrefix = "want/"
-
-// everLive is the time at which List returns every lease that was not
-// released: the lapsed ones (of dead holders) too.
-var everLive = time.Unix(0, 0)
 
 // leasedSession reports whether rc's session is leased: a persistent MQTT
 // session on a store that several instances share.
@@ -70,7 +60,7 @@ type guarded struct {
 	want   stores.Lease       // held while asking for the own session back
 }
 
-// leased is one leased session that runs.
+// leased is a session whose lease is held and whose receiver runs.
 type leased struct {
 	id     string // client id
 	le     stores.Lease
@@ -174,18 +164,15 @@ func (g *guarded) tick(ctx context.Context) {
 	if g.held[g.own] == nil {
 		g.takeOwn(ctx, now)
 	}
-	all, err := g.b.store.List(ctx, g.prefix, everLive)
+	all, err := g.b.store.List(ctx, g.prefix, time.Unix(0, 0)) // lapsed leases too: not released
 	if err != nil {
 		g.log.Warn("list session leases", "error", err)
 		return
 	}
-	var lapsed []stores.Lease
-	for _, le := range all {
+	lapsed := slices.DeleteFunc(all, func(le stores.Lease) bool {
 		id := strings.TrimPrefix(le.Name, g.prefix)
-		if id != g.own && g.held[id] == nil && !le.Until.After(now) {
-			lapsed = append(lapsed, le)
-		}
-	}
+		return id == g.own || g.held[id] != nil || le.Until.After(now)
+	})
 	if len(lapsed) == 0 && g.Adopted() == 0 {
 		return // nothing to adopt or hand back: the usual case
 	}
