@@ -211,15 +211,16 @@ func (b *Bridge) buildGroups(log *slog.Logger) {
 		s.group = drainer.New(drainer.Options{
 			Session: id, Partitions: s.partitions, BatchSize: s.batch,
 			Window: max(4*s.batch, 1024), Poll: s.poll, Routes: s.routes,
-			Owner: b.owner, LeaseTTL: leaseTTL, ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
+			Owner: b.owner, LeaseTTL: b.leaseTTL(), ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
 			AbandonGrace: 2 * time.Second, Logger: log, Observer: b.drainObserver(),
 		}, b.store, b.writer)
 		b.writer.groups[id] = s.group
 	}
 }
 
-// leaseTTL is how long partition and member leases last without renewal.
-const leaseTTL = 15 * time.Second
+// leaseTTL is how long this instance's leases last without renewal
+// (bridge.lease_ttl).
+func (b *Bridge) leaseTTL() time.Duration { return b.cfg.Bridge.LeaseTTL.D() }
 
 // openStore opens the outbox store (nil when none is configured).
 func (b *Bridge) openStore() error {
@@ -245,7 +246,13 @@ func (b *Bridge) buildReceivers(log *slog.Logger) error {
 				in.routes = append(in.routes, r)
 			}
 		}
-		rcv, err := newReceiverBackend(rc, in, log)
+		var rcv receiver
+		var err error
+		if leasedSession(b.cfg, rc) {
+			rcv, err = b.newGuarded(rc, in, log)
+		} else {
+			rcv, err = newReceiverBackend(rc, in, log)
+		}
 		if err != nil {
 			return fmt.Errorf("bridge: receiver %s: %w", rc.ID, err)
 		}

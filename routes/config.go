@@ -54,7 +54,11 @@ type Bridge struct {
 	// ShutdownTimeout bounds a graceful shutdown: in-flight sends get this
 	// long to finish, then are cancelled. Defaults to 30s; must be > 0.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout,omitempty"`
-	Log             Log      `yaml:"log,omitempty"`
+	// LeaseTTL is how long this instance's leases (instance, drainer
+	// members and partitions, MQTT sessions) last without renewal; they are
+	// renewed every third of it. Defaults to 15s; at least 1s.
+	LeaseTTL Duration `yaml:"lease_ttl,omitempty"`
+	Log      Log      `yaml:"log,omitempty"`
 }
 
 // Admin configures the admin HTTP server.

@@ -33,6 +33,7 @@ func (c *Config) setDefaults() {
 		b.Admin.Listen = &l
 	}
 	b.ShutdownTimeout = cmp.Or(b.ShutdownTimeout, Duration(30*time.Second))
+	b.LeaseTTL = cmp.Or(b.LeaseTTL, Duration(15*time.Second))
 	b.Log.Level = cmp.Or(b.Log.Level, "info")
 	b.Log.Format = cmp.Or(b.Log.Format, "json")
 

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/redact"
@@ -26,6 +27,10 @@ func (c *Config) checkVersion(add func(Problem)) {
 }
 
 func (c *Config) checkBridge(add func(Problem)) {
+	if d := c.Bridge.LeaseTTL.D(); d > 0 && d < time.Second {
+		add(c.Errorf("bridge.lease_ttl", "lease-ttl",
+			"bridge.lease_ttl %s is below 1s: leases are renewed every third of it, and a renewal must reach the store in time", d))
+	}
 	a := c.Bridge.Admin
 	for i, h := range a.AllowedHosts {
 		if h == "" || strings.ContainsAny(h, "/@?# \t") {

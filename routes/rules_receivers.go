@@ -3,6 +3,7 @@ package routes
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 
 	"golang.org/x/crypto/bcrypt"
@@ -76,7 +77,16 @@ func (c *Config) checkReceivers(add func(Problem)) {
 				}
 			}
 		}
-		if r.Type == ReceiverMQTT && r.Options.CleanSession && len(feeds) > 0 {
+		if r.Type != ReceiverMQTT || !r.Options.CleanSession {
+			continue
+		}
+		shared := slices.IndexFunc(r.Topics, func(s Subscription) bool { return strings.HasPrefix(s.Topic, "$share/") })
+		switch {
+		case shared >= 0:
+			add(c.Warnf(path+".options.clean_session", "share-clean-session",
+				"%s has clean_session: true and the shared subscription %q: what the broker handed this instance and it has not acknowledged is discarded when it disconnects or dies, and no other instance can adopt its session; use clean_session: false",
+				path, r.Topics[shared].Topic))
+		case len(feeds) > 0:
 			add(c.Warnf(path+".options.clean_session", "clean-session",
 				"%s has clean_session: true and feeds route %q: the broker forgets what arrived while gobridge was away; use clean_session: false", path, feeds[0].ID))
 		}
