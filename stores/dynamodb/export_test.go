@@ -7,3 +7,6 @@ func SetCounter(s *Store, session string, partition int, n int64) {
 	s.seqs[partPK(session, partition)] = n
 	s.wmu.Unlock()
 }
+
+// StatsShards is how many stats items a session's counts are spread over.
+const StatsShards = statsShards

@@ -43,9 +43,12 @@
 // per partition appended to, one lease check per partition appended to
 // claimed and one stats item per session. About 45 plain records fit one
 // transaction. A larger Write is split into transactions committed in
-// order, each atomic: when one fails, the earlier ones stay committed
-// (appends are idempotent, settlements of applied ones report Stale when
-// repeated).
+// order, each atomic: when one fails, the earlier ones stay committed and
+// their records stamped. Retrying the same Batch in the same process is
+// idempotent: an append a failed attempt inserted, still where it was put,
+// is reported as stored (its Seq and current Token: the owner's drainer
+// holds it, as its claims skip its own token), at the cost of one
+// BatchGetItem; settlements already applied report Stale.
 package dynamodb
 
 import (
@@ -109,6 +112,9 @@ type Store struct {
 
 	wmu  sync.Mutex       // one Write at a time: a process's writes never conflict with each other
 	seqs map[string]int64 // under wmu: partition pk → the highest counter this process knows committed
+	// partial, under wmu: the appends that the committed transactions of
+	// failed Writes inserted, by key → their Seq, until a Write retries them.
+	partial map[stores.Key]int64
 }
 
 var errClosed = errors.New("dynamodb: store closed")
@@ -158,7 +164,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return &Store{db: db, table: aws.String(opts.Table), retention: opts.DoneRetention,
-		seqs: map[string]int64{}}, nil
+		seqs: map[string]int64{}, partial: map[stores.Key]int64{}}, nil
 }
 
 // Close marks the store closed; later calls fail. It is idempotent.

@@ -61,6 +61,14 @@ func (t *txn) tombstone(replan func(item), k item, from stores.State, ttl int64)
 		":done", "done", ":ttl", ttl, ":from", string(from)))
 }
 
+// at is the key of the item an append writes its record to, at its Seq.
+func (o *op) at() (pk, sk string) {
+	if o.r.State == stores.Dead {
+		return deadPK(o.r.Route), deadSK(&o.r)
+	}
+	return o.pk, seqSK(o.r.Seq)
+}
+
 // build makes the transaction of chunk c from the ops' current state.
 func (s *Store) build(c []*op, now time.Time) *txn {
 	t := &txn{s: s, stats: map[string]*delta{}}
@@ -113,9 +121,8 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 		p.token = max(p.token, o.token)
 		w := *r
 		w.Token = o.token
-		lpk, lsk := o.pk, seqSK(r.Seq)
+		lpk, lsk := o.at()
 		if r.State == stores.Dead {
-			lpk, lsk = deadPK(r.Route), deadSK(r)
 			t.count(r.Session, r.Route, 0, 0, 1)
 		} else {
 			t.count(r.Session, r.Route, 1, r.Size(), 0)

@@ -3,6 +3,7 @@ package dynamodb
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ type op struct {
 	g     *group         // append with a coalesce key
 	lease bool           // append: claimed under r.Token while that lease holds
 	skip  bool           // not applied: a duplicate append, a stale settlement
+	kept  bool           // append: inserted by a failed Write this one retries; r as stored
 
 	// Set by build for the current attempt.
 	absorbed bool  // append: coalesced into a newer unclaimed record
@@ -52,8 +54,14 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err := s.read(ctx, ops); err != nil {
 		return fmt.Errorf("dynamodb: write: %w", err)
 	}
-	for _, c := range chunks(ops) {
+	cs := chunks(ops)
+	for i, c := range cs {
 		if err := s.commit(ctx, c, now); err != nil {
+			for _, o := range slices.Concat(cs[:i]...) {
+				if o.rec != nil && o.rec.Seq != 0 {
+					s.partial[o.rec.Key()] = o.rec.Seq // committed: a retry reports it (read)
+				}
+			}
 			return fmt.Errorf("dynamodb: write: %w", mapErr(err))
 		}
 	}
@@ -110,14 +118,17 @@ func plan(b *stores.Batch, now time.Time) ([]*op, error) {
 }
 
 // read fetches what ops need and marks what is already known to be
-// stale or a duplicate.
+// stale, a duplicate, or inserted by a failed Write this one retries.
 func (s *Store) read(ctx context.Context, ops []*op) error {
 	var keys []item
 	for _, o := range ops {
 		switch {
 		case o.st != nil:
 			keys = append(keys, keyOf(o.st.Key))
-		case o.g != nil && !o.g.read:
+		case s.retried(o):
+			keys = append(keys, key(o.at()))
+		}
+		if o.g != nil && !o.g.read {
 			keys = append(keys, key(o.g.pk, ptrSK))
 			o.g.read = true
 		}
@@ -157,10 +168,17 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 				o.st.Stale, o.skip = true, true
 			}
 		case o.rec != nil:
+			if s.retried(o) {
+				// Still where the failed Write put it: report it as stored.
+				it := items[itemID(key(o.at()))]
+				if it != nil && getS(it, "id") == o.r.Envelope.ID && getS(it, "session") == o.r.Session && getS(it, "route") == o.r.Route {
+					o.skip, o.kept, o.r.Token = true, true, getN(it, "token")
+				}
+			}
 			// Appending a key this batch also settles: present unless the
 			// settlement found nothing.
 			if so := settled[itemID(keyOf(o.rec.Key()))]; so != nil && so.ki != nil {
-				o.skip = true
+				o.skip, o.kept = true, false
 			}
 			if o.g != nil && o.g.ptr == nil && !o.g.ignore {
 				o.g.ptr = items[itemID(key(o.g.pk, ptrSK))]
@@ -175,6 +193,12 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 		}
 	}
 	return nil
+}
+
+// retried reports whether o appends again, at the Seq stamped on it, a
+// record that a failed Write inserted (see Atomicity in the package doc).
+func (s *Store) retried(o *op) bool {
+	return o.rec != nil && o.r.Seq != 0 && !o.skip && s.partial[o.rec.Key()] == o.r.Seq
 }
 
 // learn raises this process's counter of a partition to the Seq of a
@@ -284,12 +308,16 @@ func (s *Store) finish(c []*op, t *txn) {
 		if o.rec == nil {
 			continue
 		}
-		if o.skip || o.absorbed {
+		delete(s.partial, o.rec.Key())
+		switch {
+		case o.kept:
+			*o.rec = o.r
+		case o.skip || o.absorbed:
 			o.rec.Seq, o.rec.Token = 0, 0
-			continue
+		default:
+			*o.rec = o.r
+			o.rec.Token = o.token
 		}
-		*o.rec = o.r
-		o.rec.Token = o.token
 	}
 	for _, f := range t.after {
 		f()
