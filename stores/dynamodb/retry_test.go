@@ -1,6 +1,7 @@
 package dynamodb_test
 
 import (
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -53,8 +54,8 @@ func TestWrite_RetryAfterPartialCommit(t *testing.T) {
 			t.Fatalf("fill stats item: %v", err)
 		}
 	}
-	if err := s.Write(ctx, &batch); err == nil {
-		t.Fatal("Write succeeded; want DynamoDB to refuse its second transaction")
+	if err := s.Write(ctx, &batch); !errors.Is(err, stores.ErrInvalid) {
+		t.Fatalf("Write: %v; want DynamoDB to refuse its second transaction as invalid (ErrInvalid, not retried)", err)
 	}
 	first := map[string]int64{}
 	for _, r := range batch.Append[:n] {

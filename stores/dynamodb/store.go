@@ -229,6 +229,11 @@ func mapErr(err error) error {
 	if errors.As(err, &ae) && ae.ErrorCode() == "ValidationException" {
 		return fmt.Errorf("%w: %s", stores.ErrInvalid, ae.ErrorMessage())
 	}
+	for _, r := range reasons(err) { // a transaction cancelled for an item it cannot hold
+		if aws.ToString(r.Code) == "ValidationError" {
+			return fmt.Errorf("%w: %s", stores.ErrInvalid, aws.ToString(r.Message))
+		}
+	}
 	return err
 }
 
