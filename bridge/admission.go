@@ -48,11 +48,44 @@ func newAdmission(read func(ctx context.Context) ([]stores.SessionStats, error))
 		changed: make(chan struct{}), refused: map[string]string{}}
 }
 
+// addSession sets a session's limits, keeping its counts.
 func (a *admission) addSession(id string, maxLive int, maxBytes int64) {
-	a.sessions[id] = &sessionCount{maxLive: maxLive, maxBytes: maxBytes}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.sessions[id] == nil {
+		a.sessions[id] = &sessionCount{}
+	}
+	a.sessions[id].maxLive, a.sessions[id].maxBytes = maxLive, maxBytes
+	a.bump()
 }
 
-func (a *admission) addRoute(id string, maxDead int) { a.routes[id] = &routeCount{maxDead: maxDead} }
+// addRoute sets a route's limit, keeping its count.
+func (a *admission) addRoute(id string, maxDead int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.routes[id] == nil {
+		a.routes[id] = &routeCount{}
+	}
+	a.routes[id].maxDead = maxDead
+	a.bump()
+}
+
+// keep forgets the sessions and routes p does not have.
+func (a *admission) keep(p *parts) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id := range a.sessions {
+		if p.sessions[id] == nil {
+			delete(a.sessions, id)
+		}
+	}
+	for id := range a.routes {
+		if p.route(id) == nil {
+			delete(a.routes, id)
+			delete(a.refused, id)
+		}
+	}
+}
 
 // admit waits until rec fits: a live record under its session's limits, a
 // dead letter under its route's max_dead_letters. It reserves the room and
@@ -104,9 +137,7 @@ func (a *admission) count(rec *stores.Record, n int) {
 		s.live += n
 		s.bytes += int64(n) * rec.Size()
 	}
-	a.version++
-	close(a.changed)
-	a.changed = make(chan struct{})
+	a.bump()
 }
 
 // add counts a record stored without admit (a truncated dead letter that
@@ -152,9 +183,7 @@ func (a *admission) settled(ss []stores.Settlement) {
 			}
 		}
 	}
-	a.version++
-	close(a.changed)
-	a.changed = make(chan struct{})
+	a.bump()
 }
 
 // refresh re-reads the store's counts. A read that raced with a change of
@@ -189,9 +218,7 @@ func (a *admission) refresh(ctx context.Context) {
 			}
 		}
 	}
-	a.version++
-	close(a.changed)
-	a.changed = make(chan struct{})
+	a.bump()
 }
 
 // live is the count of session's live records as admission sees it.
@@ -246,4 +273,11 @@ func (a *admission) refusals() map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// bump wakes the callers of admit waiting for a change. The caller holds mu.
+func (a *admission) bump() {
+	a.version++
+	close(a.changed)
+	a.changed = make(chan struct{})
 }
