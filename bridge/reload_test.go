@@ -98,7 +98,7 @@ func (p *steadyPublisher) acked(t *testing.T) []string {
 // lost connections in lost.
 func connectCounting(t *testing.T, addr, id string, lost *atomic.Int64) paho.Client {
 	t.Helper()
-	o := paho.NewClientOptions().AddBroker("tcp://"+addr).SetClientID(id).SetCleanSession(true).
+	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetCleanSession(true).
 		SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).SetMaxResumePubInFlight(1000).
 		SetConnectionLostHandler(func(paho.Client, error) { lost.Add(1) })
 	c := paho.NewClient(o)
