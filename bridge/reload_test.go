@@ -216,8 +216,8 @@ func TestBridge_ReloadAppliesByDifference(t *testing.T) {
 	t.Logf("%d messages of A acknowledged: %d delivered by the old sender, %d by the new", len(acked), a1.distinct(), a2.distinct())
 }
 
-// TestBridge_ReloadRefusesWhatNeedsARestart: a new bridge.id or outbox
-// store, changed partitions, and the removal of a route whose records are
+// TestBridge_ReloadRefusesWhatNeedsARestart: a new bridge.id, admin
+// listener or outbox store, changed partitions, and the removal of a route whose records are
 // pending are refused with ErrRefused naming each; the running
 // configuration keeps running and delivers what it holds.
 func TestBridge_ReloadRefusesWhatNeedsARestart(t *testing.T) {
@@ -239,10 +239,14 @@ func TestBridge_ReloadRefusesWhatNeedsARestart(t *testing.T) {
 	pub := publisher(t, "tcp://"+addr, "refuse-pub")
 	waitTokens(t, []paho.Token{pub.Publish("a/x", 1, false, "pending")}, 20*time.Second)
 
+	otherAdmin := reloadConfig(t, "refuse", addr, db, senders, routeA(1)+routeB)
+	listen := "127.0.0.1:0"
+	otherAdmin.Bridge.Admin.Listen = &listen
 	for name, tc := range map[string]struct {
 		cfg  *routes.Config
 		want string
 	}{
+		"admin listener":  {otherAdmin, "bridge.admin"},
 		"bridge id":       {reloadConfig(t, "other", addr, db, senders, routeA(1)+routeB), "bridge.id"},
 		"store":           {reloadConfig(t, "refuse", addr, filepath.Join(dir, "other.db"), senders, routeA(1)+routeB), "stores"},
 		"partitions":      {reloadConfig(t, "refuse", addr, db, senders, routeA(4)+routeB), "partitions changed from 1 to 4"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -58,16 +59,16 @@ func (r *reloader) reload(ctx context.Context) (reloadResult, error) {
 	defer r.mu.Unlock()
 	cfg, probs, err := loadConfig(r.path)
 	if err == nil && probs.HasErrors() {
-		err = errInvalid
+		err = fmt.Errorf("%w: %d errors", errInvalid, len(probs.Errors()))
 	}
 	if err == nil {
 		err = r.b.Reload(ctx, cfg)
 	}
 	if err != nil {
 		r.reloads.WithLabelValues("error").Inc()
-		problems := make([]string, len(probs))
-		for i, p := range probs {
-			problems[i] = p.String()
+		var problems []string
+		for _, p := range probs.Errors() {
+			problems = append(problems, p.String())
 		}
 		r.log.Error("config reload failed; the running config is unchanged", "file", r.path, "error", err, "problems", problems)
 		return reloadResult{Result: "error", Error: err.Error(), Problems: probs}, err
