@@ -1,7 +1,9 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -48,43 +50,23 @@ func newAdmission(read func(ctx context.Context) ([]stores.SessionStats, error))
 		changed: make(chan struct{}), refused: map[string]string{}}
 }
 
-// addSession sets a session's limits, keeping its counts.
-func (a *admission) addSession(id string, maxLive int, maxBytes int64) {
+// configure sets the limits of p's sessions and routes, keeping their
+// counts, and forgets the sessions and routes p does not have.
+func (a *admission) configure(p *parts) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.sessions[id] == nil {
-		a.sessions[id] = &sessionCount{}
+	sessions, routes := map[string]*sessionCount{}, map[string]*routeCount{}
+	for id, s := range p.sessions {
+		sessions[id] = cmp.Or(a.sessions[id], &sessionCount{})
+		sessions[id].maxLive, sessions[id].maxBytes = s.maxLive, s.maxBytes
 	}
-	a.sessions[id].maxLive, a.sessions[id].maxBytes = maxLive, maxBytes
+	for _, r := range p.routes {
+		routes[r.id] = cmp.Or(a.routes[r.id], &routeCount{})
+		routes[r.id].maxDead = r.cfg.Policy.MaxDeadLetters
+	}
+	a.sessions, a.routes = sessions, routes
+	maps.DeleteFunc(a.refused, func(id string, _ string) bool { return routes[id] == nil })
 	a.bump()
-}
-
-// addRoute sets a route's limit, keeping its count.
-func (a *admission) addRoute(id string, maxDead int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.routes[id] == nil {
-		a.routes[id] = &routeCount{}
-	}
-	a.routes[id].maxDead = maxDead
-	a.bump()
-}
-
-// keep forgets the sessions and routes p does not have.
-func (a *admission) keep(p *parts) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id := range a.sessions {
-		if p.sessions[id] == nil {
-			delete(a.sessions, id)
-		}
-	}
-	for id := range a.routes {
-		if p.route(id) == nil {
-			delete(a.routes, id)
-			delete(a.refused, id)
-		}
-	}
 }
 
 // admit waits until rec fits: a live record under its session's limits, a

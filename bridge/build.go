@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
-	"reflect"
 	"sync"
 	"time"
 
@@ -67,23 +66,25 @@ func (r *route) stop() { r.quitOnce.Do(func() { close(r.quit) }) }
 // session is one outbox session and its drainer. A reload keeps it while
 // its settings and its routes stay the same.
 type session struct {
-	id         string
-	partitions int
-	batch      int
-	poll       drainer.Poll
-	stallAfter time.Duration
-	maxLive    int
-	maxBytes   int64
-	members    map[string]*route // by route id and previous ids
-	routes     map[string]drainer.Route
-	group      *drainer.Group
-	run        *task // nil until started
+	id string
+	sessionSettings
+	members map[string]*route // by route id and previous ids
+	routes  map[string]drainer.Route
+	group   *drainer.Group
+	run     *task // nil until started
+}
+
+type sessionSettings struct {
+	partitions, batch int
+	poll              drainer.Poll
+	stallAfter        time.Duration
+	maxLive           int
+	maxBytes          int64
 }
 
 // same reports whether s is o with nothing changed.
 func (s *session) same(o *session) bool {
-	return o != nil && s.partitions == o.partitions && s.batch == o.batch && s.poll == o.poll &&
-		s.stallAfter == o.stallAfter && s.maxLive == o.maxLive && s.maxBytes == o.maxBytes && maps.Equal(s.members, o.members)
+	return o != nil && s.sessionSettings == o.sessionSettings && maps.Equal(s.members, o.members)
 }
 
 // sender is one built sender and its health, kept by a reload while its
@@ -104,47 +105,6 @@ type recv struct {
 	run *task // nil until started
 }
 
-// parts are the components of one configuration. New assembles the first;
-// Reload assembles the next from the running one, keeping what did not
-// change, and swaps it in. Parts are not modified once published, except
-// for the run fields, which only Run and Reload touch (under Bridge.mu).
-type parts struct {
-	cfg       *routes.Config
-	senders   map[string]*sender
-	routes    []*route
-	sessions  map[string]*session
-	receivers []*recv
-}
-
-func (p *parts) route(id string) *route {
-	for _, r := range p.routes {
-		if r.id == id {
-			return r
-		}
-	}
-	return nil
-}
-
-func (p *parts) receiver(id string) *recv {
-	for _, rc := range p.receivers {
-		if rc.id == id {
-			return rc
-		}
-	}
-	return nil
-}
-
-// routesOf lists the routes that take receiver id's messages.
-func (p *parts) routesOf(id string) []*route {
-	var rs []*route
-	for _, r := range p.routes {
-		if r.cfg.Receiver == id {
-			rs = append(rs, r)
-		}
-	}
-	return rs
-}
-
 // homePrefix starts the names of the sessions that keep the ingest dead
 // letters of direct_hold routes.
 const homePrefix = "~"
@@ -155,106 +115,6 @@ func ownerName(bridgeID string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return bridgeID + "/" + hex.EncodeToString(b[:])
-}
-
-// assemble builds the parts of cfg, keeping from old (nil: none) every
-// sender, route, session and receiver whose config did not change, and
-// building the others; it starts nothing. On error it closes what it built.
-func (b *Bridge) assemble(cfg *routes.Config, old *parts) (p *parts, err error) {
-	if old == nil {
-		old = &parts{}
-	}
-	p = &parts{cfg: cfg, senders: map[string]*sender{}, sessions: map[string]*session{}}
-	defer func() {
-		if err != nil {
-			p.discard(old)
-		}
-	}()
-	maxInFlight := map[string]int{}
-	for _, r := range cfg.Routes {
-		maxInFlight[r.Sender] = max(maxInFlight[r.Sender], r.Policy.MaxInFlight)
-	}
-	for _, sc := range cfg.Senders {
-		n, used := maxInFlight[sc.ID]
-		if o := old.senders[sc.ID]; o != nil && o.maxInFlight == n && reflect.DeepEqual(o.cfg, sc) {
-			p.senders[sc.ID] = o
-		} else if used {
-			s, err := b.newSender(sc, n)
-			if err != nil {
-				return nil, fmt.Errorf("bridge: sender %s: %w", sc.ID, err)
-			}
-			p.senders[sc.ID] = s
-		}
-	}
-	for _, rc := range cfg.Routes {
-		s := p.senders[rc.Sender]
-		if s == nil {
-			return nil, fmt.Errorf("bridge: route %s: unknown sender %q", rc.ID, rc.Sender)
-		}
-		o := old.route(rc.ID)
-		if o != nil && o.health == s.health && reflect.DeepEqual(o.cfg, rc) {
-			p.routes = append(p.routes, o)
-			continue
-		}
-		r, err := b.newRoute(rc, s)
-		if err != nil {
-			return nil, err
-		}
-		if o != nil {
-			r.ready = make(chan struct{})
-		}
-		p.routes = append(p.routes, r)
-	}
-	if b.store != nil {
-		for i, r := range p.routes {
-			b.addToSession(p, r, cfg.Routes[i])
-		}
-	}
-	for id, s := range p.sessions {
-		if o := old.sessions[id]; s.same(o) {
-			p.sessions[id] = o
-		} else {
-			b.newGroup(s)
-		}
-	}
-	for _, rc := range cfg.Receivers {
-		if o := old.receiver(rc.ID); o != nil && sameReceiver(o.cfg, rc) {
-			kept := *o
-			kept.cfg = rc
-			p.receivers = append(p.receivers, &kept)
-			continue
-		}
-		nr, err := b.newRecv(rc)
-		if err != nil {
-			return nil, err
-		}
-		p.receivers = append(p.receivers, nr)
-	}
-	return p, nil
-}
-
-// sameReceiver reports whether a receiver can keep running from a to b:
-// nothing changed but, on an embedded listener, its users and ACLs (which
-// apply live).
-func sameReceiver(a, b routes.ReceiverConfig) bool {
-	if a.Type == routes.ReceiverMQTTListener {
-		a.Options.Users, a.Options.Anonymous, a.Options.AllowAnonymous = b.Options.Users, b.Options.Anonymous, b.Options.AllowAnonymous
-	}
-	return reflect.DeepEqual(a, b)
-}
-
-// discard releases what p built that old does not have (p was not applied).
-func (p *parts) discard(old *parts) {
-	for id, s := range p.senders {
-		if c, ok := s.Sender.(interface{ Close() error }); ok && old.senders[id] != s {
-			_ = c.Close()
-		}
-	}
-	for _, r := range p.routes {
-		if old.route(r.id) != r {
-			r.cancel()
-		}
-	}
 }
 
 // newSender builds one sender and its health, reported as
@@ -332,9 +192,9 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 func (b *Bridge) addToSession(p *parts, r *route, rc routes.RouteConfig) {
 	s := p.sessions[r.home]
 	if s == nil {
-		s = &session{id: r.home, partitions: r.homePartitions, batch: routes.DefaultSessionBatchSize,
+		s = &session{id: r.home, sessionSettings: sessionSettings{partitions: r.homePartitions, batch: routes.DefaultSessionBatchSize,
 			poll: drainer.Poll{Min: time.Second, Max: 30 * time.Second, Multiplier: 2}, stallAfter: r.stallAfter,
-			maxLive: rc.Policy.MaxOutboxDepth, maxBytes: rc.Policy.MaxOutboxBytes,
+			maxLive: rc.Policy.MaxOutboxDepth, maxBytes: rc.Policy.MaxOutboxBytes},
 			members: map[string]*route{}, routes: map[string]drainer.Route{}}
 		if rc.UsesOutbox() {
 			s.batch = rc.Session.BatchSize

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"sync"
 
@@ -116,30 +117,32 @@ func (b *Bridge) apply(old, p *parts) {
 	wait, cancel := context.WithTimeout(b.ingestCtx, b.cfg.Bridge.ShutdownTimeout.D())
 	defer cancel()
 	for _, r := range retired {
-		if settled(wait, &r.busy) {
-			continue
-		}
-		b.log.Warn("reload: a route did not settle what it holds in time; stopping it and reconnecting its receiver, so that the source sends those messages again",
-			"route", r.id, "receiver", r.cfg.Receiver, "timeout", b.cfg.Bridge.ShutdownTimeout.D())
-		r.stop()
-		r.cancel()
-		for i, rc := range p.receivers {
-			if o := old.receiver(rc.id); rc.id == r.cfg.Receiver && o != nil && o.r == rc.r {
-				rc.run.stop()
-				if nr, err := b.newRecv(rc.cfg); err != nil {
-					b.log.Error("reload: restart receiver", "receiver", rc.id, "error", err)
-				} else {
-					nr.in.set(p.routesOf(rc.id))
-					b.startReceiver(nr, false)
-					p.receivers[i] = nr
+		if !settled(wait, &r.busy) {
+			b.log.Warn("reload: the route did not settle what it holds in time: it stops and its receiver reconnects, so that the source sends those messages again",
+				"route", r.id, "receiver", r.cfg.Receiver)
+			r.stop()
+			r.cancel()
+			for i, rc := range p.receivers {
+				if o := old.receiver(rc.id); rc.id == r.cfg.Receiver && o != nil && o.r == rc.r {
+					rc.run.stop()
+					if nr, err := b.newRecv(rc.cfg); err != nil {
+						b.log.Error("reload: restart receiver", "receiver", rc.id, "error", err)
+					} else {
+						nr.in.set(p.routesOf(rc.id))
+						b.startReceiver(nr, false)
+						p.receivers[i] = nr
+					}
 				}
 			}
 		}
-	}
-	for _, r := range retired {
 		r.busy.Wait()
 		r.stop()
 		r.cancel()
+		// Keys with records in the outbox keep going there, in order. (The
+		// old fallback is idle now; the new one waits for its ready.)
+		if n := p.route(r.id); n != nil && n.fallback != nil && r.fallback != nil {
+			n.fallback.sticky = maps.Clone(r.fallback.sticky)
+		}
 	}
 	for _, r := range p.routes {
 		if r.ready != nil && old.route(r.id) != r {
@@ -165,9 +168,11 @@ func (b *Bridge) apply(old, p *parts) {
 			if err := s.close(); err != nil {
 				b.log.Warn("close", "sender", id, "error", err)
 			}
+			if p.senders[id] == nil {
+				b.metrics.senderUp.DeleteLabelValues(id)
+			}
 		}
 	}
-	b.limits.keep(p)
 	b.cur.Store(p)
 	b.log.Info("config reloaded", "routes", len(p.routes), "replaced_routes", len(retired),
 		"receivers", len(p.receivers), "sessions", len(p.sessions))
@@ -197,11 +202,8 @@ func (b *Bridge) setUsers(l *listener.Listener, rc routes.ReceiverConfig) {
 // prepare makes admission, metrics and the journal know p's sessions,
 // routes, senders and receivers, before a message reaches them.
 func (b *Bridge) prepare(p *parts) {
-	for id, s := range p.sessions {
-		b.limits.addSession(id, s.maxLive, s.maxBytes)
-	}
+	b.limits.configure(p)
 	for _, r := range p.routes {
-		b.limits.addRoute(r.id, r.cfg.Policy.MaxDeadLetters)
 		b.metrics.initRoute(r.id)
 		if r.session != "" {
 			b.journal.Register(r.session, r.id)

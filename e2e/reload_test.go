@@ -122,7 +122,8 @@ func reloadOverHTTP(t *testing.T, admin, token string) (int, map[string]any) {
 // connected. Then, while publishing: an invalid file changes nothing and
 // loses nothing; a refused change (bridge.id) over POST /api/reload is
 // answered 409 with its reason and changes nothing; the reload endpoint
-// needs the admin token.
+// needs the admin token; a reload of an unchanged file over it succeeds,
+// and the unchanged MQTT connection never reconnected.
 func TestReload_SIGHUPAppliesByDifference(t *testing.T) {
 	needBinary(t)
 	mqttURL := testservices.MQTTURL(t)
@@ -204,6 +205,15 @@ func TestReload_SIGHUPAppliesByDifference(t *testing.T) {
 	}
 	publishAll(t, pub, [][2]string{{run + "/b/x", "b-still"}}, 10*time.Second)
 	waitFor(t, 20*time.Second, "route B after the failed reloads", func() bool { return bodies(bSink)["b-still"] == 1 })
+	if err := os.WriteFile(br.cfgPath, []byte(after), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := reloadOverHTTP(t, admin, token); code != http.StatusOK || body["result"] != "ok" {
+		t.Errorf("reload of an unchanged config over the API: %d %v", code, body)
+	}
+	if n := br.metric("gobridge_receiver_reconnects_total", `receiver="plant"`); n != 0 {
+		t.Errorf("the unchanged mqtt receiver reconnected %v times", n)
+	}
 
 	acked := st.acked(t)
 	waitFor(t, 60*time.Second, "every acknowledged message of A", func() bool {
