@@ -52,10 +52,6 @@ type Options struct {
 	Store Outbox
 	// Journal holds the delivery outcomes; nil serves an empty journal.
 	Journal *Journal
-	// Sessions, when set, reports the sessions (the bridge knows their
-	// depth without a store query). Nil derives them from the journal's
-	// routes and Store.Stats.
-	Sessions func(ctx context.Context) []SessionInfo
 	// Token, when not empty, is required as "Authorization: Bearer TOKEN"
 	// on every /api/ request. Empty: reads are open and mutations need a
 	// loopback client and the X-Requested-By header.
@@ -70,8 +66,6 @@ type Options struct {
 	AllowedHosts []string
 	// Logger defaults to a discarding logger. Mutations are logged at info.
 	Logger *slog.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
 }
 
 // SessionInfo is one outbox session as the console shows it.
@@ -103,9 +97,6 @@ func New(opts Options) *Handler {
 		log: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("component", "admin")}
 	if h.journal == nil {
 		h.journal = NewJournal(0)
-	}
-	if h.opts.Now == nil {
-		h.opts.Now = time.Now
 	}
 	h.hosts = allowedHosts(opts.Listen, opts.AllowedHosts)
 	h.api = h.mux
@@ -184,7 +175,7 @@ func (h *Handler) mutating(next http.HandlerFunc) http.Handler {
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
-		"now":            h.opts.Now().UTC(),
+		"now":            time.Now().UTC(),
 		"token_required": h.opts.Token != "",
 		"has_store":      h.opts.Store != nil,
 		"sessions":       h.sessions(r.Context()),
@@ -202,12 +193,9 @@ func (h *Handler) listRoutes(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"routes": h.journal.Routes()})
 }
 
-// sessions returns Options.Sessions, or derives them from the journal's
-// routes and the store's Stats.
+// sessions derives the sessions from the journal's routes and the store's
+// Stats.
 func (h *Handler) sessions(ctx context.Context) []SessionInfo {
-	if h.opts.Sessions != nil {
-		return h.opts.Sessions(ctx)
-	}
 	byID := map[string]*SessionInfo{}
 	for _, a := range h.journal.Routes() {
 		if a.Session == "" {
@@ -219,7 +207,7 @@ func (h *Handler) sessions(ctx context.Context) []SessionInfo {
 		byID[a.Session].Routes = append(byID[a.Session].Routes, a.Route)
 	}
 	lastSent := h.journal.sessions()
-	now := h.opts.Now()
+	now := time.Now()
 	stats := map[string]stores.SessionStats{}
 	if h.opts.Store != nil {
 		all, _ := h.opts.Store.Stats(ctx)
@@ -287,7 +275,7 @@ func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"routes": RouteStatsOf(all, h.opts.Now())})
+	writeJSON(w, http.StatusOK, map[string]any{"routes": RouteStatsOf(all, time.Now())})
 }
 
 func (h *Handler) listJournal(w http.ResponseWriter, r *http.Request) {
@@ -298,7 +286,6 @@ func (h *Handler) listJournal(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"entries": h.journal.Entries(r.URL.Query().Get("route"), limit)})
 }
 
-// storeError maps a store error to a status.
 func (h *Handler) storeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, stores.ErrNotFound):

@@ -96,7 +96,7 @@ func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, err)
 		return
 	}
-	now := h.opts.Now()
+	now := time.Now()
 	out := make([]DeadLetter, len(recs))
 	for i := range recs {
 		out[i] = NewDeadLetter(&recs[i], now, false)
@@ -113,7 +113,7 @@ func (h *Handler) getDead(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, NewDeadLetter(&recs[0], h.opts.Now(), true))
+	writeJSON(w, http.StatusOK, NewDeadLetter(&recs[0], time.Now(), true))
 }
 
 func (h *Handler) requeue(w http.ResponseWriter, r *http.Request) {

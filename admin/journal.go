@@ -70,7 +70,6 @@ type RouteActivity struct {
 // for concurrent use and its methods never block for long.
 type Journal struct {
 	size int
-	now  func() time.Time
 
 	mu       sync.Mutex
 	routes   map[string]*routeJournal
@@ -112,17 +111,15 @@ func NewJournal(size int) *Journal {
 	if size <= 0 {
 		size = DefaultJournalSize
 	}
-	return &Journal{size: size, now: time.Now, routes: map[string]*routeJournal{}, lastSent: map[string]time.Time{},
+	return &Journal{size: size, routes: map[string]*routeJournal{}, lastSent: map[string]time.Time{},
 		senders: map[string]SenderState{}}
 }
 
 // SenderState records a sender's transition between up and down.
 func (j *Journal) SenderState(sender string, up bool, lastErr string) {
-	if len(lastErr) > maxErrLen {
-		lastErr = lastErr[:maxErrLen]
-	}
+	lastErr = truncate(redact.Text(lastErr), maxErrLen)
 	j.mu.Lock()
-	j.senders[sender] = SenderState{Sender: sender, Up: up, LastError: lastErr, Since: j.now()}
+	j.senders[sender] = SenderState{Sender: sender, Up: up, LastError: lastErr, Since: time.Now()}
 	j.mu.Unlock()
 }
 
@@ -166,7 +163,7 @@ func (j *Journal) Delivered(o drainer.Outcome) {
 	e := Entry{ID: o.ID, Session: o.Session, Route: o.Route, Outcome: o.Result, Attempt: o.Attempt,
 		Error: truncate(redact.Text(o.Err), maxErrLen), LatencyMS: float64(o.Latency.Microseconds()) / 1000, At: o.At}
 	if e.At.IsZero() {
-		e.At = j.now()
+		e.At = time.Now()
 	}
 	slot := e.At.UnixNano() / int64(Bucket)
 	j.mu.Lock()
@@ -241,7 +238,7 @@ func (j *Journal) Entries(route string, limit int) []Entry {
 // Routes returns the activity of every known route, sorted by session and
 // route.
 func (j *Journal) Routes() []RouteActivity {
-	now := j.now()
+	now := time.Now()
 	cur := now.UnixNano() / int64(Bucket)
 	j.mu.Lock()
 	out := make([]RouteActivity, 0, len(j.routes))

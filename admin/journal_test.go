@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/drainer"
@@ -52,5 +53,17 @@ func TestJournal_KeepsTheLastOutcomesPerRoute(t *testing.T) {
 	}
 	if rs[0].OKPerSecond != 15 {
 		t.Errorf("ok per second over the last minute = %v, want 900/60", rs[0].OKPerSecond)
+	}
+}
+
+func TestJournal_SenderStateIsRedacted(t *testing.T) {
+	j := admin.NewJournal(0)
+	j.SenderState("hook", false, "http: POST https://plant:hunter2@hooks.example/in?token=abc123: status 503"+strings.Repeat("é", 400))
+	s := j.Senders()
+	if len(s) != 1 || s[0].Up || strings.Contains(s[0].LastError, "hunter2") || strings.Contains(s[0].LastError, "abc123") {
+		t.Fatalf("senders = %+v", s)
+	}
+	if len(s[0].LastError) > 600 || !utf8.ValidString(s[0].LastError) {
+		t.Fatalf("last error not cut at a character boundary within the limit: %d bytes", len(s[0].LastError))
 	}
 }

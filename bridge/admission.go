@@ -24,10 +24,15 @@ const refreshWhileBlocked = 100 * time.Millisecond
 type admission struct {
 	read func(ctx context.Context) ([]stores.SessionStats, error)
 
+	// io orders a refresh's read of the store with the writer's writes:
+	// the writer holds it from a Write until its effects are counted, so a
+	// read never sees a write that the counts do not show yet (or the
+	// reverse). Taken before mu.
+	io sync.Mutex
+
 	mu       sync.Mutex
 	sessions map[string]*sessionCount
 	routes   map[string]*routeCount
-	version  uint64
 	changed  chan struct{} // closed and replaced on every change
 	lastRead time.Time
 	refused  map[string]string // route -> why its last record could not be stored at all
@@ -38,11 +43,16 @@ type sessionCount struct {
 	maxBytes int64
 	live     int
 	bytes    int64
+	// unwritten counts the records admitted and not written yet: a
+	// refresh adds them to the store's counts.
+	unwritten      int
+	unwrittenBytes int64
 }
 
 type routeCount struct {
-	maxDead int
-	dead    int
+	maxDead   int
+	dead      int
+	unwritten int
 }
 
 func newAdmission(read func(ctx context.Context) ([]stores.SessionStats, error)) *admission {
@@ -66,7 +76,7 @@ func (a *admission) configure(p *parts) {
 	}
 	a.sessions, a.routes = sessions, routes
 	maps.DeleteFunc(a.refused, func(id string, _ string) bool { return routes[id] == nil })
-	a.bump()
+	a.notify()
 }
 
 // admit waits until rec fits: a live record under its session's limits, a
@@ -78,6 +88,7 @@ func (a *admission) admit(ctx context.Context, rec *stores.Record) bool {
 		ok := a.fits(rec)
 		if ok {
 			a.count(rec, 1)
+			a.unwritten(rec, 1)
 		}
 		ch, stale := a.changed, time.Since(a.lastRead) >= refreshWhileBlocked
 		a.mu.Unlock()
@@ -85,7 +96,7 @@ func (a *admission) admit(ctx context.Context, rec *stores.Record) bool {
 			return true
 		}
 		if stale {
-			a.refresh(ctx)
+			a.refresh(ctx, false)
 			continue
 		}
 		t := time.NewTimer(refreshWhileBlocked)
@@ -119,7 +130,28 @@ func (a *admission) count(rec *stores.Record, n int) {
 		s.live += n
 		s.bytes += int64(n) * rec.Size()
 	}
-	a.bump()
+	a.notify()
+}
+
+// unwritten adds n to the records like rec admitted and not written yet.
+func (a *admission) unwritten(rec *stores.Record, n int) {
+	if rec.State == stores.Dead {
+		if r := a.routes[rec.Route]; r != nil {
+			r.unwritten += n
+		}
+	} else if s := a.sessions[rec.Session]; s != nil {
+		s.unwritten += n
+		s.unwrittenBytes += int64(n) * rec.Size()
+	}
+}
+
+// written notes that the store has answered for an admitted record (it is
+// in the store's counts now, or refused and released). The writer calls
+// it holding io.
+func (a *admission) written(rec *stores.Record) {
+	a.mu.Lock()
+	a.unwritten(rec, -1)
+	a.mu.Unlock()
 }
 
 // add counts a record stored without admit (a truncated dead letter that
@@ -165,34 +197,39 @@ func (a *admission) settled(ss []stores.Settlement) {
 			}
 		}
 	}
-	a.bump()
+	a.notify()
 }
 
-// refresh re-reads the store's counts. A read that raced with a change of
-// the counts is dropped (the next one will do).
-func (a *admission) refresh(ctx context.Context) {
+// refresh re-reads the store's counts and adds what is admitted and not
+// written yet. It waits while the writer is writing; with try, it skips
+// the read then instead (the writer may retry a failing store for long:
+// the monitor must not stall), and the next one will do.
+func (a *admission) refresh(ctx context.Context, try bool) {
 	a.mu.Lock()
-	v := a.version
 	a.lastRead = time.Now()
 	a.mu.Unlock()
+	if try && !a.io.TryLock() {
+		return
+	} else if !try {
+		a.io.Lock()
+	}
+	defer a.io.Unlock()
 	stats, err := a.read(ctx)
 	if err != nil {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.version != v {
-		return
-	}
 	for _, c := range a.sessions {
-		c.live, c.bytes = 0, 0
+		c.live, c.bytes = c.unwritten, c.unwrittenBytes
 	}
 	for _, r := range a.routes {
-		r.dead = 0
+		r.dead = r.unwritten
 	}
 	for _, st := range stats {
 		if c := a.sessions[st.Session]; c != nil {
-			c.live, c.bytes = st.Live, st.Bytes
+			c.live += st.Live
+			c.bytes += st.Bytes
 		}
 		for route, rc := range st.Routes {
 			if r := a.routes[route]; r != nil {
@@ -200,7 +237,13 @@ func (a *admission) refresh(ctx context.Context) {
 			}
 		}
 	}
-	a.bump()
+	a.notify()
+}
+
+// notify wakes the admissions waiting for room. Called holding mu.
+func (a *admission) notify() {
+	close(a.changed)
+	a.changed = make(chan struct{})
 }
 
 // live is the count of session's live records as admission sees it.
@@ -255,11 +298,4 @@ func (a *admission) refusals() map[string]string {
 		out[k] = v
 	}
 	return out
-}
-
-// bump wakes the callers of admit waiting for a change. The caller holds mu.
-func (a *admission) bump() {
-	a.version++
-	close(a.changed)
-	a.changed = make(chan struct{})
 }

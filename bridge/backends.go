@@ -87,29 +87,35 @@ func compileProcessors(rc routes.RouteConfig) (func(*message.Envelope) (bool, st
 	}, nil
 }
 
+// mqttOptions maps an mqtt receiver's config to its Options.
+func mqttOptions(c routes.ReceiverConfig, tc *tls.Config) mqtt.Options {
+	o := c.Options
+	subs := make([]mqtt.Subscription, len(c.Topics))
+	for i, t := range c.Topics {
+		qos := routes.DefaultQoS
+		if t.QoS != nil {
+			qos = *t.QoS
+		}
+		subs[i] = mqtt.Subscription{Filter: t.Topic, QoS: byte(qos)}
+	}
+	return mqtt.Options{
+		ID: c.ID, BrokerURLs: o.BrokerURLs, ClientID: o.ClientID, CleanSession: o.CleanSession,
+		Username: o.Username, Password: o.Password.Reveal(), KeepAlive: o.KeepAlive.D(),
+		ConnectTimeout: o.ConnectTimeout.D(), TLS: tc, Topics: subs,
+		MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes,
+	}
+}
+
 // newReceiverBackend maps a receiver's config to its component's Options.
 func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.Logger) (receiver, error) {
 	o := c.Options
-	tc, err := tlsConfig(o.TLS, c.Type != routes.ReceiverMQTT)
+	tc, err := o.TLS.Config(c.Type != routes.ReceiverMQTT)
 	if err != nil {
 		return nil, err
 	}
 	switch c.Type {
 	case routes.ReceiverMQTT:
-		subs := make([]mqtt.Subscription, len(c.Topics))
-		for i, t := range c.Topics {
-			qos := routes.DefaultQoS
-			if t.QoS != nil {
-				qos = *t.QoS
-			}
-			subs[i] = mqtt.Subscription{Filter: t.Topic, QoS: byte(qos)}
-		}
-		return mqtt.New(mqtt.Options{
-			ID: c.ID, BrokerURLs: o.BrokerURLs, ClientID: o.ClientID, CleanSession: o.CleanSession,
-			Username: o.Username, Password: o.Password.Reveal(), KeepAlive: o.KeepAlive.D(),
-			ConnectTimeout: o.ConnectTimeout.D(), TLS: tc, Topics: subs,
-			MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes,
-		}, sink, log)
+		return mqtt.New(mqttOptions(c, tc), sink, log)
 	case routes.ReceiverMQTTListener:
 		return listener.New(listenerOptions(c, tc), sink, log)
 	case routes.ReceiverHTTPListener:

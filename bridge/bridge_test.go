@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/internal/testservices"
@@ -110,7 +112,7 @@ func TestBridge_SharedOutboxOnDynamoDB(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := dynamodb.DeleteTable(ctx, client, outboxTable); err != nil {
+		if _, err := client.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(outboxTable)}); err != nil {
 			t.Logf("delete table %s: %v", outboxTable, err)
 		}
 	})

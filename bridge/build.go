@@ -229,13 +229,14 @@ func (b *Bridge) newGroup(s *session) {
 	s.group = drainer.New(drainer.Options{
 		Session: s.id, Partitions: s.partitions, BatchSize: s.batch,
 		Window: max(4*s.batch, 1024), Poll: s.poll, Routes: s.routes,
-		Owner: b.owner, LeaseTTL: leaseTTL, ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
+		Owner: b.owner, LeaseTTL: b.leaseTTL(), ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
 		AbandonGrace: 2 * time.Second, Logger: b.base, Observer: b.drainObserver(),
 	}, b.store, b.writer)
 }
 
-// leaseTTL is how long partition and member leases last without renewal.
-const leaseTTL = 15 * time.Second
+// leaseTTL is how long this instance's leases last without renewal
+// (bridge.lease_ttl).
+func (b *Bridge) leaseTTL() time.Duration { return b.cfg.Bridge.LeaseTTL.D() }
 
 // openStore opens the outbox store (nil when none is configured).
 func (b *Bridge) openStore() error {
@@ -252,10 +253,17 @@ func (b *Bridge) openStore() error {
 	return nil
 }
 
-// newRecv builds a receiver with its own ingest sink.
+// newRecv builds a receiver with its own ingest sink: a guarded one when
+// its MQTT session is leased.
 func (b *Bridge) newRecv(rc routes.ReceiverConfig) (*recv, error) {
 	in := &ingest{b: b, receiver: rc.ID}
-	rcv, err := newReceiverBackend(rc, in, b.base)
+	var rcv receiver
+	var err error
+	if leasedSession(b.cfg, rc) {
+		rcv, err = b.newGuarded(rc, in, b.base)
+	} else {
+		rcv, err = newReceiverBackend(rc, in, b.base)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bridge: receiver %s: %w", rc.ID, err)
 	}

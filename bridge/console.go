@@ -93,7 +93,7 @@ func (o *Outbox) Requeue(ctx context.Context, id, route string) (stores.Record, 
 	if s := b.cur.Load().sessions[r.Session]; s != nil {
 		s.group.Delivered(&r, 0) // the store holds work for its partition
 	}
-	b.limits.refresh(ctx)
+	b.limits.refresh(ctx, true)
 	return r, nil
 }
 
@@ -102,7 +102,7 @@ func (o *Outbox) Drop(ctx context.Context, id string) error {
 	b := (*Bridge)(o)
 	err := stores.DropDead(ctx, b.store, id)
 	if err == nil {
-		b.limits.refresh(ctx)
+		b.limits.refresh(ctx, true)
 	}
 	return err
 }

@@ -60,7 +60,10 @@ func TestFallback_AHealthyTargetGetsEveryMessageWithoutAStoreWrite(t *testing.T)
 func TestFallback_AFailingTargetDoesNotHoldTheSourceAndOrderHolds(t *testing.T) {
 	t.Parallel()
 	s := newSink(t)
-	b, addr, reg := fallbackBridge(t, s, "1s")
+	// A direct send that times out may still reach the target later than
+	// the messages after it (at-least-once); the timeout is long enough
+	// that only the 503s of the outage send messages to the outbox here.
+	b, addr, reg := fallbackBridge(t, s, "20s")
 	pub := publisher(t, "tcp://"+addr, "fb-down")
 	var toks []paho.Token
 	publish := func(from, to int) {
@@ -133,4 +136,38 @@ func counter(t *testing.T, reg *prometheus.Registry, name, route string) float64
 	}
 	t.Fatalf("no %s{route=%q}", name, route)
 	return 0
+}
+
+// TestFallback_AHangingTargetCostsOneDirectTimeout: a target that does not
+// answer holds a message for direct_timeout only; then the message goes to
+// the outbox and its source is acknowledged; the drainer delivers it once
+// the target answers again.
+func TestFallback_AHangingTargetCostsOneDirectTimeout(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	release := make(chan struct{})
+	s.hook = func(string) { <-release }
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	b, addr, reg := fallbackBridge(t, s, "300ms")
+	pub := publisher(t, "tcp://"+addr, "fb-hang")
+	var toks []paho.Token
+	for i := range 8 {
+		toks = append(toks, pub.Publish(fmt.Sprintf("line/%d", i%2), 1, false, fmt.Sprintf(`{"id": %q}`, msgID(i))))
+	}
+	waitTokens(t, toks, 20*time.Second) // acknowledged while the target hangs
+	if fallback := counter(t, reg, "gobridge_delivery_fallback_total", "hybrid"); fallback < 2 {
+		t.Errorf("fallback %v, want the hanging keys' messages in the outbox", fallback)
+	}
+	if st := sessionStats(t, b, "s1"); st.Live == 0 {
+		t.Fatalf("nothing in the outbox while the target hangs")
+	}
+	close(release)
+	waitFor(t, 30*time.Second, "every message at the target", func() bool { return s.distinct() == 8 })
+	waitFor(t, 10*time.Second, "the outbox empty", func() bool { return sessionStats(t, b, "s1").Live == 0 })
 }

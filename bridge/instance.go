@@ -23,10 +23,10 @@ var ErrDuplicateInstance = errors.New("bridge: another instance with this bridge
 // lapses); when it is still renewed after that, a second live instance
 // runs with the same bridge.id and Run refuses to start.
 func (b *Bridge) claimInstance(ctx context.Context) (stores.Lease, error) {
-	name := instanceLease(b.cfg.Bridge.ID)
-	deadline := time.Now().Add(leaseTTL + leaseTTL/3)
+	name, ttl := instanceLease(b.cfg.Bridge.ID), b.leaseTTL()
+	deadline := time.Now().Add(ttl + ttl/3)
 	for {
-		le, err := b.store.Acquire(ctx, name, b.owner, leaseTTL, time.Now())
+		le, err := b.store.Acquire(ctx, name, b.owner, ttl, time.Now())
 		if err == nil {
 			return le, nil
 		}
@@ -39,7 +39,7 @@ func (b *Bridge) claimInstance(ctx context.Context) (stores.Lease, error) {
 		}
 		b.log.Warn("instance lease held by another process; waiting up to one lease TTL for it to lapse",
 			"lease", name, "error", err)
-		if !sleep(ctx.Done(), leaseTTL/6) {
+		if !sleep(ctx.Done(), ttl/6) {
 			return le, ctx.Err()
 		}
 	}
@@ -49,7 +49,8 @@ func (b *Bridge) claimInstance(ctx context.Context) (stores.Lease, error) {
 // then releases it. A lost lease is logged: another process took the
 // bridge.id after this one could not renew for a whole TTL.
 func (b *Bridge) keepInstance(ctx context.Context, le stores.Lease) {
-	t := time.NewTicker(leaseTTL / 3)
+	ttl := b.leaseTTL()
+	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -60,13 +61,13 @@ func (b *Bridge) keepInstance(ctx context.Context, le stores.Lease) {
 			return
 		case <-t.C:
 		}
-		nl, err := b.store.Renew(ctx, le, leaseTTL, time.Now())
+		nl, err := b.store.Renew(ctx, le, ttl, time.Now())
 		switch {
 		case err == nil:
 			le = nl
 		case errors.Is(err, stores.ErrLeaseLost):
 			b.log.Error("instance lease lost: another process runs with this bridge.id", "error", err)
-			if nl, err = b.store.Acquire(ctx, le.Name, b.owner, leaseTTL, time.Now()); err == nil {
+			if nl, err = b.store.Acquire(ctx, le.Name, b.owner, ttl, time.Now()); err == nil {
 				le = nl
 			}
 		default:

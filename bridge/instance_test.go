@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
@@ -81,7 +84,7 @@ func TestBridge_RefusesASecondLiveInstanceWithTheSameID(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = dynamodb.DeleteTable(ctx, client, table)
+		_, _ = client.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(table)})
 	})
 	store := fmt.Sprintf("{type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}", table, endpoint)
 	cfg := func() string {

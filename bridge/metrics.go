@@ -170,6 +170,8 @@ var (
 		"Messages received and not yet acknowledged.", []string{"receiver"}, nil)
 	descRecvInFlightBytes = prometheus.NewDesc("gobridge_receiver_in_flight_bytes",
 		"Payload bytes received and not yet acknowledged (bounded by max_inflight_bytes).", []string{"receiver"}, nil)
+	descAdopted = prometheus.NewDesc("gobridge_receiver_adopted_sessions",
+		"Persistent sessions of other instances (gone, or not back yet) this receiver runs (mqtt, DynamoDB outbox).", []string{"receiver"}, nil)
 	descRejected = prometheus.NewDesc("gobridge_ingest_rejected_total",
 		"Messages a receiver refused to route: payload_too_large (over max_payload_bytes: dead-lettered truncated, or dropped without an outbox store) denied (the listener's publish ACL; acknowledged and discarded; http_listener: 401, 403), malformed (http_listener: 400, 415) or busy (http_listener: 503 before the message was taken).",
 		[]string{"receiver", "reason"}, nil)
@@ -177,7 +179,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c receiverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReconnects, descDropped, descAbandoned, descUnrouted, descRecvInFlight, descRecvInFlightBytes, descRejected} {
+	for _, d := range []*prometheus.Desc{descReconnects, descDropped, descAbandoned, descUnrouted, descRecvInFlight, descRecvInFlightBytes, descRejected, descAdopted} {
 		ch <- d
 	}
 }
@@ -200,6 +202,9 @@ func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(st.Denied), nr.id, receivers.ReasonDenied)
 		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(st.Malformed), nr.id, receivers.ReasonMalformed)
 		ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(st.Busy), nr.id, receivers.ReasonBusy)
+		if g, ok := nr.r.(*guarded); ok {
+			ch <- prometheus.MustNewConstMetric(descAdopted, prometheus.GaugeValue, float64(g.Adopted()), nr.id)
+		}
 	}
 }
 

@@ -131,7 +131,7 @@ func (b *Bridge) monitor(ctx context.Context) {
 			b.metrics.subscribed.WithLabelValues(nr.id).Set(b2f(st.Subscribed))
 		}
 		if b.store != nil {
-			b.limits.refresh(ctx)
+			b.limits.refresh(ctx, true)
 			if stats, err := b.store.Stats(ctx); err == nil {
 				b.outboxGauges(stats, time.Now())
 			}

@@ -68,6 +68,7 @@ func (b *Bridge) refusals(ctx context.Context, old, p *parts) error {
 	changed("bridge.id", was.Bridge.ID, is.Bridge.ID)
 	changed("bridge.admin (the admin listener, its token, allowed_hosts)", was.Bridge.Admin, is.Bridge.Admin)
 	changed("bridge.shutdown_timeout", was.Bridge.ShutdownTimeout, is.Bridge.ShutdownTimeout)
+	changed("bridge.lease_ttl", was.Bridge.LeaseTTL, is.Bridge.LeaseTTL)
 	changed("bridge.log.format", was.Bridge.Log.Format, is.Bridge.Log.Format)
 	changed("stores (the outbox store)", was.Stores, is.Stores)
 	for id, s := range p.sessions {

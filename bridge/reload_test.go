@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gobridge/gobridge/routes"
 )
@@ -182,6 +185,9 @@ func TestBridge_ReloadAppliesByDifference(t *testing.T) {
 	if err := <-reloaded; err != nil {
 		t.Fatalf("Reload: %v", err)
 	}
+	if got := senderUpLabels(t, rt); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("gobridge_sender_up series after the reload: %v, want a and b (c was removed)", got)
+	}
 	if cSink.count("c-held") != 1 {
 		t.Fatalf("Reload returned before removed route C delivered what it held (deliveries %d)", cSink.count("c-held"))
 	}
@@ -217,7 +223,7 @@ func TestBridge_ReloadAppliesByDifference(t *testing.T) {
 }
 
 // TestBridge_ReloadRefusesWhatNeedsARestart: a new bridge.id, admin
-// listener or outbox store, changed partitions, and the removal of a route whose records are
+// listener, lease_ttl or outbox store, changed partitions, and the removal of a route whose records are
 // pending are refused with ErrRefused naming each; the running
 // configuration keeps running and delivers what it holds.
 func TestBridge_ReloadRefusesWhatNeedsARestart(t *testing.T) {
@@ -242,11 +248,14 @@ func TestBridge_ReloadRefusesWhatNeedsARestart(t *testing.T) {
 	otherAdmin := reloadConfig(t, "refuse", addr, db, senders, routeA(1)+routeB)
 	listen := "127.0.0.1:0"
 	otherAdmin.Bridge.Admin.Listen = &listen
+	otherTTL := reloadConfig(t, "refuse", addr, db, senders, routeA(1)+routeB)
+	otherTTL.Bridge.LeaseTTL = routes.Duration(time.Minute)
 	for name, tc := range map[string]struct {
 		cfg  *routes.Config
 		want string
 	}{
 		"admin listener":  {otherAdmin, "bridge.admin"},
+		"lease ttl":       {otherTTL, "bridge.lease_ttl"},
 		"bridge id":       {reloadConfig(t, "other", addr, db, senders, routeA(1)+routeB), "bridge.id"},
 		"store":           {reloadConfig(t, "refuse", addr, filepath.Join(dir, "other.db"), senders, routeA(1)+routeB), "stores"},
 		"partitions":      {reloadConfig(t, "refuse", addr, db, senders, routeA(4)+routeB), "partitions changed from 1 to 4"},
@@ -266,4 +275,68 @@ func TestBridge_ReloadRefusesWhatNeedsARestart(t *testing.T) {
 	if a.count("b-still") != 1 {
 		t.Error("route B stopped after refused reloads")
 	}
+}
+
+// TestBridge_ReloadKeepsAFallbackKeyInTheOutbox: a direct_or_outbox route
+// whose ordering key has a record in the outbox is replaced by a reload;
+// the key's next message goes to the outbox too, behind that record, not
+// direct past it (the successor takes over the keys held in the outbox).
+func TestBridge_ReloadKeepsAFallbackKeyInTheOutbox(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the sink closes
+	s.hook = func(body string) {
+		if strings.Contains(body, msgID(0)) {
+			<-release // the first message's direct send times out; the drainer's waits
+		}
+	}
+	addr, db := freeAddr(t), filepath.Join(t.TempDir(), "outbox.db")
+	config := func(directTimeout string) *routes.Config {
+		cfg := reloadConfig(t, "sticky", addr, db, fmt.Sprintf(`
+  - {id: sink, type: http, options: {url: %q, timeout: 30s}}`, s.srv.URL), `
+  - {id: hybrid, receiver: edge, topic: "#", sender: sink, delivery_mode: direct_or_outbox,
+     ordering_key: "{topic}", processors: [{type: idempotency_key, from: "{payload.id}"}],
+     session: {id: s1}, policy: {direct_timeout: `+directTimeout+`}}`)
+		cfg.Bridge.ShutdownTimeout = routes.Duration(time.Second) // the old drainer's blocked send
+		return cfg
+	}
+	b := startBridge(t, config("200ms"))
+	pub := publisher(t, "tcp://"+addr, "sticky-pub")
+	body := func(i int) string { return fmt.Sprintf(`{"id": %q}`, msgID(i)) }
+	waitTokens(t, []paho.Token{pub.Publish("line/0", 1, false, body(0))}, 20*time.Second) // in the outbox now
+	if err := b.Reload(t.Context(), config("300ms")); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	waitTokens(t, []paho.Token{pub.Publish("line/0", 1, false, body(1))}, 20*time.Second)
+	if n := s.count(body(1)); n != 0 {
+		t.Fatalf("after the reload, the key's next message went direct past the record in the outbox (%d deliveries)", n)
+	}
+	unblock()
+	waitFor(t, 30*time.Second, "both messages", func() bool { return s.count(body(0)) > 0 && s.count(body(1)) == 1 })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i0, i1 := slices.Index(s.order, body(0)), slices.Index(s.order, body(1)); i1 < i0 {
+		t.Errorf("delivered out of order: %v", s.order)
+	}
+}
+
+// senderUpLabels lists the senders gobridge_sender_up has a series of.
+func senderUpLabels(t *testing.T, b *Bridge) []string {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 64)
+	b.metrics.senderUp.Collect(ch)
+	close(ch)
+	var out []string
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, d.GetLabel()[0].GetValue())
+	}
+	slices.Sort(out)
+	return out
 }

@@ -196,6 +196,8 @@ func (w *writer) writeOnce(reserve bool) int {
 		b.Append[i].Token = tokens[i]
 	}
 	start := time.Now()
+	w.limits.io.Lock()
+	defer w.limits.io.Unlock()
 	errs := w.write(&b)
 	if errs == nil { // aborted: nothing written, nothing acknowledged
 		return len(reqs) + len(settles)
@@ -207,7 +209,9 @@ func (w *writer) writeOnce(reserve bool) int {
 		if g := groups[rec.Session]; g != nil {
 			g.Delivered(rec, tokens[i])
 		}
-		switch orig := &reqs[i].rec; {
+		orig := &reqs[i].rec
+		w.limits.written(orig)
+		switch {
 		case errs[i] != nil || rec.Seq == 0: // refused, or already there: no room taken
 			w.limits.release(orig)
 		case rec.State == stores.Dead && orig.State != stores.Dead: // kept as a truncated dead letter instead

@@ -1,6 +1,7 @@
 package drainer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -24,7 +25,8 @@ type partition struct {
 
 	mu        sync.Mutex
 	l         stores.Lease
-	inbox     []stores.Record // delivered by the writer, not yet scheduled
+	inbox     []stores.Record // delivered by the writer or claimed, not yet scheduled
+	parked    []stores.Record // claimed while the writer held reservations (see claim)
 	held      int             // records in the inbox or the schedule
 	reserved  int             // rooms promised to the writer
 	backlog   bool            // the store may hold unclaimed records of this partition
@@ -127,8 +129,19 @@ func (p *partition) delivered(rec *stores.Record, reserved int64) {
 		p.backlog = true
 		p.unclaimed++
 	}
+	p.unpark()
 	p.mu.Unlock()
 	p.signal()
+}
+
+// unpark moves the parked claimed records to the inbox once the writer
+// holds no reservation: every record it committed before them is then in
+// the inbox or scheduled. p.mu must be held.
+func (p *partition) unpark() {
+	if p.reserved == 0 && len(p.parked) > 0 {
+		p.inbox = append(p.inbox, p.parked...)
+		p.parked = nil
+	}
 }
 
 // run is the partition's loop. It reports on exited once it has finished,
@@ -225,26 +238,36 @@ func (p *partition) claim() (int, error) {
 		return 0, err
 	}
 	p.full = len(recs) >= limit
+	for i := range recs {
+		p.after = max(p.after, recs[i].Seq)
+	}
 	p.mu.Lock()
 	p.held += len(recs)
 	if len(recs) < limit && p.unclaimed == version {
 		p.backlog = false // the store holds nothing more: the writer may hand records over
 	}
+	// The claimed records are scheduled with the handed-over ones, in Seq
+	// order (absorb). While the writer holds reservations, the batch it is
+	// writing may have committed records this claim took behind reserved
+	// ones it has not handed over yet (the window filled mid-batch): they
+	// wait for them, parked.
+	p.parked = append(p.parked, recs...)
+	p.unpark()
 	p.mu.Unlock()
-	now := g.now()
-	for i := range recs {
-		p.after = max(p.after, recs[i].Seq)
-		p.schedule(recs[i], now)
-	}
 	return len(recs), nil
 }
 
-// absorb schedules the records the writer delivered.
+// absorb schedules the records the writer delivered and the claims took,
+// in Seq order (commit order, which per-key order follows).
 func (p *partition) absorb(now time.Time) {
 	p.mu.Lock()
 	in := p.inbox
 	p.inbox = nil
 	p.mu.Unlock()
+	bySeq := func(a, b stores.Record) int { return cmp.Compare(a.Seq, b.Seq) }
+	if !slices.IsSortedFunc(in, bySeq) {
+		slices.SortStableFunc(in, bySeq)
+	}
 	for _, rec := range in {
 		p.schedule(rec, now)
 	}

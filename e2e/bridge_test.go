@@ -19,12 +19,18 @@ import (
 	"time"
 )
 
-// binary is the gobridge executable TestMain built ("" under -short).
+// binary is the gobridge executable TestMain built, or GOBRIDGE_E2E_BINARY
+// ("" under -short).
 var binary string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	// GOBRIDGE_E2E_BINARY: run the tests against a gobridge built elsewhere
+	// (the benchmarks compare builds this way).
+	if binary = os.Getenv("GOBRIDGE_E2E_BINARY"); binary != "" {
 		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "gobridge-e2e-")
@@ -59,7 +65,7 @@ func runID(prefix string) string {
 }
 
 // freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,7 +77,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -103,7 +109,7 @@ type bridge struct {
 // process with SIGTERM (SIGKILL after 20s), fails the test on a non-zero
 // exit of a process that was not killed, and logs the tail of its log when
 // the test failed.
-func startBridge(t *testing.T, dir, name, admin, cfg string, env ...string) *bridge {
+func startBridge(t testing.TB, dir, name, admin, cfg string, env ...string) *bridge {
 	t.Helper()
 	b := &bridge{name: name, admin: admin, env: env, killed: map[*exec.Cmd]bool{},
 		cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log"),
@@ -116,7 +122,7 @@ func startBridge(t *testing.T, dir, name, admin, cfg string, env ...string) *bri
 }
 
 // start (re)starts the process on its config, appending to its log.
-func (b *bridge) start(t *testing.T) {
+func (b *bridge) start(t testing.TB) {
 	t.Helper()
 	logf, err := os.OpenFile(b.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -175,7 +181,7 @@ func (b *bridge) kill(t *testing.T) {
 
 // waitReady polls /readyz until it answers 200, failing the test when the
 // process exits first or after timeout.
-func (b *bridge) waitReady(t *testing.T, timeout time.Duration) {
+func (b *bridge) waitReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -56,7 +56,7 @@ routes:
 // dropTablesAtCleanup deletes DynamoDB tables when the test ends; register
 // it before starting the bridges that create them, so that it runs after
 // their cleanups stopped them.
-func dropTablesAtCleanup(t *testing.T, endpoint string, tables ...string) {
+func dropTablesAtCleanup(t testing.TB, endpoint string, tables ...string) {
 	t.Helper()
 	// DynamoDB Local wants credentials; any will do.
 	client := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
@@ -244,8 +244,8 @@ func TestMultiInstance_KillOne(t *testing.T) {
 		takenOver, victimHeld, beforeRestart, n)
 
 	// Mosquitto keeps handing a share of the $share/ group's messages to the
-	// dead member's persistent session and queues them for it: they arrive
-	// when it comes back (with the same client id).
+	// dead member's persistent session; a survivor adopts that session
+	// (adopt_test.go tests it) and hands it back when b2 returns.
 	restartedAt := logSize(t, victim.logPath)
 	victim.start(t)
 	victim.waitReady(t, 60*time.Second)

@@ -8,7 +8,7 @@ import (
 )
 
 // publisher connects a paho client with a clean session to the broker.
-func publisher(t *testing.T, url, id string) paho.Client {
+func publisher(t testing.TB, url, id string) paho.Client {
 	t.Helper()
 	o := paho.NewClientOptions().AddBroker(url).SetClientID(id).SetCleanSession(true).
 		SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).SetMaxResumePubInFlight(1000).
@@ -26,7 +26,7 @@ func publisher(t *testing.T, url, id string) paho.Client {
 }
 
 // waitTokens waits for every publish to be acknowledged by the broker.
-func waitTokens(t *testing.T, toks []paho.Token, timeout time.Duration) {
+func waitTokens(t testing.TB, toks []paho.Token, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for i, tok := range toks {

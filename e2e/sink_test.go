@@ -40,7 +40,7 @@ type sink struct {
 	byKey map[string]int
 }
 
-func newSink(t *testing.T) *sink {
+func newSink(t testing.TB) *sink {
 	t.Helper()
 	s := &sink{byKey: map[string]int{}, retryAfter: "1", release: make(chan struct{})}
 	s.holdFrom.Store("")

@@ -8,6 +8,7 @@
 package message
 
 import (
+	"maps"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,12 +42,7 @@ type Envelope struct {
 // affecting another route that received the same message.
 func (e *Envelope) Clone() *Envelope {
 	c := *e
-	if e.Headers != nil {
-		c.Headers = make(map[string]string, len(e.Headers))
-		for k, v := range e.Headers {
-			c.Headers[k] = v
-		}
-	}
+	c.Headers = maps.Clone(e.Headers)
 	return &c
 }
 

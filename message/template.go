@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -47,18 +48,11 @@ const (
 	partPayload
 )
 
-// pathSegment is one step of a payload path: an object key, which is also an
-// array index when it is a decimal number (index >= 0).
-type pathSegment struct {
-	key   string
-	index int
-}
-
 type part struct {
 	kind partKind
-	text string // literal text, header name, or the placeholder (for errors)
-	n    int    // topic segment
-	path []pathSegment
+	text string   // literal text, header name, or the placeholder (for errors)
+	n    int      // topic segment
+	path []string // payload path: object keys (a decimal key also indexes an array)
 }
 
 // Template is a parsed per-message template: literal text with placeholders
@@ -76,11 +70,8 @@ type part struct {
 //
 // A literal brace is written twice: "{{" renders "{" and "}}" renders "}".
 type Template struct {
-	src          string
-	parts        []part
-	usesPayload  bool
-	literalLen   int
-	placeholders []string
+	src   string
+	parts []part // adjacent literals merged
 }
 
 // ParseTemplate parses s. It returns a *TemplateError for an unknown
@@ -91,7 +82,6 @@ func ParseTemplate(s string) (*Template, error) {
 	flush := func() {
 		if lit.Len() > 0 {
 			t.parts = append(t.parts, part{kind: partLiteral, text: lit.String()})
-			t.literalLen += lit.Len()
 			lit.Reset()
 		}
 	}
@@ -121,10 +111,6 @@ func ParseTemplate(s string) (*Template, error) {
 			}
 			flush()
 			t.parts = append(t.parts, p)
-			t.placeholders = append(t.placeholders, name)
-			if p.kind == partPayload {
-				t.usesPayload = true
-			}
 			i += end + 2
 		default:
 			lit.WriteByte(c)
@@ -133,16 +119,6 @@ func ParseTemplate(s string) (*Template, error) {
 	}
 	flush()
 	return t, nil
-}
-
-// MustParseTemplate is ParseTemplate for templates known to be valid (tests,
-// constants). It panics on a parse error.
-func MustParseTemplate(s string) *Template {
-	t, err := ParseTemplate(s)
-	if err != nil {
-		panic(err)
-	}
-	return t
 }
 
 func parsePlaceholder(name string) (part, string) {
@@ -166,16 +142,9 @@ func parsePlaceholder(name string) (part, string) {
 		}
 		return part{kind: partHeader, text: rest}, ""
 	case head == "payload" && dotted:
-		segs := strings.Split(rest, ".")
-		path := make([]pathSegment, len(segs))
-		for i, sg := range segs {
-			if sg == "" {
-				return part{}, fmt.Sprintf("{%s}: empty path segment", name)
-			}
-			path[i] = pathSegment{key: sg, index: -1}
-			if n, err := strconv.ParseUint(sg, 10, 31); err == nil && sg[0] != '+' {
-				path[i].index = int(n)
-			}
+		path := strings.Split(rest, ".")
+		if slices.Contains(path, "") {
+			return part{}, fmt.Sprintf("{%s}: empty path segment", name)
 		}
 		return part{kind: partPayload, text: name, path: path}, ""
 	case head == "payload" || head == "header":
@@ -188,7 +157,9 @@ func parsePlaceholder(name string) (part, string) {
 func (t *Template) String() string { return t.src }
 
 // IsLiteral reports whether the template has no placeholders.
-func (t *Template) IsLiteral() bool { return len(t.placeholders) == 0 }
+func (t *Template) IsLiteral() bool {
+	return len(t.parts) == 0 || len(t.parts) == 1 && t.parts[0].kind == partLiteral
+}
 
 // LiteralPrefix returns the literal text before the first placeholder
 // (braces unescaped): the whole text of a literal template.
@@ -199,35 +170,26 @@ func (t *Template) LiteralPrefix() string {
 	return ""
 }
 
-// UsesPayload reports whether rendering needs the decoded JSON payload.
-func (t *Template) UsesPayload() bool { return t.usesPayload }
-
-// Fields returns the placeholders used, without braces, in order of
-// appearance (e.g. "topic.1", "payload.msg_id"). The caller must not modify
-// the slice.
-func (t *Template) Fields() []string { return t.placeholders }
-
-// Render fills the template from e. It decodes the payload only when the
-// template has a {payload.PATH} placeholder; use RenderWith to share one
-// decoding among several templates. A placeholder that e cannot fill returns
-// a *FieldError.
-func (t *Template) Render(e *Envelope) (string, error) {
-	if !t.usesPayload {
-		return t.RenderWith(e, nil)
+// Split returns the parts of t in order, each a Template of its own (with
+// no source text): literal text (IsLiteral; LiteralPrefix is the text) or
+// one placeholder.
+func (t *Template) Split() []*Template {
+	out := make([]*Template, len(t.parts))
+	for i := range t.parts {
+		out[i] = &Template{parts: t.parts[i : i+1]}
 	}
-	var p ParsedPayload
-	return t.RenderWith(e, &p)
+	return out
 }
 
-// RenderWith is Render with a payload cache: p decodes e's payload at most
-// once, however many templates use it. p may be nil when the template does
-// not use the payload (a nil p with a payload placeholder decodes afresh).
-func (t *Template) RenderWith(e *Envelope, p *ParsedPayload) (string, error) {
+// Render fills the template from e. p caches e's decoded JSON payload, so
+// that several templates (and expressions) decode it at most once; nil
+// decodes afresh when the template has a {payload.PATH} placeholder. A
+// placeholder that e cannot fill returns a *FieldError.
+func (t *Template) Render(e *Envelope, p *ParsedPayload) (string, error) {
 	if len(t.parts) == 1 {
 		return t.renderPart(&t.parts[0], e, p)
 	}
 	var b strings.Builder
-	b.Grow(t.literalLen + 16*len(t.placeholders))
 	for i := range t.parts {
 		s, err := t.renderPart(&t.parts[i], e, p)
 		if err != nil {
@@ -301,36 +263,29 @@ func lookupHeader(h map[string]string, name string) (string, bool) {
 	return "", false
 }
 
-func walkPath(v any, path []pathSegment) (any, string) {
-	for i, sg := range path {
+func walkPath(v any, path []string) (any, string) {
+	for i, key := range path {
 		switch x := v.(type) {
 		case map[string]any:
-			next, ok := x[sg.key]
+			next, ok := x[key]
 			if !ok {
-				return nil, fmt.Sprintf("field %q missing", joinPath(path[:i+1]))
+				return nil, fmt.Sprintf("field %q missing", strings.Join(path[:i+1], "."))
 			}
 			v = next
 		case []any:
-			if sg.index < 0 || sg.index >= len(x) {
-				return nil, fmt.Sprintf("index %q out of range (array of %d)", joinPath(path[:i+1]), len(x))
+			n, err := strconv.ParseUint(key, 10, 31)
+			if err != nil || n >= uint64(len(x)) {
+				return nil, fmt.Sprintf("index %q out of range (array of %d)", strings.Join(path[:i+1], "."), len(x))
 			}
-			v = x[sg.index]
+			v = x[n]
 		default:
-			return nil, fmt.Sprintf("field %q missing (not an object or array)", joinPath(path[:i+1]))
+			return nil, fmt.Sprintf("field %q missing (not an object or array)", strings.Join(path[:i+1], "."))
 		}
 	}
 	if v == nil {
-		return nil, fmt.Sprintf("field %q is null", joinPath(path))
+		return nil, fmt.Sprintf("field %q is null", strings.Join(path, "."))
 	}
 	return v, ""
-}
-
-func joinPath(path []pathSegment) string {
-	keys := make([]string, len(path))
-	for i, sg := range path {
-		keys[i] = sg.key
-	}
-	return strings.Join(keys, ".")
 }
 
 // formatValue renders a decoded JSON value: strings raw, numbers in their

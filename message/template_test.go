@@ -54,7 +54,7 @@ func TestTemplate_Render(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ParseTemplate(%q): %v", c.tmpl, err)
 		}
-		got, err := tmpl.Render(e)
+		got, err := tmpl.Render(e, nil)
 		if err != nil {
 			t.Fatalf("Render(%q): %v", c.tmpl, err)
 		}
@@ -121,7 +121,7 @@ func TestTemplate_RenderMissingFields(t *testing.T) {
 		{"{payload.a}", "", "payload.a"},
 	}
 	for _, c := range cases {
-		_, err := MustParseTemplate(c.tmpl).Render(testEnvelope(c.payload))
+		_, err := mustParse(c.tmpl).Render(testEnvelope(c.payload), nil)
 		fe, ok := errors.AsType[*FieldError](err)
 		if !ok {
 			t.Errorf("Render(%q) error = %v, want *FieldError", c.tmpl, err)
@@ -135,34 +135,43 @@ func TestTemplate_RenderMissingFields(t *testing.T) {
 
 func TestTemplate_Introspection(t *testing.T) {
 	t.Parallel()
-	tmpl := MustParseTemplate("{topic.1}:{payload.a.b}:{{x}}")
+	tmpl := mustParse("{topic.1}:{payload.a.b}:{{x}}")
 	if tmpl.IsLiteral() {
 		t.Error("IsLiteral() = true for a template with placeholders")
 	}
-	if !tmpl.UsesPayload() {
-		t.Error("UsesPayload() = false")
+	if got := tmpl.LiteralPrefix(); got != "" {
+		t.Errorf("LiteralPrefix() = %q, want empty", got)
 	}
-	if got := tmpl.Fields(); len(got) != 2 || got[0] != "topic.1" || got[1] != "payload.a.b" {
-		t.Errorf("Fields() = %q", got)
+	parts := tmpl.Split()
+	if len(parts) != 4 || parts[0].IsLiteral() || !parts[3].IsLiteral() || parts[3].LiteralPrefix() != ":{x}" {
+		t.Errorf("Split() = %d parts", len(parts))
 	}
-	lit := MustParseTemplate("just {{text}}")
-	if !lit.IsLiteral() || lit.UsesPayload() {
-		t.Error("literal template reports placeholders")
+	lit := mustParse("just {{text}}")
+	if !lit.IsLiteral() || lit.LiteralPrefix() != "just {text}" {
+		t.Errorf("literal template: IsLiteral() = %v, LiteralPrefix() = %q", lit.IsLiteral(), lit.LiteralPrefix())
 	}
+}
+
+func mustParse(s string) *Template {
+	t, err := ParseTemplate(s)
+	if err != nil {
+		panic(err)
+	}
+	return t
 }
 
 func TestParsedPayload_DecodesOncePerSlice(t *testing.T) {
 	t.Parallel()
 	e := testEnvelope(`{"a": 1, "b": "two"}`)
 	var p ParsedPayload
-	a := MustParseTemplate("{payload.a}")
-	b := MustParseTemplate("{payload.b}")
-	if got, _ := a.RenderWith(e, &p); got != "1" {
+	a := mustParse("{payload.a}")
+	b := mustParse("{payload.b}")
+	if got, _ := a.Render(e, &p); got != "1" {
 		t.Fatalf("a = %q", got)
 	}
 	first, _ := p.Value(e.Payload)
 	p.val.(map[string]any)["b"] = "cached" // proves the second render reuses the decoding
-	if got, _ := b.RenderWith(e, &p); got != "cached" {
+	if got, _ := b.Render(e, &p); got != "cached" {
 		t.Fatalf("b = %q, want the cached value", got)
 	}
 	if again, _ := p.Value(e.Payload); again.(map[string]any)["a"] != first.(map[string]any)["a"] {
@@ -170,7 +179,7 @@ func TestParsedPayload_DecodesOncePerSlice(t *testing.T) {
 	}
 
 	e.Payload = []byte(`{"a": 3, "b": "new"}`) // a processor assigned a new payload
-	if got, _ := b.RenderWith(e, &p); got != "new" {
+	if got, _ := b.Render(e, &p); got != "new" {
 		t.Fatalf("after new payload b = %q, want new", got)
 	}
 
@@ -182,9 +191,9 @@ func TestParsedPayload_DecodesOncePerSlice(t *testing.T) {
 
 func TestTemplate_TopicSegmentDoesNotAllocate(t *testing.T) {
 	e := testEnvelope("not json at all")
-	tmpl := MustParseTemplate("{topic.1}")
+	tmpl := mustParse("{topic.1}")
 	allocs := testing.AllocsPerRun(100, func() {
-		if s, err := tmpl.RenderWith(e, nil); err != nil || s != "line-7" {
+		if s, err := tmpl.Render(e, nil); err != nil || s != "line-7" {
 			t.Fatalf("render = %q, %v", s, err)
 		}
 	})
@@ -223,8 +232,8 @@ func FuzzRender(f *testing.F) {
 		}
 		e := &Envelope{ID: "id", Topic: topic, Payload: []byte(payload), Headers: map[string]string{"h": "v"}}
 		var p ParsedPayload
-		s1, err1 := tp.RenderWith(e, &p)
-		s2, err2 := tp.Render(e)
+		s1, err1 := tp.Render(e, &p)
+		s2, err2 := tp.Render(e, nil)
 		if s1 != s2 || (err1 == nil) != (err2 == nil) {
 			t.Fatalf("cached render %q/%v differs from fresh %q/%v", s1, err1, s2, err2)
 		}
@@ -239,18 +248,18 @@ func FuzzRender(f *testing.F) {
 func BenchmarkTemplate_Render(b *testing.B) {
 	e := testEnvelope(samplePayload)
 	b.Run("topic_segment", func(b *testing.B) {
-		tmpl := MustParseTemplate("{topic.1}")
+		tmpl := mustParse("{topic.1}")
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _ = tmpl.RenderWith(e, nil)
+			_, _ = tmpl.Render(e, nil)
 		}
 	})
 	b.Run("mixed_cached_payload", func(b *testing.B) {
-		tmpl := MustParseTemplate("site-{topic.1}/{payload.sensors.1.id}")
+		tmpl := mustParse("site-{topic.1}/{payload.sensors.1.id}")
 		var p ParsedPayload
 		b.ReportAllocs()
 		for b.Loop() {
-			_, _ = tmpl.RenderWith(e, &p)
+			_, _ = tmpl.Render(e, &p)
 		}
 	})
 }

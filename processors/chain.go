@@ -9,15 +9,13 @@
 // order, decoding the JSON payload at most once (again only after a
 // transform replaced it). A processor that fails on a message returns a
 // *senders.PermanentError with the reason; Process never panics on data.
-//
-// processors imports routes (for the configuration types) and delivery;
-// routes does not import processors.
+// The options each type takes are checked by routes (`gobridge check`);
+// Compile reports what only compiling finds.
 package processors
 
 import (
 	"errors"
 	"fmt"
-	"hash"
 	"sync"
 
 	"github.com/expr-lang/expr/vm"
@@ -116,13 +114,6 @@ func Compile(route routes.RouteConfig) (*Chain, error) {
 	return c, nil
 }
 
-// OrderingKey returns the route's compiled ordering_key template, or nil when
-// the route has none.
-func (c *Chain) OrderingKey() *message.Template { return c.orderingKey }
-
-// Len returns the number of processors in the chain.
-func (c *Chain) Len() int { return len(c.steps) }
-
 // Process runs the chain on e, changing e in place: a transform replaces
 // e.Payload (with a new slice), set_headers adds to e.Headers, and
 // idempotency_key replaces e.ID; finally e.Key is set from the route's
@@ -140,11 +131,18 @@ func (c *Chain) Process(e *message.Envelope) (Result, error) {
 	}
 	s := c.pool.Get().(*state)
 	s.e = e
-	defer c.release(s)
-	orig := envelopeFields{id: e.ID, payload: e.Payload, headers: e.Headers, key: e.Key}
+	defer func() {
+		s.e, s.res = nil, Result{}
+		s.payload.Reset()
+		clear(s.env)
+		c.pool.Put(s)
+	}()
+	// Payload slices are never written into and set_headers copies the
+	// headers map, so restoring the fields restores the message.
+	orig := *e
 	for i, st := range c.steps {
 		if err := st(s); err != nil {
-			orig.restore(e)
+			*e = orig
 			return Result{}, senders.Permanent(&ProcessError{Index: i, Type: c.types[i], Err: err})
 		}
 		if s.res.Drop {
@@ -152,9 +150,9 @@ func (c *Chain) Process(e *message.Envelope) (Result, error) {
 		}
 	}
 	if c.orderingKey != nil {
-		key, err := c.orderingKey.RenderWith(e, &s.payload)
+		key, err := c.orderingKey.Render(e, &s.payload)
 		if err != nil {
-			orig.restore(e)
+			*e = orig
 			return Result{}, senders.Permanent(&ProcessError{Index: -1, Err: err})
 		}
 		e.Key = key
@@ -162,93 +160,17 @@ func (c *Chain) Process(e *message.Envelope) (Result, error) {
 	return s.res, nil
 }
 
-// envelopeFields are the fields a chain may change, saved so that a failed
-// message is settled (dead-lettered) as it arrived. Payload slices are never
-// written into and set_headers copies the headers map before its first
-// write, so restoring the references restores the message.
-type envelopeFields struct {
-	id      string
-	payload []byte
-	headers map[string]string
-	key     string
-}
-
-func (f envelopeFields) restore(e *message.Envelope) {
-	e.ID, e.Payload, e.Headers, e.Key = f.id, f.payload, f.headers, f.key
-}
-
-func (c *Chain) release(s *state) {
-	s.reset()
-	c.pool.Put(s)
-}
-
 // state is the per-message working set of a chain, pooled so that a message
 // costs no allocations beyond those of its own data.
 type state struct {
 	e       *message.Envelope
-	payload message.ParsedPayload
+	payload message.ParsedPayload // decoded at most once per payload slice
 	res     Result
-
-	// Expression evaluation.
 	vm      vm.VM
 	env     map[string]any
-	envHave varSet // variables already in env for this message
-	rawSrc  []byte // the payload slice env["raw"] was made from
-
-	// ownHeaders: e.Headers is a map this Process made, safe to write.
-	ownHeaders bool
-
-	// idempotency_key hash: scratch hasher and buffers.
-	hasher hash.Hash
-	sum    [32]byte
-	hexSum [64]byte
-}
-
-func (s *state) reset() {
-	s.e = nil
-	s.payload.Reset()
-	s.res = Result{}
-	clear(s.env)
-	s.envHave = 0
-	s.rawSrc = nil
-	s.ownHeaders = false
 }
 
 func compileProcessor(i int, pc routes.ProcessorConfig) (step, CompileErrors) {
-	var errs CompileErrors
-	bad := func(field string, format string, args ...any) {
-		errs = append(errs, &CompileError{Index: i, Field: field, Offset: -1, Err: fmt.Errorf(format, args...)})
-	}
-	// Fields that belong to other processor types are mistakes, not options.
-	allowed := map[string]bool{}
-	switch pc.Type {
-	case TypeFilter, TypeTransform:
-		allowed["expr"] = true
-	case TypeSetHeaders:
-		allowed["headers"] = true
-	case TypeIdempotencyKey:
-		allowed["from"], allowed["hash"] = true, true
-	case TypeCoalesce:
-		allowed["key"] = true
-	case "":
-		bad("type", "type is required (filter, transform, set_headers, idempotency_key or coalesce)")
-		return nil, errs
-	default:
-		bad("type", "unknown processor type %q (want filter, transform, set_headers, idempotency_key or coalesce)", pc.Type)
-		return nil, errs
-	}
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"expr", pc.Expr != ""}, {"headers", pc.Headers != nil}, {"from", pc.From != ""}, {"hash", pc.Hash}, {"key", pc.Key != ""}} {
-		if f.set && !allowed[f.name] {
-			bad(f.name, "%s is not an option of a %s processor", f.name, pc.Type)
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errs
-	}
-
 	var st step
 	var err *CompileError
 	switch pc.Type {
@@ -257,16 +179,19 @@ func compileProcessor(i int, pc routes.ProcessorConfig) (step, CompileErrors) {
 	case TypeTransform:
 		st, err = compileTransform(i, pc.Expr)
 	case TypeSetHeaders:
-		st, errs = compileSetHeaders(i, pc.Headers)
+		return compileSetHeaders(i, pc.Headers)
 	case TypeIdempotencyKey:
 		st, err = compileIdempotencyKey(i, pc.From, pc.Hash)
 	case TypeCoalesce:
 		st, err = compileCoalesce(i, pc.Key)
+	default:
+		err = &CompileError{Index: i, Field: "type", Offset: -1,
+			Err: fmt.Errorf("unknown processor type %q (want filter, transform, set_headers, idempotency_key or coalesce)", pc.Type)}
 	}
 	if err != nil {
-		errs = append(errs, err)
+		return nil, CompileErrors{err}
 	}
-	return st, errs
+	return st, nil
 }
 
 // compileTemplate parses a template field; an empty one is an error.
@@ -276,11 +201,15 @@ func compileTemplate(i int, field, src string) (*message.Template, *CompileError
 	}
 	t, err := message.ParseTemplate(src)
 	if err != nil {
-		off := -1
-		if te, ok := errors.AsType[*message.TemplateError](err); ok {
-			off = te.Offset
-		}
-		return nil, &CompileError{Index: i, Field: field, Offset: off, Err: err}
+		return nil, templateError(i, field, err)
 	}
 	return t, nil
+}
+
+func templateError(i int, field string, err error) *CompileError {
+	off := -1
+	if te, ok := errors.AsType[*message.TemplateError](err); ok {
+		off = te.Offset
+	}
+	return &CompileError{Index: i, Field: field, Offset: off, Err: err}
 }

@@ -58,8 +58,8 @@ func TestChain_Process(t *testing.T) {
 		routes.ProcessorConfig{Type: TypeIdempotencyKey, From: "{payload.id}"},
 		routes.ProcessorConfig{Type: TypeCoalesce, Key: "{topic}"},
 	)
-	if c.Len() != 5 || c.OrderingKey().String() != "{header.site}" {
-		t.Fatalf("Len = %d, OrderingKey = %v", c.Len(), c.OrderingKey())
+	if len(c.steps) != 5 || c.orderingKey.String() != "{header.site}" {
+		t.Fatalf("%d steps, ordering key %v", len(c.steps), c.orderingKey)
 	}
 
 	e := envelope(telemetry)

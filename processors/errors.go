@@ -11,7 +11,7 @@ import (
 // that processor ("expr", "from", "hash", "key", "type", "headers",
 // "headers.NAME"; "ordering_key" when Index is -1). Offset is the byte offset
 // of the problem within the field's value, or -1 when unknown. Err is the
-// cause: a *delivery.TemplateError for templates, an expression error, or a
+// cause: a *message.TemplateError for templates, an expression error, or a
 // plain validation error.
 type CompileError struct {
 	Index  int
@@ -46,8 +46,8 @@ func (e *CompileError) Unwrap() error { return e.Err }
 // ProcessError reports a processor that failed on one message: an expression
 // runtime error, a filter that did not return a bool, a transform result that
 // does not encode as JSON, or a template placeholder the message cannot fill
-// (a *delivery.FieldError). Chain.Process returns it wrapped in a
-// *delivery.PermanentError. Index is -1 for the route's ordering_key.
+// (a *message.FieldError). Chain.Process returns it wrapped in a
+// *senders.PermanentError. Index is -1 for the route's ordering_key.
 type ProcessError struct {
 	Index int
 	Type  string

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -15,26 +16,16 @@ import (
 	"github.com/expr-lang/expr/vm"
 )
 
-// varSet is a set of expression environment variables.
-type varSet uint8
-
-const (
-	varTopic varSet = 1 << iota
-	varTopicSegments
-	varHeaders
-	varPayload
-	varRaw
-	varQoS
-)
-
-// envVars names the expression environment and the variable bits.
-var envVars = map[string]varSet{
-	"topic":          varTopic,
-	"topic_segments": varTopicSegments,
-	"headers":        varHeaders,
-	"payload":        varPayload,
-	"raw":            varRaw,
-	"qos":            varQoS,
+// envVars are the expression variables. A message computes only those its
+// expressions read: raw copies the payload, topic_segments splits the
+// topic, payload decodes it (at most once per payload slice).
+var envVars = map[string]func(s *state) any{
+	"topic":          func(s *state) any { return s.e.Topic },
+	"topic_segments": func(s *state) any { return strings.Split(s.e.Topic, "/") },
+	"headers":        func(s *state) any { return s.e.Headers },
+	"payload":        func(s *state) any { v, _ := s.payload.Value(s.e.Payload); return v }, // nil when not JSON
+	"raw":            func(s *state) any { return string(s.e.Payload) },
+	"qos":            func(s *state) any { return int(s.e.QoS) },
 }
 
 // envTypes is the environment expressions are checked against: unknown
@@ -52,7 +43,7 @@ var envTypes = types.Map{
 type program struct {
 	src  string
 	prog *vm.Program
-	uses varSet
+	uses []string // the envVars it reads
 }
 
 // compileExpr compiles src for processor i. It never panics: expr's checker
@@ -95,27 +86,25 @@ func runeToByteOffset(s string, runes int) int {
 	return off
 }
 
-type identVisitor struct{ uses varSet }
+type identVisitor struct{ uses []string }
 
 func (v *identVisitor) Visit(n *ast.Node) {
-	if id, ok := (*n).(*ast.IdentifierNode); ok {
-		v.uses |= envVars[id.Value]
+	if id, ok := (*n).(*ast.IdentifierNode); ok && envVars[id.Value] != nil && !slices.Contains(v.uses, id.Value) {
+		v.uses = append(v.uses, id.Value)
 	}
 }
 
-// usedVars returns the environment variables prog reads, so that a message
-// pays only for those (raw copies the payload, topic_segments splits the
-// topic).
-func usedVars(prog *vm.Program) varSet {
+func usedVars(prog *vm.Program) []string {
 	v := &identVisitor{}
 	node := prog.Node()
 	ast.Walk(&node, v)
 	return v.uses
 }
 
-// run evaluates p against the current message.
 func (s *state) run(p *program) (any, error) {
-	s.prepareEnv(p.uses)
+	for _, name := range p.uses {
+		s.env[name] = envVars[name](s)
+	}
 	out, err := s.vm.Run(p.prog, s.env)
 	if err != nil {
 		var fe *file.Error
@@ -125,41 +114,6 @@ func (s *state) run(p *program) (any, error) {
 		return nil, fmt.Errorf("evaluate %q: %w", p.src, err)
 	}
 	return out, nil
-}
-
-// prepareEnv puts the variables in uses into the environment, reusing what
-// is still valid for this message (the topic and QoS never change; the
-// payload and raw change after a transform; headers after set_headers).
-func (s *state) prepareEnv(uses varSet) {
-	e := s.e
-	if uses&varTopic != 0 && s.envHave&varTopic == 0 {
-		s.env["topic"] = e.Topic
-		s.envHave |= varTopic
-	}
-	if uses&varTopicSegments != 0 && s.envHave&varTopicSegments == 0 {
-		s.env["topic_segments"] = strings.Split(e.Topic, "/")
-		s.envHave |= varTopicSegments
-	}
-	if uses&varQoS != 0 && s.envHave&varQoS == 0 {
-		s.env["qos"] = int(e.QoS)
-		s.envHave |= varQoS
-	}
-	if uses&varHeaders != 0 {
-		s.env["headers"] = e.Headers
-	}
-	if uses&varPayload != 0 {
-		v, _ := s.payload.Value(e.Payload) // nil when not JSON
-		s.env["payload"] = v
-	}
-	if uses&varRaw != 0 && (s.envHave&varRaw == 0 || !sameSlice(s.rawSrc, e.Payload)) {
-		s.env["raw"] = string(e.Payload)
-		s.rawSrc = e.Payload
-		s.envHave |= varRaw
-	}
-}
-
-func sameSlice(a, b []byte) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 func compileFilter(i int, src string) (step, *CompileError) {

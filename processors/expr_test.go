@@ -117,7 +117,6 @@ func TestCompile_Errors(t *testing.T) {
 		{"filter syntax error", route(okFilter, routes.ProcessorConfig{Type: TypeFilter, Expr: "payload.temp >"}), 1, "expr", 13},
 		{"filter not bool", route(routes.ProcessorConfig{Type: TypeFilter, Expr: "qos + 1"}), 0, "expr", -1},
 		{"unknown variable", route(routes.ProcessorConfig{Type: TypeFilter, Expr: "temp > 80"}), 0, "expr", 0},
-		{"option of another type", route(routes.ProcessorConfig{Type: TypeFilter, Expr: "true", Key: "{topic}"}), 0, "key", -1},
 		{"idempotency both", route(routes.ProcessorConfig{Type: TypeIdempotencyKey, From: "{id}", Hash: true}), 0, "hash", -1},
 		{"idempotency neither", route(routes.ProcessorConfig{Type: TypeIdempotencyKey}), 0, "from", -1},
 		{"idempotency bad template", route(routes.ProcessorConfig{Type: TypeIdempotencyKey, From: "x-{payload}"}), 0, "from", 2},

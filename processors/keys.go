@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 
 	"github.com/gobridge/gobridge/message"
@@ -23,11 +24,7 @@ func compileSetHeaders(i int, headers map[string]string) (step, CompileErrors) {
 	if len(headers) == 0 {
 		return nil, CompileErrors{{Index: i, Field: "headers", Offset: -1, Err: errors.New("set_headers needs at least one header")}}
 	}
-	names := make([]string, 0, len(headers))
-	for name := range headers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(headers))
 	var errs CompileErrors
 	hs := make([]headerTemplate, 0, len(names))
 	for _, name := range names {
@@ -35,15 +32,9 @@ func compileSetHeaders(i int, headers map[string]string) (step, CompileErrors) {
 			errs = append(errs, &CompileError{Index: i, Field: "headers", Offset: -1, Err: errors.New("header name must not be empty")})
 			continue
 		}
-		src := headers[name]
-		if src == "" {
-			// An empty value is a legitimate literal header value.
-			hs = append(hs, headerTemplate{name: name, tmpl: message.MustParseTemplate("")})
-			continue
-		}
-		t, err := compileTemplate(i, "headers."+name, src)
+		t, err := message.ParseTemplate(headers[name]) // "" is a literal empty value
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, templateError(i, "headers."+name, err))
 			continue
 		}
 		hs = append(hs, headerTemplate{name: name, tmpl: t})
@@ -52,25 +43,22 @@ func compileSetHeaders(i int, headers map[string]string) (step, CompileErrors) {
 		return nil, errs
 	}
 	return func(s *state) error {
-		var vals [8]string
-		values := vals[:0]
-		for _, h := range hs {
-			v, err := h.tmpl.RenderWith(s.e, &s.payload)
+		values := make([]string, len(hs))
+		for j, h := range hs {
+			v, err := h.tmpl.Render(s.e, &s.payload)
 			if err != nil {
 				return fmt.Errorf("header %q: %w", h.name, err)
 			}
-			values = append(values, v)
+			values[j] = v
 		}
-		if !s.ownHeaders { // copy on first write: a failed Process restores the original
-			own := make(map[string]string, len(s.e.Headers)+len(hs))
-			for k, v := range s.e.Headers {
-				own[k] = v
-			}
-			s.e.Headers, s.ownHeaders = own, true
-		}
+		// A copy: the original map may be shared, and a failed Process
+		// restores it.
+		own := make(map[string]string, len(s.e.Headers)+len(hs))
+		maps.Copy(own, s.e.Headers)
 		for j, h := range hs {
-			s.e.Headers[h.name] = values[j]
+			own[h.name] = values[j]
 		}
+		s.e.Headers = own
 		return nil
 	}, nil
 }
@@ -92,7 +80,7 @@ func compileIdempotencyKey(i int, from string, hash bool) (step, *CompileError) 
 		return nil, err
 	}
 	return func(s *state) error {
-		id, err := t.RenderWith(s.e, &s.payload)
+		id, err := t.Render(s.e, &s.payload)
 		if err != nil {
 			return err
 		}
@@ -106,17 +94,11 @@ func compileIdempotencyKey(i int, from string, hash bool) (step, *CompileError) 
 
 // hashID sets the envelope ID to the hex SHA-256 of topic, 0x00, payload.
 func hashID(s *state) error {
-	if s.hasher == nil {
-		s.hasher = sha256.New()
-	}
-	h := s.hasher
-	h.Reset()
+	h := sha256.New()
 	_, _ = io.WriteString(h, s.e.Topic)
-	_, _ = h.Write(zeroByte)
+	_, _ = h.Write([]byte{0})
 	_, _ = h.Write(s.e.Payload)
-	h.Sum(s.sum[:0])
-	hex.Encode(s.hexSum[:], s.sum[:])
-	s.e.ID = string(s.hexSum[:])
+	s.e.ID = hex.EncodeToString(h.Sum(nil))
 	return nil
 }
 
@@ -129,7 +111,7 @@ func compileCoalesce(i int, key string) (step, *CompileError) {
 		return nil, err
 	}
 	return func(s *state) error {
-		k, err := t.RenderWith(s.e, &s.payload)
+		k, err := t.Render(s.e, &s.payload)
 		if err != nil {
 			return err
 		}
@@ -140,5 +122,3 @@ func compileCoalesce(i int, key string) (step, *CompileError) {
 		return nil
 	}, nil
 }
-
-var zeroByte = []byte{0}

@@ -9,18 +9,15 @@ import (
 )
 
 // Window bounds the payload bytes one receiver holds unacknowledged
-// (max_inflight_bytes) and keeps the receiver's counters. A receiver has one
-// Window; its Ackers (the listener has one per publisher connection) share
-// it. It is safe for concurrent use.
+// (max_inflight_bytes) and keeps the receiver's counters, which Stats
+// reports. A receiver has one Window; its Ackers (the listener has one per
+// publisher connection) share it. It is safe for concurrent use.
 type Window struct {
 	bytes *semaphore.Weighted
 	max   int64
 
-	// Counters the receivers add to; Stats reads them.
-	Received, Dropped, Unrouted, Reconnects, TooLarge, Denied atomic.Uint64
-
-	acked, abandoned        atomic.Uint64
-	inFlight, inFlightBytes atomic.Int64
+	Received, Acked, Dropped, Unrouted, Abandoned, Reconnects, TooLarge, Denied, Malformed, Busy atomic.Uint64
+	InFlight, inFlightBytes                                                                      atomic.Int64
 }
 
 // NewWindow returns a window of maxBytes payload bytes;
@@ -35,11 +32,28 @@ func NewWindow(maxBytes int) *Window {
 // Stats returns the counters.
 func (w *Window) Stats() Stats {
 	return Stats{
-		Received: w.Received.Load(), Acked: w.acked.Load(), Dropped: w.Dropped.Load(),
-		Unrouted: w.Unrouted.Load(), Abandoned: w.abandoned.Load(), Reconnects: w.Reconnects.Load(),
-		TooLarge: w.TooLarge.Load(), Denied: w.Denied.Load(),
-		InFlight: int(w.inFlight.Load()), InFlightBytes: w.inFlightBytes.Load(),
+		Received: w.Received.Load(), Acked: w.Acked.Load(), Dropped: w.Dropped.Load(),
+		Unrouted: w.Unrouted.Load(), Abandoned: w.Abandoned.Load(), Reconnects: w.Reconnects.Load(),
+		TooLarge: w.TooLarge.Load(), Denied: w.Denied.Load(), Malformed: w.Malformed.Load(), Busy: w.Busy.Load(),
+		InFlight: int(w.InFlight.Load()), InFlightBytes: w.inFlightBytes.Load(),
 	}
+}
+
+// Hold takes n bytes of the window, waiting while it is full until ctx
+// ends (then it returns ctx's error). Release gives them back.
+func (w *Window) Hold(ctx context.Context, n int64) error {
+	if err := w.bytes.Acquire(ctx, n); err != nil {
+		return err
+	}
+	w.inFlightBytes.Add(n)
+	return nil
+}
+
+// Release gives back n bytes taken by Hold; the counter goes down first, so
+// that it never shows more than the window holds.
+func (w *Window) Release(n int64) {
+	w.inFlightBytes.Add(-n)
+	w.bytes.Release(n)
 }
 
 // NewAcker returns an Acker holding at most capacity unacknowledged
@@ -90,7 +104,7 @@ func (a *Acker) Add(ctx context.Context, size int, wait bool, ack func()) func()
 		case <-ctx.Done():
 			return nil
 		}
-		if a.w.bytes.Acquire(ctx, weight) != nil {
+		if a.w.Hold(ctx, weight) != nil {
 			<-a.slots
 			return nil
 		}
@@ -106,17 +120,17 @@ func (a *Acker) Add(ctx context.Context, size int, wait bool, ack func()) func()
 			a.w.Dropped.Add(1)
 			return nil
 		}
+		a.w.inFlightBytes.Add(weight)
 	}
 	p := &pending{ack: ack, weight: weight, done: make(chan struct{})}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.stopped {
-		a.w.bytes.Release(weight)
+		a.w.Release(weight)
 		<-a.slots
 		return nil
 	}
-	a.w.inFlight.Add(1)
-	a.w.inFlightBytes.Add(weight)
+	a.w.InFlight.Add(1)
 	a.queue <- p
 	return p.settle
 }
@@ -147,16 +161,13 @@ func (a *Acker) Run(ctx context.Context) {
 		}
 		p.ack()
 		a.release(p)
-		a.w.acked.Add(1)
+		a.w.Acked.Add(1)
 	}
 }
 
-// release gives back a message's room; the counters go down first, so that
-// they never show more than the window holds.
 func (a *Acker) release(p *pending) {
-	a.w.inFlight.Add(-1)
-	a.w.inFlightBytes.Add(-p.weight)
-	a.w.bytes.Release(p.weight)
+	a.w.InFlight.Add(-1)
+	a.w.Release(p.weight)
 	<-a.slots
 }
 
@@ -169,7 +180,7 @@ func (a *Acker) abandon(held *pending) {
 	for {
 		if held != nil {
 			a.release(held)
-			a.w.abandoned.Add(1)
+			a.w.Abandoned.Add(1)
 		}
 		select {
 		case held = <-a.queue:

@@ -115,12 +115,6 @@ type Sink interface {
 	Accept(ctx context.Context, m Message, done func())
 }
 
-// SinkFunc adapts a function to a Sink.
-type SinkFunc func(ctx context.Context, m Message, done func())
-
-// Accept calls f.
-func (f SinkFunc) Accept(ctx context.Context, m Message, done func()) { f(ctx, m, done) }
-
 // Status is a receiver's health, for /readyz and metrics.
 type Status struct {
 	Connected bool

@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -57,40 +58,11 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" && !strings.Contains(n.Value, "${") {
 		return true // zero value; defaults and "required" rules take over
 	}
-	if n.Anchor != "" {
-		n.Anchor = "" // anchors are harmless without aliases
-	}
-	switch t {
-	case durationType:
-		if !w.scalar(n, t, path, true) {
-			return false
-		}
-		switch n.ShortTag() {
-		case "!!int", "!!float":
-			w.errorf(n, path, "duration", "%s: %q has no unit; write a duration such as \"%ss\"", path, n.Value, n.Value)
-			return false
-		case "!!str":
-		default:
-			w.errorf(n, path, "wrong-type", "%s: expected a duration such as \"1s\", got %s", path, kindName(n))
-			return false
-		}
-		d, err := ParseDuration(n.Value)
-		if err != nil {
-			w.errorf(n, path, "duration", "%s: %v", path, err)
-			return false
-		}
-		if d == 0 {
-			w.src.zero[path] = true
-		}
-		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
-		return true
-	case secretType:
-		return w.scalar(n, t, path, false)
-	}
+	n.Anchor = "" // anchors are harmless without aliases
 	switch t.Kind() {
 	case reflect.Pointer:
 		return w.walk(n, t.Elem(), path)
-	case reflect.Struct:
+	case reflect.Struct, reflect.Map:
 		return w.mapping(n, t, path)
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
@@ -98,62 +70,27 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 			return false
 		}
 		for i, e := range n.Content {
-			p := fmt.Sprintf("%s[%d]", path, i)
-			if !w.walk(e, t.Elem(), p) {
+			if !w.walk(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i)) {
 				// keep indices stable: decode an empty value in its place
 				n.Content[i] = emptyNode(t.Elem(), e)
 			}
 		}
 		return true
-	case reflect.Map:
-		if n.Kind != yaml.MappingNode {
-			w.errorf(n, path, "wrong-type", "%s: expected a mapping, got %s", path, kindName(n))
-			return false
-		}
-		var kept []*yaml.Node
-		seen := map[string]int{}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.Kind != yaml.ScalarNode {
-				w.errorf(k, path, "wrong-type", "%s: keys must be strings", path)
-				continue
-			}
-			p := path + "." + k.Value
-			if line, dup := seen[k.Value]; dup {
-				w.errorf(k, p, "duplicate-key", "%s: key %q already defined at line %d", path, k.Value, line)
-				continue
-			}
-			seen[k.Value] = k.Line
-			k.Tag, k.Style = "!!str", yaml.DoubleQuotedStyle
-			if !w.walk(v, t.Elem(), p) {
-				continue
-			}
-			kept = append(kept, k, v)
-		}
-		n.Content = kept
-		return true
-	case reflect.Int, reflect.Int64, reflect.Float64:
-		if !w.scalar(n, t, path, false) {
-			return false
-		}
-		if f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64); err == nil && f == 0 {
-			w.src.zero[path] = true
-		} else if i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64); err == nil && i == 0 {
-			w.src.zero[path] = true
-		}
-		return true
-	default:
-		return w.scalar(n, t, path, false)
 	}
+	return w.scalar(n, t, path)
 }
 
-// mapping checks a struct's mapping node: every key must name a field.
+// mapping checks the mapping node of a struct (every key must name a
+// field) or of a map (keys are strings).
 func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 	if n.Kind != yaml.MappingNode {
 		w.errorf(n, path, "wrong-type", "%s: expected a mapping, got %s", display(path), kindName(n))
 		return false
 	}
-	fields := yamlFields(t)
+	var fields map[string]reflect.StructField
+	if t.Kind() == reflect.Struct {
+		fields = yamlFields(t)
+	}
 	var kept []*yaml.Node
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -163,8 +100,13 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 			continue
 		}
 		p := joinPath(path, k.Value)
-		f, ok := fields[k.Value]
-		if !ok {
+		var elem reflect.Type
+		template := w.template // a map's values are templates when the map is
+		if fields == nil {
+			elem = t.Elem()
+		} else if f, ok := fields[k.Value]; ok {
+			elem, template = f.Type, f.Tag.Get("template") == "true"
+		} else {
 			w.errorf(k, "", "unknown-key", "%s: unknown key %q%s", display(path), k.Value, suggest(k.Value, fields))
 			continue
 		}
@@ -173,25 +115,26 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 			continue
 		}
 		seen[k.Value] = k.Line
+		k.Tag, k.Style = "!!str", yaml.DoubleQuotedStyle
 		outer := w.template
-		w.template = f.Tag.Get("template") == "true"
-		ok = w.walk(v, f.Type, p)
+		w.template = template
+		ok := w.walk(v, elem, p)
 		w.template = outer
-		if !ok {
-			continue
+		if ok {
+			kept = append(kept, k, v)
 		}
-		kept = append(kept, k, v)
 	}
 	n.Content = kept
 	return true
 }
 
-// scalar checks a scalar node for a string, int, bool or float target,
-// expanding ${VAR} first.
-func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string, duration bool) bool {
+// scalar checks a scalar node for a string, duration, int, bool or float
+// target, expanding ${VAR} first, and records a number or duration written
+// as zero.
+func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string) bool {
 	if n.Kind != yaml.ScalarNode {
 		want := "a " + t.Kind().String()
-		if duration {
+		if t == durationType {
 			want = "a duration"
 		}
 		w.errorf(n, path, "wrong-type", "%s: expected %s, got %s", path, want, kindName(n))
@@ -209,45 +152,56 @@ func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string, duration bool
 		n.Value = v
 		n.Tag, n.Style = "", 0 // re-resolve the expanded text as a plain scalar
 	}
-	if duration {
-		return true
-	}
-	tag := n.ShortTag()
-	switch t.Kind() {
-	case reflect.String:
+	tag, zero := n.ShortTag(), false
+	switch {
+	case t == durationType && (tag == "!!int" || tag == "!!float"):
+		w.errorf(n, path, "duration", "%s: %q has no unit; write a duration such as \"%ss\"", path, n.Value, n.Value)
+		return false
+	case t == durationType && tag != "!!str":
+		w.errorf(n, path, "wrong-type", "%s: expected a duration such as \"1s\", got %s", path, kindName(n))
+		return false
+	case t == durationType:
+		d, err := ParseDuration(n.Value)
+		if err != nil {
+			w.errorf(n, path, "duration", "%s: %v", path, err)
+			return false
+		}
+		zero = d == 0
+		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
+	case t.Kind() == reflect.String:
 		if tag == "!!null" && !expanded {
 			n.Value = "" // "~" or "null" written in the file; an expanded value stays as it is
 		}
 		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
-		return true
-	case reflect.Int, reflect.Int64:
-		if tag == "!!int" {
-			if _, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, t.Bits()/2+32*(t.Bits()/64)); err == nil {
-				return true
-			}
+	case t.Kind() == reflect.Bool && tag != "!!bool":
+		w.errorf(n, path, "wrong-type", "%s: expected true or false, got %s", path, kindName(n))
+		return false
+	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
+		if tag != "!!int" {
+			w.errorf(n, path, "wrong-type", "%s: expected an integer, got %s", path, kindName(n))
+			return false
+		}
+		i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+		if err != nil {
 			w.errorf(n, path, "wrong-type", "%s: %s is out of range", path, n.Value)
 			return false
 		}
-		w.errorf(n, path, "wrong-type", "%s: expected an integer, got %s", path, kindName(n))
-		return false
-	case reflect.Bool:
-		if tag == "!!bool" {
-			return true
+		zero = i == 0
+	case t.Kind() == reflect.Float64:
+		var f float64
+		if (tag != "!!float" && tag != "!!int") || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			w.errorf(n, path, "wrong-type", "%s: expected a number, got %s", path, kindName(n))
+			return false
 		}
-		w.errorf(n, path, "wrong-type", "%s: expected true or false, got %s", path, kindName(n))
-		return false
-	case reflect.Float64:
-		if tag == "!!float" || tag == "!!int" {
-			var f float64
-			if err := n.Decode(&f); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
-				return true
-			}
-		}
-		w.errorf(n, path, "wrong-type", "%s: expected a number, got %s", path, kindName(n))
+		zero = f == 0
+	case t.Kind() != reflect.Bool:
+		w.errorf(n, path, "wrong-type", "%s: unsupported value", path)
 		return false
 	}
-	w.errorf(n, path, "wrong-type", "%s: unsupported value", path)
-	return false
+	if zero {
+		w.src.zero[path] = true
+	}
+	return true
 }
 
 // kindName describes a node for messages.
@@ -288,20 +242,17 @@ func emptyNode(t reflect.Type, at *yaml.Node) *yaml.Node {
 func yamlFields(t reflect.Type) map[string]reflect.StructField {
 	m := make(map[string]reflect.StructField, t.NumField())
 	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
+		if f := t.Field(i); f.IsExported() {
+			m[yamlName(f)] = f
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		m[name] = f
 	}
 	return m
+}
+
+// yamlName is the key of field f in YAML.
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return cmp.Or(name, strings.ToLower(f.Name))
 }
 
 // suggest proposes the closest known key for a misspelt one.

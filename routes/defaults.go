@@ -6,48 +6,13 @@ import (
 	"time"
 )
 
-// Default values, documented in the README's config reference (a test keeps
-// the two in step).
+// DefaultQoS and DefaultSessionBatchSize are the defaults the bridge also
+// needs for what it builds without a config field. Every other default is
+// written once, in setDefaults; the README's config reference documents
+// them (a test keeps the two in step).
 const (
-	DefaultAdminListen      = "127.0.0.1:9090"
-	DefaultListenerAddr     = "127.0.0.1:1883"
-	DefaultHTTPListenerAddr = "127.0.0.1:8080"
-	DefaultHTTPMaxInFlight  = 256
-	DefaultSettleTimeout    = 30 * time.Second
-	DefaultReadTimeout      = 30 * time.Second
-	DefaultWriteTimeout     = 60 * time.Second
-	DefaultMaxBatchLines    = 1000
-	DefaultMaxBatchBytes    = 4 << 20
-	DefaultSQLitePath       = "./data/outbox.db"
-	DefaultDoneRetention    = 100_000
-	DefaultOutboxTable      = "gobridge_outbox"
-	DefaultClientIDPrefix   = "gobridge-"
-	DefaultShutdownTimeout  = 30 * time.Second
-	DefaultKeepAlive        = 30 * time.Second
-	DefaultConnectTimeout   = 10 * time.Second
-	DefaultHTTPTimeout      = 5 * time.Second
-	DefaultDrainInterval    = time.Second
-	DefaultAdaptiveMin      = 100 * time.Millisecond
-	DefaultAdaptiveMax      = 30 * time.Second
-	DefaultStallAfter       = 10 * time.Minute
-	DefaultReplayBudget     = 15 * time.Minute
-	DefaultSendTimeout      = 30 * time.Second
-	DefaultDirectTimeout    = 2 * time.Second
-	DefaultBackoffInitial   = time.Second
-	DefaultBackoffMax       = 30 * time.Second
-	DefaultMultiplier       = 2.0
 	DefaultQoS              = 1
-	DefaultSQSBatchSize     = 10
 	DefaultSessionBatchSize = 100
-	DefaultMaxInFlight      = 100
-	DefaultMaxOutboxDepth   = 10_000_000
-	DefaultMaxOutboxBytes   = 1 << 30
-	DefaultMaxDeadLetters   = 100_000
-	DefaultMaxReplay        = 5
-	DefaultMaxPayloadBytes  = 262144
-	DefaultMaxInflightBytes = 64 << 20
-	DefaultMaxClients       = 1024
-	DefaultSessionExpiry    = time.Hour
 )
 
 // setDefaults fills every unset field with its default. It is the only
@@ -64,48 +29,49 @@ const (
 func (c *Config) setDefaults() {
 	b := &c.Bridge
 	if b.Admin.Listen == nil {
-		l := DefaultAdminListen
+		l := "127.0.0.1:9090"
 		b.Admin.Listen = &l
 	}
-	b.ShutdownTimeout = cmp.Or(b.ShutdownTimeout, Duration(DefaultShutdownTimeout))
+	b.ShutdownTimeout = cmp.Or(b.ShutdownTimeout, Duration(30*time.Second))
+	b.LeaseTTL = cmp.Or(b.LeaseTTL, Duration(15*time.Second))
 	b.Log.Level = cmp.Or(b.Log.Level, "info")
 	b.Log.Format = cmp.Or(b.Log.Format, "json")
 
 	if o := c.Stores.Outbox; o != nil {
 		switch o.Type {
 		case "sqlite":
-			o.Options.Path = cmp.Or(o.Options.Path, DefaultSQLitePath)
+			o.Options.Path = cmp.Or(o.Options.Path, "./data/outbox.db")
 			o.Options.Sync = cmp.Or(o.Options.Sync, "full")
 			if !c.wroteZero("stores.outbox.options.done_retention") {
-				o.Options.DoneRetention = cmp.Or(o.Options.DoneRetention, DefaultDoneRetention)
+				o.Options.DoneRetention = cmp.Or(o.Options.DoneRetention, 100_000)
 			}
 		case "dynamodb":
-			o.Options.Table = cmp.Or(o.Options.Table, DefaultOutboxTable)
+			o.Options.Table = cmp.Or(o.Options.Table, "gobridge_outbox")
 		}
 	}
 
 	for i := range c.Receivers {
 		r := &c.Receivers[i]
 		o := &r.Options
-		o.ConnectTimeout = cmp.Or(o.ConnectTimeout, Duration(DefaultConnectTimeout))
-		o.MaxPayloadBytes = cmp.Or(o.MaxPayloadBytes, DefaultMaxPayloadBytes)
-		o.MaxInflightBytes = cmp.Or(o.MaxInflightBytes, DefaultMaxInflightBytes)
+		o.ConnectTimeout = cmp.Or(o.ConnectTimeout, Duration(10*time.Second))
+		o.MaxPayloadBytes = cmp.Or(o.MaxPayloadBytes, 262144)
+		o.MaxInflightBytes = cmp.Or(o.MaxInflightBytes, 64<<20)
 		switch r.Type {
 		case ReceiverMQTT:
-			o.ClientID = cmp.Or(o.ClientID, DefaultClientIDPrefix+b.ID)
-			o.KeepAlive = cmp.Or(o.KeepAlive, Duration(DefaultKeepAlive))
+			o.ClientID = cmp.Or(o.ClientID, "gobridge-"+b.ID)
+			o.KeepAlive = cmp.Or(o.KeepAlive, Duration(30*time.Second))
 		case ReceiverMQTTListener:
-			o.Listen = cmp.Or(o.Listen, DefaultListenerAddr)
-			o.MaxClients = cmp.Or(o.MaxClients, DefaultMaxClients)
-			o.SessionExpiry = cmp.Or(o.SessionExpiry, Duration(DefaultSessionExpiry))
+			o.Listen = cmp.Or(o.Listen, "127.0.0.1:1883")
+			o.MaxClients = cmp.Or(o.MaxClients, 1024)
+			o.SessionExpiry = cmp.Or(o.SessionExpiry, Duration(time.Hour))
 		case ReceiverHTTPListener:
-			o.Listen = cmp.Or(o.Listen, DefaultHTTPListenerAddr)
-			o.MaxInFlight = cmp.Or(o.MaxInFlight, DefaultHTTPMaxInFlight)
-			o.SettleTimeout = cmp.Or(o.SettleTimeout, Duration(DefaultSettleTimeout))
-			o.ReadTimeout = cmp.Or(o.ReadTimeout, Duration(DefaultReadTimeout))
-			o.WriteTimeout = cmp.Or(o.WriteTimeout, Duration(DefaultWriteTimeout))
-			o.MaxBatchLines = cmp.Or(o.MaxBatchLines, DefaultMaxBatchLines)
-			o.MaxBatchBytes = cmp.Or(o.MaxBatchBytes, DefaultMaxBatchBytes)
+			o.Listen = cmp.Or(o.Listen, "127.0.0.1:8080")
+			o.MaxInFlight = cmp.Or(o.MaxInFlight, 256)
+			o.SettleTimeout = cmp.Or(o.SettleTimeout, Duration(30*time.Second))
+			o.ReadTimeout = cmp.Or(o.ReadTimeout, Duration(30*time.Second))
+			o.WriteTimeout = cmp.Or(o.WriteTimeout, Duration(60*time.Second))
+			o.MaxBatchLines = cmp.Or(o.MaxBatchLines, 1000)
+			o.MaxBatchBytes = cmp.Or(o.MaxBatchBytes, 4<<20)
 		}
 		for j := range r.Topics {
 			if r.Topics[j].QoS == nil && r.Type != ReceiverHTTPListener { // no QoS over HTTP
@@ -119,10 +85,10 @@ func (c *Config) setDefaults() {
 		s := &c.Senders[i]
 		switch s.Type {
 		case SenderSQS:
-			s.Options.BatchSize = cmp.Or(s.Options.BatchSize, DefaultSQSBatchSize)
+			s.Options.BatchSize = cmp.Or(s.Options.BatchSize, 10)
 		case SenderHTTP:
 			s.Options.Method = cmp.Or(s.Options.Method, "POST")
-			s.Options.Timeout = cmp.Or(s.Options.Timeout, Duration(DefaultHTTPTimeout))
+			s.Options.Timeout = cmp.Or(s.Options.Timeout, Duration(5*time.Second))
 		}
 	}
 
@@ -143,41 +109,41 @@ func (c *Config) setDefaults() {
 		s := &r.Session
 		s.Partitions = cmp.Or(s.Partitions, 1)
 		if s.DrainStrategy == nil {
-			s.DrainStrategy = &DrainStrategy{Type: DrainFixedPoll, Interval: cmp.Or(s.DrainInterval, Duration(DefaultDrainInterval))}
+			s.DrainStrategy = &DrainStrategy{Type: DrainFixedPoll, Interval: cmp.Or(s.DrainInterval, Duration(time.Second))}
 			s.DrainInterval = 0
 		}
 		ds := s.DrainStrategy
 		ds.Type = cmp.Or(ds.Type, DrainFixedPoll)
 		switch ds.Type {
 		case DrainFixedPoll:
-			ds.Interval = cmp.Or(ds.Interval, Duration(DefaultDrainInterval))
+			ds.Interval = cmp.Or(ds.Interval, Duration(time.Second))
 		case DrainAdaptiveBackoff:
-			ds.MinInterval = cmp.Or(ds.MinInterval, Duration(DefaultAdaptiveMin))
-			ds.MaxInterval = cmp.Or(ds.MaxInterval, Duration(DefaultAdaptiveMax))
-			ds.Multiplier = cmp.Or(ds.Multiplier, DefaultMultiplier)
+			ds.MinInterval = cmp.Or(ds.MinInterval, Duration(100*time.Millisecond))
+			ds.MaxInterval = cmp.Or(ds.MaxInterval, Duration(30*time.Second))
+			ds.Multiplier = cmp.Or(ds.Multiplier, 2.0)
 		}
 		s.BatchSize = cmp.Or(s.BatchSize, DefaultSessionBatchSize)
 
 		p := &r.Policy
-		p.MaxInFlight = cmp.Or(p.MaxInFlight, DefaultMaxInFlight)
-		p.MaxOutboxDepth = cmp.Or(p.MaxOutboxDepth, DefaultMaxOutboxDepth)
-		p.MaxOutboxBytes = cmp.Or(p.MaxOutboxBytes, DefaultMaxOutboxBytes)
-		p.MaxDeadLetters = cmp.Or(p.MaxDeadLetters, DefaultMaxDeadLetters)
-		p.StallAfter = cmp.Or(p.StallAfter, Duration(DefaultStallAfter))
+		p.MaxInFlight = cmp.Or(p.MaxInFlight, 100)
+		p.MaxOutboxDepth = cmp.Or(p.MaxOutboxDepth, 10_000_000)
+		p.MaxOutboxBytes = cmp.Or(p.MaxOutboxBytes, 1<<30)
+		p.MaxDeadLetters = cmp.Or(p.MaxDeadLetters, 100_000)
+		p.StallAfter = cmp.Or(p.StallAfter, Duration(10*time.Minute))
 		// 0 is meaningful for these two (see Policy): only a field left out
 		// takes the default.
 		if !c.wroteZero(fmt.Sprintf("routes[%d].policy.max_replay_attempts", i)) {
-			p.MaxReplayAttempts = cmp.Or(p.MaxReplayAttempts, DefaultMaxReplay)
+			p.MaxReplayAttempts = cmp.Or(p.MaxReplayAttempts, 5)
 		}
 		if !c.wroteZero(fmt.Sprintf("routes[%d].policy.replay_budget", i)) {
-			p.ReplayBudget = cmp.Or(p.ReplayBudget, Duration(DefaultReplayBudget))
+			p.ReplayBudget = cmp.Or(p.ReplayBudget, Duration(15*time.Minute))
 		}
-		p.SendTimeout = cmp.Or(p.SendTimeout, Duration(DefaultSendTimeout))
-		p.DirectTimeout = cmp.Or(p.DirectTimeout, Duration(DefaultDirectTimeout))
+		p.SendTimeout = cmp.Or(p.SendTimeout, Duration(30*time.Second))
+		p.DirectTimeout = cmp.Or(p.DirectTimeout, Duration(2*time.Second))
 		p.OnExpired = cmp.Or(p.OnExpired, settle)
 		p.OnPermanentFailure = cmp.Or(p.OnPermanentFailure, settle)
-		p.Backoff.InitialInterval = cmp.Or(p.Backoff.InitialInterval, Duration(DefaultBackoffInitial))
-		p.Backoff.MaxInterval = cmp.Or(p.Backoff.MaxInterval, Duration(DefaultBackoffMax))
-		p.Backoff.Multiplier = cmp.Or(p.Backoff.Multiplier, DefaultMultiplier)
+		p.Backoff.InitialInterval = cmp.Or(p.Backoff.InitialInterval, Duration(time.Second))
+		p.Backoff.MaxInterval = cmp.Or(p.Backoff.MaxInterval, Duration(30*time.Second))
+		p.Backoff.Multiplier = cmp.Or(p.Backoff.Multiplier, 2.0)
 	}
 }

@@ -2,6 +2,7 @@ package routes
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -48,7 +49,7 @@ func expandEnv(s string, lookup func(string) (string, bool), template bool) (str
 		}
 		expr := s[i+2 : i+end]
 		name, def, hasDef := strings.Cut(expr, ":-")
-		if !validEnvName(name) {
+		if !envName.MatchString(name) {
 			return "", true, &EnvError{Msg: fmt.Sprintf("invalid variable name %q in ${%s}; use ${NAME} or ${NAME:-default}", name, expr)}
 		}
 		v, ok := lookup(name)
@@ -67,17 +68,5 @@ func expandEnv(s string, lookup func(string) (string, bool), template bool) (str
 	return b.String(), true, nil
 }
 
-func validEnvName(n string) bool {
-	if n == "" {
-		return false
-	}
-	for i, c := range n {
-		switch {
-		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
+// envName is a valid variable name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

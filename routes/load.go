@@ -39,15 +39,11 @@ func Load(path string) (*Config, Problems, error) {
 // Parse has no side effects: it reads the environment and those files, and
 // nothing else.
 func Parse(r io.Reader, file string) (*Config, Problems, error) {
-	return parse(r, file, os.LookupEnv)
+	return ParseWithEnv(r, file, os.LookupEnv)
 }
 
 // ParseWithEnv is Parse with lookup in place of the process environment.
 func ParseWithEnv(r io.Reader, file string, lookup func(string) (string, bool)) (*Config, Problems, error) {
-	return parse(r, file, lookup)
-}
-
-func parse(r io.Reader, file string, lookup func(string) (string, bool)) (*Config, Problems, error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read config %s: %w", file, err)

@@ -19,14 +19,6 @@ type source struct {
 	zero   map[string]bool
 }
 
-// File returns the name the config was parsed under ("" if built in code).
-func (c *Config) File() string {
-	if c.src == nil {
-		return ""
-	}
-	return c.src.file
-}
-
 // Has reports whether path (e.g. "routes[2].policy.send_timeout") was
 // written in the YAML file.
 func (c *Config) Has(path string) bool {
@@ -72,23 +64,26 @@ func parentPath(p string) string {
 	return p[:i]
 }
 
-// Problem returns a problem positioned at path. Compile steps outside this
-// package (such as expression compilation in processors) use it to report
-// positioned problems in the same format as the validator.
-func (c *Config) Problem(path, rule string, sev Severity, format string, args ...any) Problem {
-	line, col := c.Position(path)
-	return Problem{File: c.File(), Line: line, Column: col, Rule: rule, Severity: sev,
-		Message: fmt.Sprintf(format, args...), path: path}
-}
-
-// Errorf is Problem with SeverityError.
+// Errorf returns an error positioned at path, such as
+// "routes[2].policy.send_timeout". Compile steps outside this package (such
+// as expression compilation in processors) use it to report positioned
+// problems in the same format as the validator.
 func (c *Config) Errorf(path, rule, format string, args ...any) Problem {
-	return c.Problem(path, rule, SeverityError, format, args...)
+	return c.problem(path, rule, SeverityError, format, args...)
 }
 
-// Warnf is Problem with SeverityWarning.
+// Warnf is Errorf for a warning.
 func (c *Config) Warnf(path, rule, format string, args ...any) Problem {
-	return c.Problem(path, rule, SeverityWarning, format, args...)
+	return c.problem(path, rule, SeverityWarning, format, args...)
+}
+
+func (c *Config) problem(path, rule string, sev Severity, format string, args ...any) Problem {
+	p := Problem{Rule: rule, Severity: sev, Message: fmt.Sprintf(format, args...), path: path}
+	p.Line, p.Column = c.Position(path)
+	if c.src != nil {
+		p.File = c.src.file
+	}
+	return p
 }
 
 // isBroken reports whether path or one of its parents held a value that was

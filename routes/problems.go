@@ -3,7 +3,6 @@ package routes
 import (
 	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -74,38 +73,6 @@ func (ps Problems) Sort() {
 	slices.SortStableFunc(ps, func(a, b Problem) int {
 		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
 	})
-}
-
-// ErrInvalid is matched (errors.Is) by the error Problems.Err returns.
-var ErrInvalid = errors.New("invalid config")
-
-// InvalidError is the error of a config with at least one error-severity
-// problem. It unwraps to ErrInvalid.
-type InvalidError struct {
-	Problems Problems // errors only
-}
-
-func (e *InvalidError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "invalid config (%d problems):", len(e.Problems))
-	for _, p := range e.Problems {
-		b.WriteString("\n")
-		b.WriteString(p.String())
-	}
-	return b.String()
-}
-
-// Unwrap returns ErrInvalid.
-func (e *InvalidError) Unwrap() error { return ErrInvalid }
-
-// Err returns nil when there is no error-severity problem, and an
-// *InvalidError listing the errors otherwise.
-func (ps Problems) Err() error {
-	errs := ps.Errors()
-	if len(errs) == 0 {
-		return nil
-	}
-	return &InvalidError{Problems: errs}
 }
 
 // WriteText writes one problem per line in the FILE:LINE:COL: RULE: message

@@ -3,11 +3,13 @@ package routes
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/redact"
@@ -25,6 +27,10 @@ func (c *Config) checkVersion(add func(Problem)) {
 }
 
 func (c *Config) checkBridge(add func(Problem)) {
+	if d := c.Bridge.LeaseTTL.D(); d > 0 && d < time.Second {
+		add(c.Errorf("bridge.lease_ttl", "lease-ttl",
+			"bridge.lease_ttl %s is below 1s: leases are renewed every third of it, and a renewal must reach the store in time", d))
+	}
 	a := c.Bridge.Admin
 	for i, h := range a.AllowedHosts {
 		if h == "" || strings.ContainsAny(h, "/@?# \t") {
@@ -43,7 +49,7 @@ func (c *Config) checkBridge(add func(Problem)) {
 	if a.Token != "" || a.TokenFile != "" {
 		return // a token_file that cannot be read is reported on its own
 	}
-	loop := loopbackListen(*l)
+	loop := isLoopback(*l)
 	switch {
 	case c.Has("bridge.admin.token") && loop:
 		add(c.Warnf("bridge.admin.token", "admin-token",
@@ -55,21 +61,6 @@ func (c *Config) checkBridge(add func(Problem)) {
 		add(c.Errorf("bridge.admin.listen", "admin-token",
 			"bridge.admin.listen %s is not loopback and there is no bridge.admin.token (or token_file): anyone who reaches it could read dead letters (payloads included) and requeue or drop them; set a token, or listen on 127.0.0.1", *l))
 	}
-}
-
-// loopbackListen reports whether a host:port listen address only accepts
-// connections from this machine: localhost or a loopback IP. An empty host
-// (":9090") listens everywhere.
-func loopbackListen(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func checkListenAddr(a string) error {
@@ -91,41 +82,29 @@ var storeOptions = map[string][]string{
 }
 
 func (c *Config) checkStores(add func(Problem)) {
-	for _, s := range []struct {
-		path string
-		cfg  *StoreConfig
-	}{{"stores.outbox", c.Stores.Outbox}} {
-		if s.cfg == nil {
-			continue
-		}
-		allowed, known := storeOptions[s.cfg.Type]
-		if !known {
-			continue // the enum rule reports it
-		}
-		c.checkOptions(add, s.path+".options", "store", s.cfg.Type, s.cfg.Options, allowed)
-		if s.cfg.Type == "sqlite" {
-			switch s.cfg.Options.Sync {
-			case "full":
-			case "normal":
-				add(c.Warnf(s.path+".options.sync", "sqlite-sync",
-					"%s.options.sync is normal: an OS crash or power loss may lose the last acknowledged batches; use full to survive them", s.path))
-			default:
-				add(c.Errorf(s.path+".options.sync", "enum", "%s.options.sync must be one of full, normal; got %q", s.path, s.cfg.Options.Sync))
-			}
-			if n := s.cfg.Options.DoneRetention; n < 0 {
-				add(c.Errorf(s.path+".options.done_retention", "range", "%s.options.done_retention must be at least 0; got %d", s.path, n))
-			}
-		}
+	s := c.Stores.Outbox
+	if s == nil {
+		return
+	}
+	allowed, known := storeOptions[s.Type]
+	if !known {
+		return // the enum rule reports it
+	}
+	c.checkOptions(add, "stores.outbox.options", "store", s.Type, s.Options, allowed)
+	if s.Type == "sqlite" && s.Options.Sync == "normal" {
+		add(c.Warnf("stores.outbox.options.sync", "sqlite-sync",
+			"stores.outbox.options.sync is normal: an OS crash or power loss may lose the last acknowledged batches; use full to survive them"))
 	}
 }
 
-// checkOptions reports every option that is set but does not apply to typ.
+// checkOptions reports every option that is set but does not apply to typ
+// (a processor's options sit beside its type).
 func (c *Config) checkOptions(add func(Problem), path, kind, typ string, opts any, allowed []string) {
 	v := reflect.ValueOf(opts)
 	t := v.Type()
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		if v.Field(i).IsZero() || slices.Contains(allowed, name) {
+		if v.Field(i).IsZero() || name == "type" || slices.Contains(allowed, name) {
 			continue
 		}
 		if len(allowed) == 0 {
@@ -154,7 +133,7 @@ func (c *Config) checkDuplicateIDs(add func(Problem), list string, ids []string)
 	}
 }
 
-// templateProblem checks one per-message template.
+// checkTemplate checks one per-message template.
 func (c *Config) checkTemplate(add func(Problem), path, tmpl string) {
 	if tmpl == "" {
 		return
@@ -167,21 +146,6 @@ func (c *Config) checkTemplate(add func(Problem), path, tmpl string) {
 		}
 		add(c.Errorf(path, "placeholder", "%s: %s", path, msg))
 	}
-}
-
-func (c *Config) checkTemplateMap(add func(Problem), path string, m map[string]string) {
-	for _, k := range sortedKeys(m) {
-		c.checkTemplate(add, path+"."+k, m[k])
-	}
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // brokerSchemes are the URL schemes the MQTT client dials.
@@ -228,7 +192,7 @@ func (c *Config) checkURLTarget(add func(Problem), path, tmpl string) bool {
 // checkHostHeader refuses a Host header with placeholders: a message must
 // not choose the virtual host it reaches. A literal Host is allowed.
 func (c *Config) checkHostHeader(add func(Problem), path string, headers map[string]string) {
-	for _, k := range sortedKeys(headers) {
+	for _, k := range slices.Sorted(maps.Keys(headers)) {
 		if !strings.EqualFold(k, "Host") {
 			continue
 		}

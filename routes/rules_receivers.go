@@ -3,6 +3,8 @@ package routes
 import (
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -26,11 +28,7 @@ var senderOptions = map[string][]string{
 }
 
 func (c *Config) checkReceivers(add func(Problem)) {
-	ids := make([]string, len(c.Receivers))
-	for i, r := range c.Receivers {
-		ids[i] = r.ID
-	}
-	c.checkDuplicateIDs(add, "receivers", ids)
+	c.checkDuplicateIDs(add, "receivers", c.receiverIDs())
 
 	for i, r := range c.Receivers {
 		path := fmt.Sprintf("receivers[%d]", i)
@@ -48,15 +46,12 @@ func (c *Config) checkReceivers(add func(Problem)) {
 				}
 			}
 		case ReceiverMQTTListener:
-			if err := checkListenAddr(r.Options.Listen); err != nil {
-				add(c.Errorf(path+".options.listen", "listen", "%s.options.listen: %v", path, err))
-			}
 			c.checkListenerAccess(add, path+".options", r.Options)
 		case ReceiverHTTPListener:
-			if err := checkListenAddr(r.Options.Listen); err != nil {
-				add(c.Errorf(path+".options.listen", "listen", "%s.options.listen: %v", path, err))
-			}
 			c.checkHTTPListener(add, path, r)
+		}
+		if err := checkListenAddr(r.Options.Listen); err != nil && (r.Type == ReceiverMQTTListener || r.Type == ReceiverHTTPListener) {
+			add(c.Errorf(path+".options.listen", "listen", "%s.options.listen: %v", path, err))
 		}
 		c.checkReceiverLimits(add, path+".options", r)
 		c.checkTLS(add, path+".options.tls", r.Options.TLS, r.Type != ReceiverMQTT)
@@ -82,7 +77,16 @@ func (c *Config) checkReceivers(add func(Problem)) {
 				}
 			}
 		}
-		if r.Type == ReceiverMQTT && r.Options.CleanSession && len(feeds) > 0 {
+		if r.Type != ReceiverMQTT || !r.Options.CleanSession {
+			continue
+		}
+		shared := slices.IndexFunc(r.Topics, func(s Subscription) bool { return strings.HasPrefix(s.Topic, "$share/") })
+		switch {
+		case shared >= 0:
+			add(c.Warnf(path+".options.clean_session", "share-clean-session",
+				"%s has clean_session: true and the shared subscription %q: what the broker handed this instance and it has not acknowledged is discarded when it disconnects or dies, and no other instance can adopt its session; use clean_session: false",
+				path, r.Topics[shared].Topic))
+		case len(feeds) > 0:
 			add(c.Warnf(path+".options.clean_session", "clean-session",
 				"%s has clean_session: true and feeds route %q: the broker forgets what arrived while gobridge was away; use clean_session: false", path, feeds[0].ID))
 		}
@@ -182,14 +186,16 @@ func (c *Config) checkReceiverLimits(add func(Problem), path string, r ReceiverC
 	}
 }
 
-// isLoopback reports whether a listen address accepts only local clients.
+// isLoopback reports whether a host:port listen address accepts only local
+// clients: localhost or a loopback IP. An empty host (":9090") listens
+// everywhere.
 func isLoopback(listen string) bool {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
 		return false
 	}
 	ip := net.ParseIP(host)
-	return host == "localhost" || (ip != nil && ip.IsLoopback())
+	return strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback())
 }
 
 // checkListenConflicts reports two servers configured on one address.
@@ -223,11 +229,7 @@ func (c *Config) routesOf(id string) []RouteConfig {
 }
 
 func (c *Config) checkSenders(add func(Problem)) {
-	ids := make([]string, len(c.Senders))
-	for i, s := range c.Senders {
-		ids[i] = s.ID
-	}
-	c.checkDuplicateIDs(add, "senders", ids)
+	c.checkDuplicateIDs(add, "senders", c.senderIDs())
 
 	for i, s := range c.Senders {
 		path := fmt.Sprintf("senders[%d]", i)
@@ -252,8 +254,6 @@ func (c *Config) checkSenders(add func(Problem)) {
 				add(c.Errorf(op+".message_group_id", "sqs-fifo",
 					"%s.message_group_id applies only to FIFO queues (URL ending in .fifo); %s is a standard queue", op, o.QueueURL))
 			}
-			c.checkTemplate(add, op+".message_group_id", o.MessageGroupID)
-			c.checkTemplateMap(add, op+".attributes", o.Attributes)
 		case SenderHTTP:
 			switch err := checkHTTPURL(s.Options.URL); {
 			case s.Options.URL == "":
@@ -262,9 +262,7 @@ func (c *Config) checkSenders(add func(Problem)) {
 			case err != nil:
 				add(c.Errorf(op+".url", "url", "%s.url: %v", op, err))
 			}
-			c.checkTemplate(add, op+".url", s.Options.URL)
 			c.checkTLS(add, op+".tls", s.Options.TLS, false)
-			c.checkTemplateMap(add, op+".headers", s.Options.Headers)
 			c.checkHostHeader(add, op+".headers", s.Options.Headers)
 		}
 	}

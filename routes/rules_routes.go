@@ -24,16 +24,6 @@ func (c *Config) checkRoutes(add func(Problem)) {
 	}
 	c.checkDuplicateIDs(add, "routes", ids)
 
-	receivers := map[string]*ReceiverConfig{}
-	for i := range c.Receivers {
-		if _, dup := receivers[c.Receivers[i].ID]; !dup {
-			receivers[c.Receivers[i].ID] = &c.Receivers[i]
-		}
-	}
-	senders := map[string]bool{}
-	for _, s := range c.Senders {
-		senders[s.ID] = true
-	}
 	var memoryRoutes []string
 	previous := map[string]int{}
 	for i, r := range c.Routes {
@@ -50,11 +40,11 @@ func (c *Config) checkRoutes(add func(Problem)) {
 			}
 			previous[old] = i
 		}
-		rcv := receivers[r.Receiver]
+		rcv := c.receiver(r.Receiver)
 		if r.Receiver != "" && rcv == nil {
 			add(c.Errorf(path+".receiver", "unknown-receiver", "%s.receiver: no receiver has id %q (receivers: %s)", path, r.Receiver, idList(c.receiverIDs())))
 		}
-		if r.Sender != "" && !senders[r.Sender] {
+		if r.Sender != "" && c.sender(r.Sender) == nil {
 			add(c.Errorf(path+".sender", "unknown-sender", "%s.sender: no sender has id %q (senders: %s)", path, r.Sender, idList(c.senderIDs())))
 		}
 		if r.Topic != "" {
@@ -65,7 +55,6 @@ func (c *Config) checkRoutes(add func(Problem)) {
 					path, r.Topic, rcv.ID, subscriptionList(rcv)))
 			}
 		}
-		c.checkTemplate(add, path+".ordering_key", r.OrderingKey)
 		c.checkProcessors(add, path, r.Processors)
 		c.checkDelivery(add, path, r)
 		if r.UsesOutbox() && c.Stores.Outbox != nil && c.Stores.Outbox.Type == "memory" {
@@ -98,6 +87,24 @@ func subscriptionList(rcv *ReceiverConfig) string {
 		ts[i] = fmt.Sprintf("%q", s.Topic)
 	}
 	return "it subscribes to " + strings.Join(ts, ", ")
+}
+
+// receiver returns the (first) receiver with id, nil when there is none.
+func (c *Config) receiver(id string) *ReceiverConfig {
+	i := slices.IndexFunc(c.Receivers, func(r ReceiverConfig) bool { return r.ID == id && id != "" })
+	if i < 0 {
+		return nil
+	}
+	return &c.Receivers[i]
+}
+
+// sender returns the (first) sender with id, nil when there is none.
+func (c *Config) sender(id string) *SenderConfig {
+	i := slices.IndexFunc(c.Senders, func(s SenderConfig) bool { return s.ID == id && id != "" })
+	if i < 0 {
+		return nil
+	}
+	return &c.Senders[i]
 }
 
 func (c *Config) receiverIDs() []string {
@@ -136,13 +143,7 @@ func (c *Config) checkProcessors(add func(Problem), route string, ps []Processor
 		if !ok {
 			continue // the enum rule reports it
 		}
-		c.checkOptions(add, path, "processor", p.Type, struct {
-			Expr    string            `yaml:"expr"`
-			Headers map[string]string `yaml:"headers"`
-			From    string            `yaml:"from"`
-			Hash    bool              `yaml:"hash"`
-			Key     string            `yaml:"key"`
-		}{p.Expr, p.Headers, p.From, p.Hash, p.Key}, allowed)
+		c.checkOptions(add, path, "processor", p.Type, p, allowed)
 		switch p.Type {
 		case "filter", "transform":
 			if p.Expr == "" {
@@ -152,7 +153,6 @@ func (c *Config) checkProcessors(add func(Problem), route string, ps []Processor
 			if len(p.Headers) == 0 {
 				add(c.Errorf(path+".headers", "required", "%s.headers is required for a set_headers processor", path))
 			}
-			c.checkTemplateMap(add, path+".headers", p.Headers)
 		case "idempotency_key":
 			switch {
 			case p.From == "" && !p.Hash:
@@ -160,12 +160,10 @@ func (c *Config) checkProcessors(add func(Problem), route string, ps []Processor
 			case p.From != "" && p.Hash:
 				add(c.Errorf(path+".hash", "option", "%s: from and hash: true are exclusive; pick one", path))
 			}
-			c.checkTemplate(add, path+".from", p.From)
 		case "coalesce":
 			if p.Key == "" {
 				add(c.Errorf(path+".key", "required", "%s.key is required for a coalesce processor", path))
 			}
-			c.checkTemplate(add, path+".key", p.Key)
 		}
 	}
 }
@@ -262,9 +260,6 @@ func (c *Config) checkSession(add func(Problem), route string, s Session) {
 }
 
 func (c *Config) checkBackoff(add func(Problem), path string, b Backoff) {
-	if b.Multiplier < 1 {
-		add(c.Errorf(path+".multiplier", "multiplier", "%s.multiplier must be at least 1; got %g", path, b.Multiplier))
-	}
 	if b.InitialInterval > b.MaxInterval {
 		add(c.Errorf(path+".initial_interval", "interval-order", "%s: initial_interval %s is greater than max_interval %s", path, b.InitialInterval, b.MaxInterval))
 	}

@@ -14,12 +14,6 @@ func isFIFOQueue(url string) bool { return strings.HasSuffix(url, ".fifo") }
 
 // checkTargets runs the rules of this file.
 func (c *Config) checkTargets(add func(Problem)) {
-	senders := map[string]*SenderConfig{}
-	for i := range c.Senders {
-		if _, dup := senders[c.Senders[i].ID]; !dup {
-			senders[c.Senders[i].ID] = &c.Senders[i]
-		}
-	}
 	for i, r := range c.Routes {
 		path := fmt.Sprintf("routes[%d]", i)
 		hasKey := false
@@ -35,7 +29,7 @@ func (c *Config) checkTargets(add func(Problem)) {
 				}
 			}
 		}
-		s := senders[r.Sender]
+		s := c.sender(r.Sender)
 		if s == nil {
 			continue // unknown-sender reports it
 		}
@@ -45,7 +39,7 @@ func (c *Config) checkTargets(add func(Problem)) {
 				"%s: route %q sends to the FIFO queue of sender %q without an ordering_key: records are sent concurrently, so SQS can receive them out of order within a message group; set ordering_key (for example to the message_group_id, %q) to keep each group in order",
 				path, r.ID, s.ID, cmp.Or(s.Options.MessageGroupID, "{topic}")))
 		}
-		if hasKey || c.receiverType(r.Receiver) == ReceiverHTTPListener {
+		if rcv := c.receiver(r.Receiver); hasKey || (rcv != nil && rcv.Type == ReceiverHTTPListener) {
 			continue // http_listener: the producer's Idempotency-Key is the ID
 		}
 		var dedup string
@@ -61,14 +55,4 @@ func (c *Config) checkTargets(add func(Problem)) {
 			"%s: route %q has no idempotency_key processor, but %s: every delivery gets a fresh envelope ID, so a message the broker redelivers (after a crash or a lost acknowledgement) reaches %q as a new message; add {type: idempotency_key, from: \"{payload.msg_id}\"} (a message id of the producer) or {type: idempotency_key, hash: true}",
 			path, r.ID, dedup, s.ID))
 	}
-}
-
-// receiverType returns the type of receiver id ("" when there is none).
-func (c *Config) receiverType(id string) string {
-	for _, r := range c.Receivers {
-		if r.ID == id {
-			return r.Type
-		}
-	}
-	return ""
 }

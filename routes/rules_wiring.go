@@ -3,7 +3,6 @@ package routes
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/gobridge/gobridge/topics"
 )
@@ -25,7 +24,7 @@ func (c *Config) checkWiring(add func(Problem)) {
 // topic overlaps it (Overlaps), so "factory/#" is routed by a route on
 // "factory/+/alarms" even though most of what it delivers is not.
 func (c *Config) checkUnroutedSubscriptions(add func(Problem)) {
-	if c.danglingRef(func(r RouteConfig) string { return r.Receiver }, c.receiverIDs()) {
+	if slices.ContainsFunc(c.Routes, func(r RouteConfig) bool { return c.receiver(r.Receiver) == nil }) {
 		return // a route meant some receiver; do not guess which
 	}
 	for i, r := range c.Receivers {
@@ -64,7 +63,7 @@ func (c *Config) checkUnroutedSubscriptions(add func(Problem)) {
 			tp := fmt.Sprintf("%s.topics[%d].topic", path, j)
 			add(c.Errorf(tp, "unrouted-subscription",
 				"%s: no route of receiver %q matches any topic %q delivers (its routes: %s): such messages would be acknowledged and discarded; add a route for them or remove the subscription",
-				tp, r.ID, s.Topic, quoteList(filters)))
+				tp, r.ID, s.Topic, idList(filters)))
 		}
 	}
 }
@@ -72,7 +71,7 @@ func (c *Config) checkUnroutedSubscriptions(add func(Problem)) {
 // checkUnusedSenders warns about a sender no route sends to: it is not
 // even started, which is seldom what its author meant.
 func (c *Config) checkUnusedSenders(add func(Problem)) {
-	if c.danglingRef(func(r RouteConfig) string { return r.Sender }, c.senderIDs()) {
+	if slices.ContainsFunc(c.Routes, func(r RouteConfig) bool { return c.sender(r.Sender) == nil }) {
 		return // a route meant some sender; do not guess which
 	}
 	used := map[string]bool{}
@@ -114,24 +113,4 @@ func (c *Config) checkDirectHoldNeighbours(add func(Problem)) {
 			"%s: direct_hold route %q shares receiver %q with route(s) %s: acknowledgements go back in arrival order on each connection, so while %q holds a message for an unreachable target, the messages of the other routes that arrived after it stay unacknowledged too; give %q a receiver of its own (an mqtt receiver with its own client_id)",
 			p, r.ID, r.Receiver, idList(others), r.ID, r.ID))
 	}
-}
-
-// danglingRef reports whether some route's reference (ref) is missing or
-// names none of ids: the unknown-/required rules report it, and the rules
-// about unused receivers and senders stay quiet rather than guess.
-func (c *Config) danglingRef(ref func(RouteConfig) string, ids []string) bool {
-	return slices.ContainsFunc(c.Routes, func(r RouteConfig) bool {
-		return ref(r) == "" || !slices.Contains(ids, ref(r))
-	})
-}
-
-func quoteList(ss []string) string {
-	if len(ss) == 0 {
-		return "none"
-	}
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = fmt.Sprintf("%q", s)
-	}
-	return strings.Join(q, ", ")
 }

@@ -15,6 +15,7 @@ import (
 var zeroFields = map[string]string{
 	"version":                                      "", // the version rule reports it
 	"bridge.shutdown_timeout":                      "in-flight sends would get no time at all to finish at shutdown",
+	"bridge.lease_ttl":                             "every lease would lapse as soon as it was taken",
 	"stores.outbox.options.done_retention":         "", // keep no delivered tombstones
 	"receivers[].topics[].qos":                     "", // QoS 0, at most once (warned when it feeds a route)
 	"receivers[].options.keep_alive":               "it turns MQTT keep-alive off, so a dead connection to the broker would go unnoticed",

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gobridge/gobridge/routes"
 )
@@ -40,8 +41,8 @@ func TestParse_MeaningfulZerosAreKept(t *testing.T) {
 	if n := cfg.Stores.Outbox.Options.DoneRetention; n != 0 {
 		t.Errorf("done_retention: 0 became %d", n)
 	}
-	if p.MaxInFlight != routes.DefaultMaxInFlight {
-		t.Errorf("max_in_flight: ~ (null) = %d, want the default %d", p.MaxInFlight, routes.DefaultMaxInFlight)
+	if p.MaxInFlight != 100 {
+		t.Errorf("max_in_flight: ~ (null) = %d, want the default 100", p.MaxInFlight)
 	}
 }
 
@@ -51,11 +52,11 @@ func TestParse_LeftOutTakesDefaults(t *testing.T) {
 		t.Fatalf("problems: %v", probs)
 	}
 	p := cfg.Routes[0].Policy
-	if p.MaxReplayAttempts != routes.DefaultMaxReplay || p.ReplayBudget.D() != routes.DefaultReplayBudget || p.TTL != 0 {
+	if p.MaxReplayAttempts != 5 || p.ReplayBudget.D() != 15*time.Minute || p.TTL != 0 {
 		t.Errorf("defaults not applied: %+v", p)
 	}
-	if n := cfg.Stores.Outbox.Options.DoneRetention; n != routes.DefaultDoneRetention {
-		t.Errorf("done_retention = %d, want %d", n, routes.DefaultDoneRetention)
+	if n := cfg.Stores.Outbox.Options.DoneRetention; n != 100_000 {
+		t.Errorf("done_retention = %d, want 100000", n)
 	}
 }
 

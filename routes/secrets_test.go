@@ -72,7 +72,7 @@ func TestParse_EnvValuesAreLiteralInTemplates(t *testing.T) {
 		"idempotency_key.from": cfg.Routes[0].Processors[1].From,
 		"coalesce.key":         cfg.Routes[0].Processors[2].Key,
 	} {
-		out, err := message.MustParseTemplate(tmpl).Render(e)
+		out, err := mustRender(t, tmpl, e)
 		if err != nil || !strings.Contains(out, key) {
 			t.Errorf("%s renders %q, %v; want the literal %q", field, out, err, key)
 		}
@@ -134,7 +134,7 @@ func TestParse_SecretFiles(t *testing.T) {
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("values %q, want %q", got, want)
 	}
-	if out, _ := message.MustParseTemplate(o.Headers["Authorization"]).Render(&message.Envelope{}); out != "Bearer {not a placeholder}" {
+	if out, _ := mustRender(t, o.Headers["Authorization"], &message.Envelope{}); out != "Bearer {not a placeholder}" {
 		t.Errorf("header renders %q", out)
 	}
 	if cfg.Bridge.Admin.TokenFile != "" || o.HeadersFile != nil {
@@ -274,4 +274,13 @@ func TestCheck_URLsAreRedacted(t *testing.T) {
 			t.Errorf("problem quotes a secret: %s", p)
 		}
 	}
+}
+
+func mustRender(t *testing.T, tmpl string, e *message.Envelope) (string, error) {
+	t.Helper()
+	tp, err := message.ParseTemplate(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tp.Render(e, nil)
 }

@@ -1,35 +1,13 @@
 package routes
 
 import (
-	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
-	"sync"
-
-	"github.com/go-playground/validator/v10"
 )
-
-var (
-	validateOnce sync.Once
-	fieldRules   *validator.Validate
-)
-
-// fieldValidator returns the shared validator for the field-level rules
-// written as `validate` tags in config.go, naming fields by their yaml keys.
-func fieldValidator() *validator.Validate {
-	validateOnce.Do(func() {
-		fieldRules = validator.New(validator.WithRequiredStructEnabled())
-		fieldRules.RegisterTagNameFunc(func(f reflect.StructField) string {
-			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if name == "-" {
-				return ""
-			}
-			return name
-		})
-	})
-	return fieldRules
-}
 
 // Validate checks a config whose defaults have been applied (Parse and Load
 // do both) and returns every problem, errors and warnings, in the order
@@ -42,7 +20,7 @@ func (c *Config) Validate() Problems {
 			ps = append(ps, p)
 		}
 	}
-	c.fieldProblems(add)
+	c.checkTags(add, reflect.ValueOf(c).Elem(), "")
 	c.checkVersion(add)
 	c.checkBridge(add)
 	c.checkStores(add)
@@ -58,53 +36,86 @@ func (c *Config) Validate() Problems {
 	return ps
 }
 
-// fieldProblems runs the validate tags and maps each failure to its YAML
-// path and position.
-func (c *Config) fieldProblems(add func(Problem)) {
-	err := fieldValidator().Struct(c)
-	var verrs validator.ValidationErrors
-	if !errors.As(err, &verrs) {
-		if err != nil {
-			add(c.Errorf("", "internal", "validate: %v", err))
+// checkTags runs the field rules written as validate tags in config.go and
+// components.go (the JSON Schema reads them too), in the part of
+// go-playground/validator's syntax the config types use: required (a list:
+// present, even empty), oneof=A B, min=N and max=N (numbers), omitempty and
+// omitnil (no rule applies to a zero or nil value), and dive (the rules
+// before it are the list's; its elements are structs, checked in turn). A
+// field reports its first failing rule only. Fields tagged template:"true"
+// are parsed as templates, whatever type their struct has.
+func (c *Config) checkTags(add func(Problem), v reflect.Value, path string) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			c.checkTags(add, v.Elem(), path)
 		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			c.checkTags(add, v.Index(i), fmt.Sprintf("%s[%d]", path, i))
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			fp := joinPath(path, yamlName(f))
+			if p, failed := c.tagProblem(v.Field(i), fp, f.Tag.Get("validate")); failed {
+				add(p)
+			}
+			if f.Tag.Get("template") == "true" {
+				c.checkTemplates(add, fp, v.Field(i))
+			}
+			c.checkTags(add, v.Field(i), fp)
+		}
+	}
+}
+
+// checkTemplates checks a field tagged template:"true": a template, or a
+// map of them.
+func (c *Config) checkTemplates(add func(Problem), path string, v reflect.Value) {
+	if v.Kind() == reflect.String {
+		c.checkTemplate(add, path, v.String())
 		return
 	}
-	for _, fe := range verrs {
-		path := fe.Namespace()
-		if _, rest, ok := strings.Cut(path, "."); ok {
-			path = rest // drop the root type name
-		}
-		if path == "version" {
-			continue // checkVersion says it better
-		}
-		add(c.fieldProblem(path, fe))
+	for _, k := range slices.Sorted(maps.Keys(v.Interface().(map[string]string))) {
+		c.checkTemplate(add, path+"."+k, v.MapIndex(reflect.ValueOf(k)).String())
 	}
 }
 
-func (c *Config) fieldProblem(path string, fe validator.FieldError) Problem {
-	switch fe.Tag() {
-	case "required":
-		if fe.Kind() == reflect.Slice {
-			return c.Errorf(path, "required", "%s: at least one entry is required", path)
+// tagProblem checks v, at path, against the rules of one validate tag.
+func (c *Config) tagProblem(v reflect.Value, path, tag string) (Problem, bool) {
+	for _, rule := range strings.Split(tag, ",") {
+		name, arg, _ := strings.Cut(rule, "=")
+		switch name {
+		case "dive":
+			return Problem{}, false
+		case "omitempty", "omitnil":
+			if v.IsZero() {
+				return Problem{}, false
+			}
+		case "required":
+			if v.IsZero() && v.Kind() == reflect.Slice {
+				return c.Errorf(path, "required", "%s: at least one entry is required", path), true
+			} else if v.IsZero() {
+				return c.Errorf(path, "required", "%s is required", path), true
+			}
+		case "oneof":
+			if opts := strings.Fields(arg); !slices.Contains(opts, v.String()) {
+				return c.Errorf(path, "enum", "%s must be one of %s; got %q", path, strings.Join(opts, ", "), v.String()), true
+			}
+		case "min", "max":
+			n := reflect.Indirect(v)
+			f := n.Convert(reflect.TypeFor[float64]()).Float()
+			bound, _ := strconv.ParseFloat(arg, 64)
+			if name == "min" && f < bound {
+				return c.Errorf(path, "range", "%s must be at least %s; got %v", path, arg, n), true
+			}
+			if name == "max" && f > bound {
+				return c.Errorf(path, "range", "%s must be at most %s; got %v", path, arg, n), true
+			}
 		}
-		return c.Errorf(path, "required", "%s is required", path)
-	case "oneof":
-		opts := strings.Fields(fe.Param())
-		return c.Errorf(path, "enum", "%s must be one of %s; got %q", path, strings.Join(opts, ", "), fmt.Sprint(fe.Value()))
-	case "min", "gte":
-		return c.Errorf(path, "range", "%s must be at least %s; got %v", path, fe.Param(), deref(fe.Value()))
-	case "max", "lte":
-		return c.Errorf(path, "range", "%s must be at most %s; got %v", path, fe.Param(), deref(fe.Value()))
-	case "gt":
-		return c.Errorf(path, "range", "%s must be greater than %s; got %v", path, fe.Param(), deref(fe.Value()))
 	}
-	return c.Errorf(path, fe.Tag(), "%s fails rule %s", path, fe.Tag())
-}
-
-func deref(v any) any {
-	rv := reflect.ValueOf(v)
-	if rv.Kind() == reflect.Pointer && !rv.IsNil() {
-		return rv.Elem().Interface()
-	}
-	return v
+	return Problem{}, false
 }

@@ -2,19 +2,12 @@ package routes
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"gopkg.in/yaml.v3"
 )
-
-// ErrBareNumber is returned when a duration is written without a unit.
-var ErrBareNumber = errors.New("duration needs a unit, e.g. \"1s\" or \"15m\"")
-
-// ErrNegative is returned for a negative duration.
-var ErrNegative = errors.New("duration must not be negative")
 
 // ParseDuration parses a duration the way the config does: a Go duration
 // string with a unit ("250ms", "1s", "15m"), not negative. "0" alone is
@@ -25,7 +18,7 @@ func ParseDuration(s string) (Duration, error) {
 		return 0, fmt.Errorf("parse duration %q: %w", s, err)
 	}
 	if d < 0 {
-		return 0, fmt.Errorf("duration %q: %w", s, ErrNegative)
+		return 0, fmt.Errorf("duration %q: duration must not be negative", s)
 	}
 	return Duration(d), nil
 }
@@ -33,25 +26,13 @@ func ParseDuration(s string) (Duration, error) {
 // String returns d in Go's duration notation ("1m30s").
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// UnmarshalYAML accepts only strings with a unit; a bare number (an int or
-// float node, such as `timeout: 5`) is an error, and so is a negative value.
+// UnmarshalYAML parses a duration string with a unit (ParseDuration). The
+// loader has already reported bare numbers and negative values, with their
+// position.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: duration must be a string such as \"1s\"", n.Line)
-	}
-	switch n.ShortTag() {
-	case "!!int", "!!float":
-		return fmt.Errorf("line %d: %q: %w", n.Line, n.Value, ErrBareNumber)
-	case "!!null":
-		*d = 0
-		return nil
-	}
 	v, err := ParseDuration(n.Value)
-	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
-	}
 	*d = v
-	return nil
+	return err
 }
 
 // MarshalYAML writes d as a duration string, so a marshalled config loads

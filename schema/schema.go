@@ -1,6 +1,7 @@
 // Package schema holds the JSON Schema of gobridge's config file,
 // gobridge.schema.json in this directory, generated from the Go type
-// routes.Config by Generate. `gobridge schema` prints the committed file
+// routes.Config by Generate (generate_test.go: only the test regenerates
+// it). `gobridge schema` prints the committed file
 // (JSON); a test fails when it differs from what Generate makes of the
 // current types, so the file follows every config change. Regenerate it
 // with:

@@ -4,11 +4,11 @@
 # behind every figure in BENCHMARKS.md, then prints one line per benchmark with
 # its throughput and latency metrics. The full output is kept in a log file.
 #
-#   bash scripts/bench.sh                 # every area, once each (~10 min)
+#   bash scripts/bench.sh                 # every area, once each (~15 min)
 #   bash scripts/bench.sh -count 3        # three runs each, for medians
 #   bash scripts/bench.sh stores e2e      # only some areas
 #
-# Areas: stores drainer senders processors dynamodb mqtt e2e. Figures on a
+# Areas: stores drainer senders processors dynamodb mqtt e2e scaleout. Figures on a
 # shared 2-core machine vary 2-4x between runs: compare runs made in the same
 # minutes (BENCHMARKS.md interleaves before/after runs for that reason).
 set -euo pipefail
@@ -20,11 +20,11 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	-count) count="$2"; shift 2 ;;
 	-h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-	stores|drainer|senders|processors|dynamodb|mqtt|e2e) areas+=("$1"); shift ;;
+	stores|drainer|senders|processors|dynamodb|mqtt|e2e|scaleout) areas+=("$1"); shift ;;
 	*) echo "bench.sh: unknown argument $1 (see -h)" >&2; exit 2 ;;
 	esac
 done
-[ ${#areas[@]} -gt 0 ] || areas=(stores drainer senders processors dynamodb mqtt e2e)
+[ ${#areas[@]} -gt 0 ] || areas=(stores drainer senders processors dynamodb mqtt e2e scaleout)
 
 bash scripts/test-services.sh
 # shellcheck disable=SC1091
@@ -52,6 +52,7 @@ for a in "${areas[@]}"; do
 	dynamodb) bench dynamodb -bench . -benchtime 20x ./stores/dynamodb/ ;;
 	mqtt) bench mqtt -bench . -benchtime 20000x ./receivers/mqtt/ ;;
 	e2e) bench e2e -bench EndToEnd -benchtime 20000x ./bridge/ ;;
+	scaleout) bench scaleout -bench ScaleOut -benchtime 1x -timeout 30m ./e2e/ ;;
 	esac
 done
 echo "bench.sh: done; full output in $log"

@@ -207,7 +207,8 @@ type ClaimRequest struct {
 
 // DeadQuery selects dead letters, oldest first (by DeadAt, then Seq).
 type DeadQuery struct {
-	// ID selects one dead letter by envelope ID (any session and route).
+	// ID selects the dead letters of one envelope ID (any session and
+	// route); Route and After are then ignored.
 	ID string
 	// Route limits the list to one route; empty means all.
 	Route string

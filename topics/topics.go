@@ -6,6 +6,7 @@ package topics
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -122,16 +123,18 @@ func Match(filter, topic string) bool {
 	}
 }
 
+// MatchAny reports whether topic matches one of filters (see Match).
+func MatchAny(filters []string, topic string) bool {
+	return slices.ContainsFunc(filters, func(f string) bool { return Match(f, topic) })
+}
+
 // Covers reports whether every topic that matches filter inner also matches
 // filter outer (both valid filters; $share/GROUP/ prefixes are ignored).
 func Covers(outer, inner string) bool {
 	o := strings.Split(stripShare(outer), "/")
 	in := strings.Split(stripShare(inner), "/")
-	if strings.HasPrefix(in[0], "$") || in[0] == "+" || in[0] == "#" {
-		// inner may produce $-topics only if its first level is literally $...
-		if strings.HasPrefix(in[0], "$") && (o[0] == "+" || o[0] == "#") {
-			return false
-		}
+	if dollarOnly(in[0], o[0]) {
+		return false
 	}
 	for i, l := range in {
 		if i >= len(o) {

@@ -47,6 +47,18 @@ func TestMatch_Wildcards(t *testing.T) {
 	}
 }
 
+func TestMatchAny(t *testing.T) {
+	filters := []string{"a/+", "b/#"}
+	for topic, want := range map[string]bool{"a/x": true, "b/x/y": true, "c": false, "a/x/y": false} {
+		if got := topics.MatchAny(filters, topic); got != want {
+			t.Errorf("MatchAny(%q, %q) = %v, want %v", filters, topic, got, want)
+		}
+	}
+	if topics.MatchAny(nil, "a") {
+		t.Error("MatchAny(nil) matched")
+	}
+}
+
 func TestMatch_DoesNotAllocate(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() {
 		topics.Match("$share/g/factory/+/telemetry/#", "factory/line-1/telemetry/x/y")

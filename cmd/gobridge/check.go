@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/gobridge/gobridge/processors"
@@ -31,16 +29,7 @@ type fileFlags []string
 func (f *fileFlags) String() string     { return strings.Join(*f, " ") }
 func (f *fileFlags) Set(v string) error { *f = append(*f, v); return nil }
 
-// Run parses args and checks the configs they name.
-func (c *CheckCommand) Run(_ context.Context, args []string) error {
-	fset := flag.NewFlagSet("check", flag.ContinueOnError)
-	fset.SetOutput(c.Stderr)
-	var targets []string // -c FILEs and FILE arguments, in the order given
-	fset.Var((*fileFlags)(&targets), "c", "config `FILE` to check (may be repeated; the same as a FILE argument)")
-	format := fset.String("format", "text", "output `format`: text (FILE:LINE:COL: RULE: message), json or github (workflow annotations)")
-	strict := fset.Bool("strict", false, "fail (exit 1) on warnings as well as errors")
-	fset.Usage = func() {
-		fmt.Fprint(fset.Output(), `Usage: gobridge check [--format text|json|github] [--strict] FILE...
+const checkUsage = `Usage: gobridge check [--format text|json|github] [--strict] FILE...
 
 Check loads each FILE exactly as "gobridge run" would and prints every
 problem of every file, one per line as FILE:LINE:COL: RULE: message
@@ -54,28 +43,21 @@ Exit status: 0 no errors (and with --strict no warnings), 1 at least one
 error (or, with --strict, a warning), 2 usage error.
 
 Flags:
-`)
-		fset.PrintDefaults()
-	}
-	if err := parseInterspersed(fset, args, &targets); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	var usageErr string
-	switch {
-	case len(targets) == 0:
-		usageErr = "check: no config file given"
-	case !slices.Contains([]string{"text", "json", "github"}, *format):
-		usageErr = fmt.Sprintf("check: --format must be text, json or github, not %q", *format)
-	}
-	if usageErr != "" {
-		fmt.Fprintln(c.Stderr, usageErr)
-		fset.Usage()
-		return errUsage
-	}
+`
 
+// Run parses args and checks the configs they name.
+func (c *CheckCommand) Run(_ context.Context, args []string) error {
+	fset := newFlags("check", checkUsage, c.Stderr)
+	var targets []string // -c FILEs and FILE arguments, in the order given
+	fset.Var((*fileFlags)(&targets), "c", "config `FILE` to check (may be repeated; the same as a FILE argument)")
+	format := formatFlag(fset, "text", "json", "github")
+	strict := fset.Bool("strict", false, "fail (exit 1) on warnings as well as errors")
+	if err := parseArgs(fset, args, &targets); err != nil {
+		return err
+	}
+	if len(targets) == 0 {
+		return usageErr(fset, "check: no config file given")
+	}
 	paths, probs := expandTargets(targets)
 	for _, p := range paths {
 		probs = append(probs, checkFile(p)...)
@@ -87,26 +69,6 @@ Flags:
 		return errInvalid
 	}
 	return nil
-}
-
-// parseInterspersed parses flags wherever they stand among the files, as
-// CI users type them (`gobridge check *.yaml --strict`), appending each
-// file argument to files; everything after a lone "--" is a file.
-func parseInterspersed(fset *flag.FlagSet, args []string, files *[]string) error {
-	for {
-		if err := fset.Parse(args); err != nil {
-			return err
-		}
-		rest := fset.Args()
-		if consumed := args[:len(args)-len(rest)]; len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
-			*files = append(*files, rest...)
-			return nil
-		}
-		if len(rest) == 0 {
-			return nil
-		}
-		*files, args = append(*files, rest[0]), rest[1:]
-	}
 }
 
 // expandTargets turns the command line's files and patterns into the list

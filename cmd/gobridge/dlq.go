@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -30,38 +31,26 @@ const dlqUsage = `Usage:
   gobridge dlq requeue -c FILE [--to-route NEW] (ID... | [--route R] --all [--yes])
   gobridge dlq drop    -c FILE (ID... | [--route R] --all [--yes])
 
-Dead letters are records the drainer gave up on (a permanent failure, or
-poisoned after max_replay_attempts and replay_budget), or that expired with
-on_expired: dlq, and messages that failed at ingest (a processor error, a
-payload over max_payload_bytes, or a direct_hold permanent failure), kept as
-they arrived. They stay in the outbox store until requeued or dropped.
-
-list     prints dead letters oldest first (by the time they died), one page
-         of --limit (default 50); when there are more it prints the --after
-         CURSOR of the next page (to stderr for tables, as "next" in JSON).
-         Columns: ATTEMPTS (sends), FIRST ATTEMPT, DIED (when the last
-         attempt failed, or it expired), AGE (since it was persisted).
-         --since 24h lists only those that died in the last 24 hours.
-show     prints one dead letter with everything stored: envelope, headers,
-         attempts, times, reason, last error, and the payload (as text when
-         it is UTF-8, else base64).
-requeue  puts dead letters back for delivery under a new envelope ID with
-         attempts reset (the old ID is kept as causation_id). A running
-         bridge delivers them at once when it owns the store (else on its
-         next poll); one made at ingest is run through its route again,
-         processors included. --route NEW requeues under a route renamed
-         since. A truncated dead letter (payload_too_large) cannot be
-         requeued: only its first KiB was kept.
+list     prints dead letters oldest first (by the time they died), a page of
+         --limit at a time; the next page's --after CURSOR goes to stderr
+         (tables) or to "next" (JSON). Columns: ATTEMPTS (sends), FIRST
+         ATTEMPT, DIED, AGE (since it was persisted).
+show     prints one dead letter with everything stored, the payload as text
+         when it is UTF-8, else base64.
+requeue  puts dead letters back for delivery under a new envelope ID (the
+         old one kept as causation_id), with attempts reset; --to-route NEW
+         when their route was renamed since. One made at ingest runs through
+         its route again, processors included. A truncated dead letter
+         (payload_too_large) cannot be requeued: only its first KiB was kept.
 drop     deletes dead letters for good.
-         With IDs, requeue and drop act on those at once. With --all (every
-         dead letter, or those of --route R) they print what they would do
-         and change nothing unless --yes is given.
+With IDs, requeue and drop act at once. With --all (every dead letter, or
+those of --route R) they print what they would change, and change nothing
+unless --yes is given.
 
-These commands work while a bridge runs, and while none does: on a SQLite
-file that a running bridge owns they read through a read-only connection and
-send requeue and drop to that bridge's admin API (bridge.admin.listen and
-token from FILE); otherwise they use the store themselves. A memory outbox
-lives only inside the bridge process: use its console or admin API instead.
+They work whether or not a bridge runs on the store: on a SQLite file that a
+running bridge owns they read through a read-only connection and send
+requeue and drop to its admin API (bridge.admin.listen and token from FILE).
+A memory outbox lives only inside the bridge: use its console or admin API.
 
 Exit status: 0 done, 1 failure (an ID not found, a store error, an invalid
 config, a memory store), 2 usage error.
@@ -69,25 +58,16 @@ config, a memory store), 2 usage error.
 
 // Run dispatches to the dlq subcommands.
 func (c *DLQCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(c.Stderr, dlqUsage)
-		return errUsage
-	}
-	sub, rest := args[0], args[1:]
+	sub, err := subcommand(args, dlqUsage, c.Stdout, c.Stderr, "list", "show", "requeue", "drop")
 	switch sub {
 	case "list":
-		return c.list(ctx, rest)
+		return c.list(ctx, args[1:])
 	case "show":
-		return c.show(ctx, rest)
+		return c.show(ctx, args[1:])
 	case "requeue", "drop":
-		return c.act(ctx, sub, rest)
+		return c.act(ctx, sub, args[1:])
 	}
-	if isHelp(sub) {
-		fmt.Fprint(c.Stdout, dlqUsage)
-		return flag.ErrHelp
-	}
-	fmt.Fprintf(c.Stderr, "dlq: unknown subcommand %q\n\n%s", sub, dlqUsage)
-	return errUsage
+	return err
 }
 
 func (c *DLQCommand) now() time.Time {
@@ -98,30 +78,8 @@ func (c *DLQCommand) now() time.Time {
 }
 
 func (c *DLQCommand) flags(name string) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet("dlq "+name, flag.ContinueOnError)
-	fs.SetOutput(c.Stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), dlqUsage+"\nFlags of dlq "+name+":\n"); fs.PrintDefaults() }
+	fs := newFlags("dlq "+name, dlqUsage+"\nFlags of dlq "+name+":\n", c.Stderr)
 	return fs, fs.String("c", "", "config `FILE` naming the outbox store (required)")
-}
-
-// parseInterleaved parses flags that may come before or after positional
-// arguments (`dlq requeue ID -c FILE` as well as `-c FILE ID`).
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, parseErr(err)
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
 }
 
 func (c *DLQCommand) list(ctx context.Context, args []string) error {
@@ -130,24 +88,17 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	since := fs.Duration("since", 0, "list only dead letters that died within `DURATION` (e.g. 1h)")
 	limit := fs.Int("limit", 50, "page size (`N`, 1..1000)")
 	after := fs.String("after", "", "continue after `CURSOR` (printed by the previous page)")
-	format := fs.String("format", "table", "output `format`: table or json")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
+	format := formatFlag(fs, "table", "json")
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	switch {
-	case *path == "":
-		return usageErr(fs, c.Stderr, "dlq list: -c FILE is required")
-	case len(pos) > 0:
-		return usageErr(fs, c.Stderr, fmt.Sprintf("dlq list: unexpected argument %q", pos[0]))
 	case *limit < 1 || *limit > 1000:
-		return usageErr(fs, c.Stderr, fmt.Sprintf("dlq list: --limit must be 1..1000, not %d", *limit))
+		return usageErr(fs, "dlq list: --limit must be 1..1000, not %d", *limit)
 	case *since < 0:
-		return usageErr(fs, c.Stderr, "dlq list: --since must not be negative")
-	case *format != "table" && *format != "json":
-		return usageErr(fs, c.Stderr, fmt.Sprintf("dlq list: --format must be table or json, not %q", *format))
+		return usageErr(fs, "dlq list: --since must not be negative")
 	}
-	_, st, err := openOutbox(ctx, *path, c.Stderr)
+	st, err := c.open(ctx, fs, *path)
 	if err != nil {
 		return err
 	}
@@ -169,9 +120,7 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 		for i := range recs {
 			out.DeadLetters[i] = admin.NewDeadLetter(&recs[i], now, false)
 		}
-		enc := json.NewEncoder(c.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return writeJSON(c.Stdout, out)
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tROUTE\tATTEMPTS\tFIRST ATTEMPT\tDIED\tAGE\tREASON")
@@ -184,9 +133,22 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 		return err
 	}
 	if next != "" {
-		fmt.Fprintf(c.Stderr, "more: gobridge dlq list -c %s%s --limit %d --after %s\n", *path, routeFlag(*route), *limit, safe(next))
+		routeFlag := ""
+		if *route != "" {
+			routeFlag = " --route " + safe(*route)
+		}
+		fmt.Fprintf(c.Stderr, "more: gobridge dlq list -c %s%s --limit %d --after %s\n", *path, routeFlag, *limit, safe(next))
 	}
 	return nil
+}
+
+// open opens the outbox of config path (-c, required).
+func (c *DLQCommand) open(ctx context.Context, fs *flag.FlagSet, path string) (*outbox, error) {
+	if err := needConfig(fs, path); err != nil {
+		return nil, err
+	}
+	_, st, err := openOutbox(ctx, path, c.Stderr)
+	return st, err
 }
 
 // listSince returns one page of f whose records died at or after cutoff
@@ -212,20 +174,15 @@ func listSince(ctx context.Context, st admin.Outbox, f stores.DeadQuery, cutoff 
 
 func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	fs, path := c.flags("show")
-	format := fs.String("format", "text", "output `format`: text or json")
-	pos, err := parseInterleaved(fs, args)
-	if err != nil {
+	format := formatFlag(fs, "text", "json")
+	var pos []string
+	if err := parseArgs(fs, args, &pos); err != nil {
 		return err
 	}
-	switch {
-	case *path == "":
-		return usageErr(fs, c.Stderr, "dlq show: -c FILE is required")
-	case len(pos) != 1:
-		return usageErr(fs, c.Stderr, "dlq show: exactly one ID is required")
-	case *format != "text" && *format != "json":
-		return usageErr(fs, c.Stderr, fmt.Sprintf("dlq show: --format must be text or json, not %q", *format))
+	if len(pos) != 1 {
+		return usageErr(fs, "dlq show: exactly one ID is required")
 	}
-	_, st, err := openOutbox(ctx, *path, c.Stderr)
+	st, err := c.open(ctx, fs, *path)
 	if err != nil {
 		return err
 	}
@@ -237,9 +194,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	r := recs[0]
 	d := admin.NewDeadLetter(&r, c.now(), true)
 	if *format == "json" {
-		enc := json.NewEncoder(c.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(d)
+		return writeJSON(c.Stdout, d)
 	}
 	// Everything printed is escaped (safe): topics, headers, reasons and
 	// payloads come from publishers and targets, and must not drive the
@@ -269,7 +224,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if d.LastError != "" && d.LastError != d.Reason {
 		line("last error", d.LastError)
 	}
-	for _, k := range sortedKeys(d.Headers) {
+	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
 		line("header "+k, d.Headers[k])
 	}
 	line("payload encoding", d.PayloadEncoding)
@@ -287,21 +242,19 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	to := fs.String("to-route", "", "requeue: under `ROUTE` (the dead letters' route was renamed)")
 	all := fs.Bool("all", false, "act on every dead letter (of --route when given)")
 	yes := fs.Bool("yes", false, "with --all: really do it (without it, only print what would be done)")
-	ids, err := parseInterleaved(fs, args)
-	if err != nil {
+	var ids []string
+	if err := parseArgs(fs, args, &ids); err != nil {
 		return err
 	}
 	switch {
-	case *path == "":
-		return usageErr(fs, c.Stderr, "dlq "+verb+": -c FILE is required")
 	case *all && len(ids) > 0:
-		return usageErr(fs, c.Stderr, "dlq "+verb+": give IDs or --all, not both")
+		return usageErr(fs, "dlq %s: give IDs or --all, not both", verb)
 	case !*all && len(ids) == 0:
-		return usageErr(fs, c.Stderr, "dlq "+verb+": give one or more IDs, or --all (with --route R)")
+		return usageErr(fs, "dlq %s: give one or more IDs, or --all (with --route R)", verb)
 	case !*all && *route != "":
-		return usageErr(fs, c.Stderr, "dlq "+verb+": --route needs --all")
+		return usageErr(fs, "dlq %s: --route needs --all", verb)
 	}
-	_, st, err := openOutbox(ctx, *path, c.Stderr)
+	st, err := c.open(ctx, fs, *path)
 	if err != nil {
 		return err
 	}
@@ -337,23 +290,21 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 			failed = append(failed, err)
 			break
 		}
+		var err error
+		done := "dropped " + safe(id)
 		if verb == "requeue" {
-			nr, err := st.Requeue(ctx, id, *to)
-			if err != nil {
-				failed = append(failed, fmt.Errorf("requeue %s: %w", safe(id), err))
-				continue
-			}
-			if !*all {
-				fmt.Fprintf(c.Stdout, "requeued %s as %s (route %s)\n", safe(id), safe(nr.Envelope.ID), safe(nr.Route))
-			}
+			var nr stores.Record
+			nr, err = st.Requeue(ctx, id, *to)
+			done = fmt.Sprintf("requeued %s as %s (route %s)", safe(id), safe(nr.Envelope.ID), safe(nr.Route))
 		} else {
-			if err := st.Drop(ctx, id); err != nil {
-				failed = append(failed, fmt.Errorf("drop %s: %w", safe(id), err))
-				continue
-			}
-			if !*all {
-				fmt.Fprintf(c.Stdout, "dropped %s\n", safe(id))
-			}
+			err = st.Drop(ctx, id)
+		}
+		if err != nil {
+			failed = append(failed, fmt.Errorf("%s %s: %w", verb, safe(id), err))
+			continue
+		}
+		if !*all {
+			fmt.Fprintln(c.Stdout, done)
 		}
 		n++
 	}

@@ -55,7 +55,7 @@ func TestDynamoDBCommand_CreateTables(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = dynamodb.DeleteTable(ctx, client, outbox)
+		_, _ = client.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(outbox)})
 	})
 	cfg := writeDynamoConfig(t, endpoint, outbox)
 
@@ -107,7 +107,7 @@ func TestDynamoDBCommand_CreateTablesRejectsAnExistingTableWithoutIndexes(t *tes
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = dynamodb.DeleteTable(ctx, client, table)
+		_, _ = client.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(table)})
 	})
 	// A table with another key schema where the outbox should be.
 	if _, err := client.CreateTable(t.Context(), &awsddb.CreateTableInput{

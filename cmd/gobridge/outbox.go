@@ -1,10 +1,8 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -25,8 +23,8 @@ type OutboxCommand struct {
 
 const outboxUsage = `Usage: gobridge outbox stats -c FILE [--format table|json] [--sample DURATION]
 
-Stats opens the outbox store configured in FILE (read-only: safe while a
-bridge runs on it) and prints, per session and route: the live records
+Stats opens the outbox store configured in FILE (safe while a bridge runs
+on it: it only reads) and prints, per session and route: the live records
 (waiting for delivery, held by a drainer, or retrying), the age of the
 session's oldest live record, and the dead letters. Routes named in FILE
 are listed even when they have no records; records of routes FILE does not
@@ -40,30 +38,18 @@ API or console of the running bridge.
 
 // Run parses args and runs the subcommand.
 func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "stats" {
-		if len(args) > 0 && isHelp(args[0]) {
-			fmt.Fprint(c.Stdout, outboxUsage)
-			return flag.ErrHelp
-		}
-		fmt.Fprint(c.Stderr, outboxUsage)
-		return errUsage
+	if _, err := subcommand(args, outboxUsage, c.Stdout, c.Stderr, "stats"); err != nil {
+		return err
 	}
-	fs := flag.NewFlagSet("outbox stats", flag.ContinueOnError)
-	fs.SetOutput(c.Stderr)
+	fs := newFlags("outbox stats", outboxUsage+"\nFlags:\n", c.Stderr)
 	path := fs.String("c", "", "config `FILE` naming the outbox store (required)")
-	format := fs.String("format", "table", "output `format`: table or json")
+	format := formatFlag(fs, "table", "json")
 	sample := fs.Duration("sample", 2*time.Second, "read the counts twice, `DURATION` apart, to show the drain rate (0: once)")
-	fs.Usage = func() { fmt.Fprint(fs.Output(), outboxUsage+"\nFlags:\n"); fs.PrintDefaults() }
-	if err := fs.Parse(args[1:]); err != nil {
-		return parseErr(err)
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
-	switch {
-	case *path == "":
-		return usageErr(fs, c.Stderr, "outbox stats: -c FILE is required")
-	case fs.NArg() > 0:
-		return usageErr(fs, c.Stderr, fmt.Sprintf("outbox stats: unexpected argument %q", fs.Arg(0)))
-	case *format != "table" && *format != "json":
-		return usageErr(fs, c.Stderr, fmt.Sprintf("outbox stats: --format must be table or json, not %q", *format))
+	if err := needConfig(fs, *path); err != nil {
+		return err
 	}
 	cfg, st, err := openOutbox(ctx, *path, c.Stderr)
 	if err != nil {
@@ -117,9 +103,7 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 		rows = append(rows, r)
 	}
 	if *format == "json" {
-		enc := json.NewEncoder(c.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"at": at.UTC(), "routes": rows})
+		return writeJSON(c.Stdout, map[string]any{"at": at.UTC(), "routes": rows})
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION\tROUTE\tLIVE\tOLDEST\tDEAD\tRATE\tEMPTY IN\tNOTE")
@@ -166,53 +150,7 @@ func withConfiguredRoutes(cfg *routes.Config, stats []admin.RouteStats) []admin.
 		}
 	}
 	slices.SortFunc(stats, func(a, b admin.RouteStats) int {
-		if a.Session != b.Session {
-			if a.Session < b.Session {
-				return -1
-			}
-			return 1
-		}
-		if a.Route < b.Route {
-			return -1
-		}
-		if a.Route > b.Route {
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(a.Session, b.Session), cmp.Compare(a.Route, b.Route))
 	})
 	return stats
-}
-
-// age formats now - t for tables ("-" when t is zero).
-func age(now, t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	d := now.Sub(t)
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Hour:
-		return d.Round(time.Second).String()
-	default:
-		return d.Round(time.Minute).String()
-	}
-}
-
-func isHelp(s string) bool { return s == "-h" || s == "-help" || s == "--help" || s == "help" }
-
-// parseErr maps a flag parse error: -h is not a failure, anything else is a
-// usage error (the flag package has printed it).
-func parseErr(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return flag.ErrHelp
-	}
-	return errUsage
-}
-
-// usageErr prints msg and the usage, and returns errUsage.
-func usageErr(fs *flag.FlagSet, stderr io.Writer, msg string) error {
-	fmt.Fprintln(stderr, msg)
-	fs.Usage()
-	return errUsage
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,14 +41,9 @@ type outbox struct {
 // go to that bridge's admin API (its address and token from FILE); a
 // DynamoDB table is shared by design and used directly.
 func openOutbox(ctx context.Context, path string, stderr io.Writer) (*routes.Config, *outbox, error) {
-	cfg, probs, err := loadConfig(path)
+	cfg, err := loadValid(path, stderr)
 	if err != nil {
 		return nil, nil, err
-	}
-	if probs.HasErrors() {
-		_ = probs.Errors().WriteText(stderr)
-		fmt.Fprintf(stderr, "config invalid: %d errors\n", len(probs.Errors()))
-		return nil, nil, errInvalid
 	}
 	sc := cfg.Stores.Outbox
 	if sc == nil {
@@ -69,12 +63,13 @@ func openOutbox(ctx context.Context, path string, stderr io.Writer) (*routes.Con
 			if rerr != nil {
 				return nil, nil, rerr
 			}
-			api := newAPIClient(cfg)
-			if api == nil {
+			listen := *cfg.Bridge.Admin.Listen
+			if listen == "" {
 				return cfg, &outbox{Outbox: offline{ro, place}, close: ro.Close, via: locked.Error() +
 					"; its admin API is disabled, so this command can only read"}, nil
 			}
-			return cfg, &outbox{Outbox: owned{offline{ro, place}, api}, close: ro.Close,
+			api := owned{offline{ro, place}, "http://" + listen, cfg.Bridge.Admin.Token.Reveal()}
+			return cfg, &outbox{Outbox: api, close: ro.Close,
 				via: fmt.Sprintf("the bridge that owns it (pid %d), through its admin API at %s", locked.PID, api.base)}, nil
 		}
 		if err != nil {
@@ -93,26 +88,21 @@ func openOutbox(ctx context.Context, path string, stderr io.Writer) (*routes.Con
 
 // offline is the outbox of a store the CLI uses directly.
 type offline struct {
-	s     stores.Store
+	stores.Store
 	place stores.Placer
 }
 
-func (o offline) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
-	return o.s.Dead(ctx, q)
-}
-
-func (o offline) Stats(ctx context.Context) ([]stores.SessionStats, error) { return o.s.Stats(ctx) }
-
 func (o offline) Requeue(ctx context.Context, id, route string) (stores.Record, error) {
-	return stores.Requeue(ctx, o.s, id, route, o.place, time.Now())
+	return stores.Requeue(ctx, o.Store, id, route, o.place, time.Now())
 }
 
-func (o offline) Drop(ctx context.Context, id string) error { return stores.DropDead(ctx, o.s, id) }
+func (o offline) Drop(ctx context.Context, id string) error { return stores.DropDead(ctx, o.Store, id) }
 
-// owned reads a store another process owns and sends changes to it.
+// owned reads a store a running bridge owns, and sends changes to that
+// bridge's admin API at base.
 type owned struct {
 	offline
-	api *apiClient
+	base, token string
 }
 
 func (o owned) Requeue(ctx context.Context, id, route string) (stores.Record, error) {
@@ -125,45 +115,28 @@ func (o owned) Requeue(ctx context.Context, id, route string) (stores.Record, er
 	if route != "" {
 		q.Set("route", route)
 	}
-	err := o.api.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/requeue?"+q.Encode(), &out)
+	err := o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/requeue?"+q.Encode(), &out)
 	r := stores.Record{Route: out.Route, Session: out.Session}
 	r.Envelope.ID = out.ID
 	return r, err
 }
 
 func (o owned) Drop(ctx context.Context, id string) error {
-	return o.api.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/drop", nil)
-}
-
-// apiClient calls a running bridge's admin API.
-type apiClient struct {
-	base  string
-	token string
-	hc    *http.Client
-}
-
-// newAPIClient is the client of the admin API cfg names; nil when it is
-// disabled.
-func newAPIClient(cfg *routes.Config) *apiClient {
-	listen := *cfg.Bridge.Admin.Listen
-	if listen == "" {
-		return nil
-	}
-	return &apiClient{base: "http://" + listen, token: cfg.Bridge.Admin.Token.Reveal(), hc: &http.Client{Timeout: 30 * time.Second}}
+	return o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/drop", nil)
 }
 
 // post sends a mutation and decodes the answer into out (when not nil).
 // Admin API errors come back with their message; a 404 is ErrNotFound.
-func (c *apiClient) post(ctx context.Context, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(nil))
+func (o owned) post(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.base+path, http.NoBody)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("X-Requested-By", "gobridge-cli")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+	if o.token != "" {
+		req.Header.Set("Authorization", "Bearer "+o.token)
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		return fmt.Errorf("the store is owned by a running bridge, whose admin API did not answer: %w", err)
 	}

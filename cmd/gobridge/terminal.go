@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -23,16 +22,6 @@ func safe(s string) string { return escape(s, false) }
 func safeBlock(s string) string { return escape(s, true) }
 
 func escape(s string, block bool) string {
-	clean := true
-	for _, r := range s {
-		if unsafeRune(r, block) {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return s
-	}
 	var b strings.Builder
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
@@ -92,18 +81,18 @@ func oneLine(s string, n int) string {
 	return safe(s)
 }
 
-func routeFlag(r string) string {
-	if r == "" {
-		return ""
+// age formats now - t for tables ("-" when t is zero).
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
 	}
-	return " --route " + safe(r)
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	d := now.Sub(t)
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	default:
+		return d.Round(time.Minute).String()
 	}
-	slices.Sort(keys)
-	return keys
 }

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	goruntime "runtime"
@@ -14,11 +14,7 @@ import (
 // Empty ones come from the binary's build info when it has them (a build
 // from a git checkout records the commit and its time; `go install
 // ...@v1.2.3` records the version).
-var (
-	version = ""
-	commit  = ""
-	date    = ""
-)
+var version, commit, date string
 
 // buildInfo is what `gobridge version` prints and gobridge_build_info
 // exports.
@@ -50,26 +46,15 @@ func readBuild(info *debug.BuildInfo, ok bool) buildInfo {
 		for _, s := range info.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				if b.Commit == "" {
-					b.Commit = s.Value
-				}
+				b.Commit = cmp.Or(b.Commit, s.Value)
 			case "vcs.time":
-				if b.Date == "" {
-					b.Date = s.Value
-				}
+				b.Date = cmp.Or(b.Date, s.Value)
 			case "vcs.modified":
 				b.Modified = commit == "" && s.Value == "true"
-			case "GOOS", "GOARCH", "GOARM":
-				// reported by Platform from the running binary
 			}
 		}
 	}
-	if b.Version == "" {
-		b.Version = "devel"
-	}
-	if b.Commit == "" {
-		b.Commit = "unknown"
-	}
+	b.Version, b.Commit = cmp.Or(b.Version, "devel"), cmp.Or(b.Commit, "unknown")
 	return b
 }
 
@@ -94,22 +79,10 @@ type VersionCommand struct {
 
 // Run prints one line, as buildInfo.String formats it.
 func (c *VersionCommand) Run(_ context.Context, args []string) error {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(c.Stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: gobridge version (or gobridge --version, gobridge -v)\n\n"+
-			"Version prints the version, the VCS commit, the build date, the Go version and the platform gobridge was built for.")
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(c.Stderr, "version: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return errUsage
+	fs := newFlags("version", "Usage: gobridge version (or gobridge --version, gobridge -v)\n\n"+
+		"Version prints the version, the VCS commit, the build date, the Go version and the platform gobridge was built for.\n", c.Stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	_, err := fmt.Fprintln(c.Stdout, currentBuild())
 	return err

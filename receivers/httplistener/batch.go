@@ -7,12 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"mime"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/gobridge/gobridge/receivers"
+	"github.com/gobridge/gobridge/topics"
 )
 
 // Line is one parsed line of an NDJSON batch.
@@ -95,7 +97,7 @@ func SplitLines(body []byte) (lines [][]byte, numbers []int) {
 // body was read) lists one result per non-blank line.
 func (r *Receiver) serveBatch(ctx context.Context, w http.ResponseWriter, req *http.Request) {
 	if mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type")); mt != "application/x-ndjson" {
-		r.malformed.Add(1)
+		r.win.Malformed.Add(1)
 		answerError(w, http.StatusUnsupportedMediaType, "POST /v1/publish takes Content-Type: application/x-ndjson (one message a line); POST /v1/publish/{topic} takes one message")
 		return
 	}
@@ -106,7 +108,7 @@ func (r *Receiver) serveBatch(ctx context.Context, w http.ResponseWriter, req *h
 	defer release()
 	lines, numbers := SplitLines(body)
 	if len(lines) > r.o.MaxBatchLines {
-		r.tooLarge.Add(1)
+		r.win.TooLarge.Add(1)
 		answerError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%d lines; the limit is %d", len(lines), r.o.MaxBatchLines))
 		return
 	}
@@ -118,20 +120,17 @@ func (r *Receiver) serveBatch(ctx context.Context, w http.ResponseWriter, req *h
 		l, err := ParseLine(raw)
 		switch {
 		case err != nil:
-			r.malformed.Add(1)
+			r.win.Malformed.Add(1)
 			p.failure = &result{Status: http.StatusBadRequest, Error: err.Error()}
-		case !r.allowed(l.Topic):
-			r.denied.Add(1)
+		case !topics.MatchAny(r.o.Topics, l.Topic):
+			r.win.Denied.Add(1)
 			p.failure = &result{Status: http.StatusForbidden, Error: fmt.Sprintf("topic %q is not among this receiver's topics", l.Topic)}
 		case len(l.Payload) > r.o.MaxPayloadBytes:
-			r.tooLarge.Add(1)
+			r.win.TooLarge.Add(1)
 			p.failure = &result{Status: http.StatusRequestEntityTooLarge,
 				Error: fmt.Sprintf("the payload has %d bytes; the limit is %d", len(l.Payload), r.o.MaxPayloadBytes)}
 		default:
-			h := make(map[string]string, len(base)+1)
-			for k, v := range base {
-				h[k] = v
-			}
+			h := maps.Clone(base)
 			if l.JSON {
 				h["Content-Type"] = "application/json"
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gobridge/gobridge/bearer"
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/topics"
 )
@@ -29,12 +30,12 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if req.Header.Get("Origin") != "" {
-		r.denied.Add(1)
+		r.win.Denied.Add(1)
 		answerError(w, http.StatusForbidden, "requests from browsers (with an Origin header) are refused")
 		return
 	}
-	if !r.authorized(req) {
-		r.denied.Add(1)
+	if r.o.Token != "" && !bearer.Match(req, r.o.Token) {
+		r.win.Denied.Add(1)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gobridge"`)
 		answerError(w, http.StatusUnauthorized, "this receiver needs its token (Authorization: Bearer TOKEN)")
 		return
@@ -55,7 +56,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case r.slots <- struct{}{}:
 		defer func() { <-r.slots }()
 	default:
-		r.busy.Add(1)
+		r.win.Busy.Add(1)
 		answerBusy(w, fmt.Sprintf("%d requests are already open (max_in_flight)", r.o.MaxInFlight))
 		return
 	}
@@ -72,19 +73,19 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func (r *Receiver) servePublish(ctx context.Context, w http.ResponseWriter, req *http.Request, escapedTopic string) {
 	topic, err := DecodeTopic(escapedTopic)
 	if err != nil {
-		r.malformed.Add(1)
+		r.win.Malformed.Add(1)
 		answerError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if !r.allowed(topic) {
-		r.denied.Add(1)
+	if !topics.MatchAny(r.o.Topics, topic) {
+		r.win.Denied.Add(1)
 		answerError(w, http.StatusForbidden, fmt.Sprintf("topic %q is not among this receiver's topics", topic))
 		return
 	}
 	var id string
 	if keys := req.Header.Values("Idempotency-Key"); len(keys) > 0 {
 		if err := checkKey(keys[0]); err != nil {
-			r.malformed.Add(1)
+			r.win.Malformed.Add(1)
 			answerError(w, http.StatusBadRequest, "Idempotency-Key: "+err.Error())
 			return
 		}
@@ -113,7 +114,7 @@ func (r *Receiver) servePublish(ctx context.Context, w http.ResponseWriter, req 
 // room back. When ok is false the request was answered (413, 503, 400).
 func (r *Receiver) readBody(ctx context.Context, w http.ResponseWriter, req *http.Request, limit int) (body []byte, release func(), ok bool) {
 	if req.ContentLength > int64(limit) {
-		r.tooLarge.Add(1)
+		r.win.TooLarge.Add(1)
 		answerError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body has %d bytes; the limit is %d", req.ContentLength, limit))
 		return nil, nil, false
 	}
@@ -121,36 +122,27 @@ func (r *Receiver) readBody(ctx context.Context, w http.ResponseWriter, req *htt
 	if req.ContentLength >= 0 {
 		want = req.ContentLength
 	}
-	if r.bytes.Acquire(ctx, want) != nil {
-		r.busy.Add(1)
+	if r.win.Hold(ctx, want) != nil {
+		r.win.Busy.Add(1)
 		answerBusy(w, fmt.Sprintf("no room within max_inflight_bytes (%d) in time", r.o.MaxInflightBytes))
 		return nil, nil, false
 	}
-	r.inFlightBytes.Add(want)
-	held := want
-	release = func() {
-		r.inFlightBytes.Add(-held)
-		r.bytes.Release(held)
-	}
 	body, err := readAll(http.MaxBytesReader(w, req.Body, int64(limit)), limit, want)
 	if err != nil {
-		release()
+		r.win.Release(want)
 		if errors.As(err, new(*http.MaxBytesError)) {
-			r.tooLarge.Add(1)
+			r.win.TooLarge.Add(1)
 			answerError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over the limit of %d bytes", limit))
 		} else {
-			r.malformed.Add(1)
+			r.win.Malformed.Add(1)
 			answerError(w, http.StatusBadRequest, "read body: "+err.Error())
 		}
 		return nil, nil, false
 	}
 	// Keep only what the body holds.
-	if unused := held - int64(len(body)); unused > 0 {
-		r.inFlightBytes.Add(-unused)
-		r.bytes.Release(unused)
-		held = int64(len(body))
-	}
-	return body, release, true
+	held := min(int64(len(body)), want)
+	r.win.Release(want - held)
+	return body, func() { r.win.Release(held) }, true
 }
 
 // readAll reads rd to its end into a buffer of at most limit+1 bytes (its
@@ -182,9 +174,8 @@ func readAll(rd io.Reader, limit int, sizeHint int64) ([]byte, error) {
 // its request is answered.
 type pending struct {
 	msg     receivers.Message
-	done    chan struct{}
+	done    chan struct{} // nil: not handed to the sink
 	settled receivers.Settled
-	handed  bool
 	// failure, when set, answers the message without handing it over.
 	failure *result
 }
@@ -229,35 +220,28 @@ func (r *Receiver) publish(ctx context.Context, ps []*pending) {
 		p.done = make(chan struct{})
 		p.msg.Receiver, p.msg.QoS, p.msg.ReceivedAt, p.msg.Size = r.o.ID, 1, now, len(p.msg.Payload)
 		p.msg.Report = func(s receivers.Settled) { p.settled = s }
-		p.handed = true
-		r.received.Add(1)
-		r.inFlight.Add(1)
+		r.win.Received.Add(1)
+		r.win.InFlight.Add(1)
 		r.sink.Accept(ctx, p.msg, func() { close(p.done) })
 	}
 	for _, p := range ps {
-		if !p.handed {
+		if p.done == nil {
 			continue
 		}
 		select {
 		case <-p.done:
 		case <-ctx.Done():
 		}
-	}
-	for _, p := range ps {
-		if !p.handed {
-			continue
-		}
-		r.inFlight.Add(-1)
+		r.win.InFlight.Add(-1)
 		select {
 		case <-p.done:
-			r.acked.Add(1)
+			r.win.Acked.Add(1)
 		default:
-			r.abandoned.Add(1)
+			r.win.Abandoned.Add(1)
 		}
 	}
 }
 
-// headers returns the configured request headers req carries.
 func (r *Receiver) headers(req *http.Request) map[string]string {
 	h := make(map[string]string, len(r.o.Headers)+1)
 	for _, name := range r.o.Headers {
@@ -268,37 +252,21 @@ func (r *Receiver) headers(req *http.Request) map[string]string {
 	return h
 }
 
-// allowed reports whether one of the receiver's topics matches topic.
-func (r *Receiver) allowed(topic string) bool {
-	for _, f := range r.o.Topics {
-		if topics.Match(f, topic) {
-			return true
-		}
-	}
-	return false
-}
-
 // DecodeTopic turns the escaped path after /v1/publish/ into an MQTT topic
 // name: each segment is URL-decoded (%2F decodes to a level separator) and
 // the result must be a valid topic name: not empty, at most 65535 bytes of
 // UTF-8 without NUL, no wildcard (+ or #). Errors wrap errTopic.
 func DecodeTopic(escaped string) (string, error) {
-	levels := strings.Split(escaped, "/")
-	for i, l := range levels {
-		s, err := url.PathUnescape(l)
-		if err != nil {
-			return "", fmt.Errorf("%w: %v", errTopic, err)
-		}
-		levels[i] = s
+	topic, err := url.PathUnescape(escaped)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", errTopic, err)
 	}
-	topic := strings.Join(levels, "/")
 	if err := validTopic(topic); err != nil {
 		return "", err
 	}
 	return topic, nil
 }
 
-// validTopic checks a topic name.
 func validTopic(topic string) error {
 	switch {
 	case topic == "":
@@ -313,7 +281,6 @@ func validTopic(topic string) error {
 	return nil
 }
 
-// checkKey checks an idempotency key.
 func checkKey(key string) error {
 	switch {
 	case key == "":

@@ -24,7 +24,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
@@ -34,12 +33,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/semaphore"
 
 	"github.com/gobridge/gobridge/receivers"
 )
@@ -118,17 +113,12 @@ type Receiver struct {
 	o      Options
 	sink   receivers.Sink
 	log    *slog.Logger
-	token  []byte // "Bearer " + Token
 	slots  chan struct{}
-	bytes  *semaphore.Weighted
+	win    *receivers.Window // bounds the bodies of open requests
 	ran    atomic.Bool
 	ready  chan struct{}
 	addr   atomic.Pointer[net.Addr]
-	mu     sync.Mutex
-	status receivers.Status
-
-	received, acked, abandoned, tooLarge, denied, malformed, busy atomic.Uint64
-	inFlight, inFlightBytes                                       atomic.Int64
+	status atomic.Pointer[receivers.Status] // nil: not listening yet
 }
 
 // New validates o and builds a receiver that hands messages to sink. It
@@ -168,15 +158,11 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 	for i, h := range o.Headers {
 		o.Headers[i] = http.CanonicalHeaderKey(h)
 	}
-	r := &Receiver{
+	return &Receiver{
 		o: o, sink: sink, log: logger.With("component", "receiver", "receiver", o.ID),
-		slots: make(chan struct{}, o.MaxInFlight), bytes: semaphore.NewWeighted(int64(o.MaxInflightBytes)),
-		ready: make(chan struct{}), status: receivers.Status{Reason: "not listening yet"},
-	}
-	if o.Token != "" {
-		r.token = []byte("Bearer " + o.Token)
-	}
-	return r, nil
+		slots: make(chan struct{}, o.MaxInFlight), win: receivers.NewWindow(o.MaxInflightBytes),
+		ready: make(chan struct{}),
+	}, nil
 }
 
 // Run listens and serves until ctx is done, then stops accepting, gives
@@ -190,7 +176,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 	}
 	ln, err := net.Listen("tcp", r.o.Listen)
 	if err != nil {
-		r.setStatus(receivers.Status{Reason: fmt.Sprintf("listen on %s: %v", r.o.Listen, err)})
+		r.status.Store(&receivers.Status{Reason: fmt.Sprintf("listen on %s: %v", r.o.Listen, err)})
 		return fmt.Errorf("listen on %s: %w", r.o.Listen, err)
 	}
 	addr := ln.Addr()
@@ -207,9 +193,9 @@ func (r *Receiver) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
 	}
 	r.addr.Store(&addr)
-	r.setStatus(receivers.Status{Connected: true, Subscribed: true})
+	r.status.Store(&receivers.Status{Connected: true, Subscribed: true})
 	close(r.ready)
-	r.log.Info("listening", "address", addr.String(), "tls", r.o.TLS != nil, "anonymous", r.token == nil,
+	r.log.Info("listening", "address", addr.String(), "tls", r.o.TLS != nil, "anonymous", r.o.Token == "",
 		"max_payload_bytes", r.o.MaxPayloadBytes, "max_in_flight", r.o.MaxInFlight)
 
 	served := make(chan error, 1)
@@ -224,7 +210,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		_ = srv.Close()
 		err = <-served
 	}
-	r.setStatus(receivers.Status{Reason: "stopped"})
+	r.status.Store(&receivers.Status{Reason: "stopped"})
 	r.log.Info("stopped")
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -245,29 +231,16 @@ func (r *Receiver) Addr() net.Addr {
 
 // Status reports Connected and Subscribed true while the receiver listens.
 func (r *Receiver) Status() receivers.Status {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.status
-}
-
-func (r *Receiver) setStatus(s receivers.Status) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.status = s
-}
-
-// Stats returns the receiver's counters: Received counts messages handed to
-// the sink, Acked those answered as settled, Abandoned those answered 503
-// because they were not settled in time; TooLarge, Denied (401, 403),
-// Malformed (400, 415) and Busy (503 at MaxInFlight) count refused
-// requests or batch lines.
-func (r *Receiver) Stats() receivers.Stats {
-	return receivers.Stats{
-		Received: r.received.Load(), Acked: r.acked.Load(), Abandoned: r.abandoned.Load(),
-		TooLarge: r.tooLarge.Load(), Denied: r.denied.Load(), Malformed: r.malformed.Load(), Busy: r.busy.Load(),
-		InFlight: int(r.inFlight.Load()), InFlightBytes: r.inFlightBytes.Load(),
+	if s := r.status.Load(); s != nil {
+		return *s
 	}
+	return receivers.Status{Reason: "not listening yet"}
 }
+
+// Stats returns the receiver's counters: Acked counts messages answered as
+// settled, Abandoned those answered 503 because they were not settled in
+// time; the others count refused requests or batch lines.
+func (r *Receiver) Stats() receivers.Stats { return r.win.Stats() }
 
 // EnvelopeID is the envelope ID of a message published with an
 // Idempotency-Key: the hex SHA-256 of the receiver's ID (the producer
@@ -281,14 +254,4 @@ func EnvelopeID(receiver, topic, key string) string {
 		_, _ = io.WriteString(h, s)
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// authorized reports whether req carries the bearer token (always, for an
-// anonymous receiver).
-func (r *Receiver) authorized(req *http.Request) bool {
-	if r.token == nil {
-		return true
-	}
-	got := []byte(strings.TrimSpace(req.Header.Get("Authorization")))
-	return subtle.ConstantTimeCompare(got, r.token) == 1
 }

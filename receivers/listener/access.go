@@ -113,14 +113,7 @@ func (a *access) acl(identity string) *ACL {
 
 // mayPublish reports whether topic matches one of the ACL's publish
 // filters.
-func (acl *ACL) mayPublish(topic string) bool {
-	for _, f := range acl.Publish {
-		if topics.Match(f, topic) {
-			return true
-		}
-	}
-	return false
-}
+func (acl *ACL) mayPublish(topic string) bool { return topics.MatchAny(acl.Publish, topic) }
 
 // maySubscribe reports whether filter (or a topic delivered to it) is a
 // valid filter covered by one of the ACL's subscribe filters.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/receivers"
+	"github.com/gobridge/gobridge/receivers/internal/testsink"
 )
 
 // fuzzTarget is one listener per fuzzing process: anonymous clients may
@@ -37,7 +38,7 @@ func startFuzzTarget(f *testing.F) *fuzzTarget {
 			AllowAnonymous: true, Anonymous: ACL{Publish: []string{"factory/public/#"}, Subscribe: []string{"factory/#"}},
 			Users:          []User{{Username: "press-1", Password: "pw", ACL: ACL{Publish: []string{"factory/press-1/#"}}}},
 			ConnectTimeout: 2 * time.Second,
-		}, receivers.SinkFunc(ft.accept), nil)
+		}, testsink.Func(ft.accept), nil)
 		if err != nil {
 			f.Fatal(err)
 		}

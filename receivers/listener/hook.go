@@ -90,16 +90,12 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	if cl.Net.Inline {
 		return pk, nil // the broker's own publications are not ingested again
 	}
-	if !l.enter() {
-		cl.Stop(errShutdown)
-		return pk, packets.ErrRejectPacket
-	}
-	defer l.hooks.Done()
-	a := l.acker(cl)
+	a := l.enter(cl)
 	if a == nil {
 		cl.Stop(errShutdown)
 		return pk, packets.ErrRejectPacket
 	}
+	defer l.hooks.Done()
 	pk.FixedHeader.Retain = pk.FixedHeader.Retain && l.o.Retain
 	qos := pk.FixedHeader.Qos
 	m := receivers.Message{
@@ -107,7 +103,7 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 		Retained: pk.FixedHeader.Retain, Duplicate: pk.FixedHeader.Dup, ReceivedAt: time.Now(),
 	}
 	reason := packets.CodeSuccess
-	toSink := l.matches(pk.TopicName)
+	toSink := topics.MatchAny(l.o.Topics, pk.TopicName)
 	switch {
 	case !l.access.Load().acl(string(cl.Properties.Username)).mayPublish(pk.TopicName):
 		l.win.Denied.Add(1)
@@ -193,13 +189,4 @@ func (h *hook) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
 	if a != nil {
 		a.cancel()
 	}
-}
-
-func (l *Listener) matches(topic string) bool {
-	for _, f := range l.o.Topics {
-		if topics.Match(f, topic) {
-			return true
-		}
-	}
-	return false
 }

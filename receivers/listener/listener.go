@@ -356,31 +356,22 @@ func (l *Listener) setStatus(s receivers.Status) {
 	l.status = s
 }
 
-// acker returns the publisher connection's acker, starting it on first use;
+// enter registers a hook call in progress (the caller calls hooks.Done)
+// and returns the publisher connection's acker, starting it on first use;
 // nil once Run is stopping.
-func (l *Listener) acker(cl *mochi.Client) *pubAcker {
+func (l *Listener) enter(cl *mochi.Client) *pubAcker {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if a, ok := l.ackers[cl]; ok {
-		return a
-	}
 	if l.closing {
 		return nil
 	}
-	a := &pubAcker{Acker: l.win.NewAcker(PublisherWindow)}
-	a.ctx, a.cancel = context.WithCancel(l.ctx)
-	l.ackers[cl] = a
-	l.hooks.Go(func() { a.Run(a.ctx) })
-	return a
-}
-
-// enter registers a hook call in progress; false once Run is stopping.
-func (l *Listener) enter() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closing {
-		return false
-	}
 	l.hooks.Add(1)
-	return true
+	a, ok := l.ackers[cl]
+	if !ok {
+		a = &pubAcker{Acker: l.win.NewAcker(PublisherWindow)}
+		a.ctx, a.cancel = context.WithCancel(l.ctx)
+		l.ackers[cl] = a
+		l.hooks.Go(func() { a.Run(a.ctx) })
+	}
+	return a
 }

@@ -11,6 +11,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/receivers"
+	"github.com/gobridge/gobridge/receivers/internal/testsink"
 )
 
 // BenchmarkListener_QoS1 measures QoS 1 ingest through the embedded
@@ -23,7 +24,7 @@ func BenchmarkListener_QoS1(b *testing.B) {
 	for _, delay := range []time.Duration{0, time.Millisecond} {
 		for _, pubs := range []int{1, 4} {
 			b.Run(fmt.Sprintf("settle=%s/publishers=%d", delay, pubs), func(b *testing.B) {
-				sink := receivers.SinkFunc(func(_ context.Context, _ receivers.Message, done func()) {
+				sink := testsink.Func(func(_ context.Context, _ receivers.Message, done func()) {
 					if delay == 0 {
 						done()
 						return

@@ -28,7 +28,11 @@ func (r *Receiver) onConnect(c paho.Client) {
 		*s = receivers.Status{Connected: true, Reason: "subscribing"}
 	})
 	r.log.Info("connected", "broker", r.currentBroker())
-	for _, sub := range r.o.Topics {
+	topics := r.o.Topics
+	if r.o.Adopt {
+		topics = nil // the adopted session holds its subscriptions
+	}
+	for _, sub := range topics {
 		tok := c.Subscribe(sub.Filter, sub.QoS, nil)
 		if !tok.WaitTimeout(subscribeTimeout) {
 			r.subscribeFailed(sub, "got no SUBACK within "+subscribeTimeout.String())
@@ -59,7 +63,7 @@ func (r *Receiver) onConnect(c paho.Client) {
 			*s = receivers.Status{Connected: true, Subscribed: true}
 		}
 	})
-	r.log.Info("subscribed", "topics", len(r.o.Topics))
+	r.log.Info("subscribed", "topics", len(topics))
 }
 
 func (r *Receiver) subscribeFailed(sub Subscription, why string) {
@@ -94,6 +98,9 @@ func (r *Receiver) onNotification(c paho.Client, n paho.ConnectionNotification) 
 		}
 		reason := fmt.Sprintf("disconnected from %s: %v", r.currentBroker(), n.Reason)
 		r.log.Warn("connection lost", "broker", r.currentBroker(), "error", n.Reason)
+		if r.o.Adopt {
+			r.lostOnce.Do(func() { close(r.lost) })
+		}
 		r.setStatus(func(s *receivers.Status) { *s = receivers.Status{Reason: reason} })
 	}
 }

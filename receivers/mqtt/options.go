@@ -66,6 +66,17 @@ type Options struct {
 	// receiver stops reading QoS 1/2 messages (the broker's flow control
 	// holds them) and drops QoS 0 messages, counted.
 	MaxInFlight int
+	// Window, when set, is shared with other receivers that stand for the
+	// same configured receiver (sessions adopted from other instances): its
+	// counters and MaxInflightBytes cover them all. Nil: a window of its own.
+	Window *receivers.Window
+	// Adopt takes over the persistent session another instance left
+	// (DESIGN.md §11.7): the receiver makes no subscription (the session
+	// holds them) and does not reconnect. Run returns ErrNoSession when the
+	// broker has no session for ClientID, and ErrConnectionLost when the
+	// connection drops (another client may have taken the session over).
+	// Needs CleanSession false.
+	Adopt bool
 }
 
 // Subscription is one topic filter with its requested QoS.
@@ -95,6 +106,9 @@ func (o Options) validate() (Options, []string, error) {
 		default:
 			return o, nil, fmt.Errorf("%w: broker URL %s: scheme must be tcp, ssl, ws or wss", ErrConfig, redacted[i])
 		}
+	}
+	if o.Adopt && o.CleanSession {
+		return o, nil, fmt.Errorf("%w: Adopt needs a persistent session (CleanSession false)", ErrConfig)
 	}
 	if len(o.Topics) == 0 {
 		return o, nil, fmt.Errorf("%w: no topics", ErrConfig)
@@ -128,7 +142,7 @@ func (o Options) clientOptions() *paho.ClientOptions {
 	opts.SetPassword(o.Password)
 	opts.SetKeepAlive(o.KeepAlive)
 	opts.SetConnectTimeout(o.ConnectTimeout)
-	opts.SetAutoReconnect(true)
+	opts.SetAutoReconnect(!o.Adopt)
 	opts.SetConnectRetry(true)
 	opts.SetConnectRetryInterval(time.Second)
 	opts.SetMaxReconnectInterval(MaxReconnectInterval)

@@ -40,6 +40,14 @@ const subscribeTimeout = 30 * time.Second
 // ErrAlreadyRun is returned by a second call to Run.
 var ErrAlreadyRun = errors.New("mqtt receiver: Run called twice")
 
+// ErrNoSession is returned by Run in Adopt mode when the broker had no
+// session for the client ID: there is nothing to take over.
+var ErrNoSession = errors.New("mqtt receiver: the broker has no session for this client id")
+
+// ErrConnectionLost is returned by Run in Adopt mode when the connection
+// dropped.
+var ErrConnectionLost = errors.New("mqtt receiver: connection lost")
+
 // Receiver subscribes to a broker and hands each message to a sink. Create
 // it with New; it is safe for concurrent use.
 type Receiver struct {
@@ -54,9 +62,14 @@ type Receiver struct {
 	toDispatch chan delivery // capacity MaxInFlight: the acker holds a slot for each
 	ctx        context.Context
 
+	lost     chan struct{} // closed when an Adopt connection drops
+	lostOnce sync.Once
 	ran      atomic.Bool
 	connects atomic.Uint64
 	failures atomic.Uint64 // failed connection attempts since the last success
+	// handed and acked count this receiver's messages (the window's
+	// counters may be shared with other receivers), for drain.
+	handed, acked atomic.Uint64
 
 	mu     sync.Mutex
 	status receivers.Status
@@ -84,7 +97,10 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 	if err != nil {
 		return nil, err
 	}
-	win := receivers.NewWindow(o.MaxInflightBytes)
+	win := o.Window
+	if win == nil {
+		win = receivers.NewWindow(o.MaxInflightBytes)
+	}
 	r := &Receiver{
 		o:          o,
 		brokers:    brokers,
@@ -94,6 +110,7 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 		win:        win,
 		acker:      win.NewAcker(o.MaxInFlight),
 		toDispatch: make(chan delivery, o.MaxInFlight),
+		lost:       make(chan struct{}),
 		status:     receivers.Status{Reason: "not connected yet"},
 	}
 	r.opts.SetDefaultPublishHandler(r.handle)
@@ -113,6 +130,8 @@ func (r *Receiver) Run(ctx context.Context) error {
 	if !r.ran.CompareAndSwap(false, true) {
 		return ErrAlreadyRun
 	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	r.ctx = ctx
 	client := paho.NewClient(r.opts)
 
@@ -123,8 +142,14 @@ func (r *Receiver) Run(ctx context.Context) error {
 	wg.Go(func() { r.acker.Run(ackCtx) })
 
 	r.log.Info("connecting", "brokers", r.brokers)
-	client.Connect() // with ConnectRetry the token completes only on success
-	<-ctx.Done()
+	tok := client.Connect() // with ConnectRetry the token completes only on success
+	var err error
+	if r.o.Adopt {
+		err = r.adopted(ctx, tok)
+		stop() // also when the adoption ended by itself
+	} else {
+		<-ctx.Done()
+	}
 
 	r.drain(ShutdownGrace)
 	// paho writes the acknowledgements already handed to it before the
@@ -158,7 +183,26 @@ func (r *Receiver) Run(ctx context.Context) error {
 	}
 	r.setStatus(func(s *receivers.Status) { *s = receivers.Status{Reason: "stopped"} })
 	r.log.Info("stopped")
-	return nil
+	return err
+}
+
+// adopted waits, in Adopt mode, until ctx is done, the broker turns out to
+// have no session for the client id, or the connection drops.
+func (r *Receiver) adopted(ctx context.Context, tok paho.Token) error {
+	select {
+	case <-tok.Done():
+	case <-ctx.Done():
+		return nil
+	}
+	if !tok.(*paho.ConnectToken).SessionPresent() {
+		return ErrNoSession
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-r.lost:
+		return ErrConnectionLost
+	}
 }
 
 // Status reports whether the receiver is connected and fully subscribed,
@@ -193,7 +237,8 @@ func (r *Receiver) handle(_ paho.Client, pm paho.Message) {
 	}
 	// The whole payload counts, truncated or not: paho's Ack holds the
 	// packet until the acknowledgement.
-	if done := r.acker.Add(r.ctx, m.Size, m.QoS > 0, pm.Ack); done != nil {
+	ack := func() { pm.Ack(); r.acked.Add(1) }
+	if done := r.acker.Add(r.ctx, m.Size, m.QoS > 0, ack); done != nil {
 		r.toDispatch <- delivery{m: m, done: done}
 	}
 }
@@ -210,6 +255,7 @@ func (r *Receiver) dispatch(ctx context.Context) {
 				return
 			}
 			r.win.Received.Add(1)
+			r.handed.Add(1)
 			r.sink.Accept(ctx, d.m, d.done)
 		}
 	}
@@ -222,7 +268,7 @@ func (r *Receiver) drain(grace time.Duration) {
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for s := r.win.Stats(); s.Acked < s.Received; s = r.win.Stats() {
+	for r.acked.Load() < r.handed.Load() {
 		select {
 		case <-deadline.C:
 			return

@@ -23,7 +23,7 @@ func BenchmarkReceiver_QoS1FromMosquitto(b *testing.B) {
 	url := testservices.MQTTURL(b)
 	id := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	topic := "gbtest/" + id + "/bench"
-	sink := receivers.SinkFunc(func(_ context.Context, _ receivers.Message, done func()) { done() })
+	sink := testsink.Func(func(_ context.Context, _ receivers.Message, done func()) { done() })
 	r, err := New(config(url, id, topic), sink, nil)
 	if err != nil {
 		b.Fatal(err)

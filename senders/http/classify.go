@@ -2,7 +2,6 @@ package http
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	nethttp "net/http"
@@ -48,12 +47,6 @@ func (e *StatusError) Error() string {
 	}
 	return b.String()
 }
-
-// ErrStatus is matched by every *StatusError with errors.Is.
-var ErrStatus = errors.New("http: unexpected status")
-
-// Is reports target == ErrStatus.
-func (e *StatusError) Is(target error) bool { return target == ErrStatus }
 
 // classify turns a response into a delivery outcome and drains and closes its
 // body so that the connection can be reused. It tells the target's failures

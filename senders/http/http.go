@@ -39,13 +39,10 @@ type header struct {
 // Sender posts each envelope to the configured URL. It is safe for concurrent
 // use; concurrent Send calls share one keep-alive connection pool.
 type Sender struct {
-	id      string
 	method  string
 	url     *urlTemplate
 	headers []header
-	hasCT   bool
 	client  *nethttp.Client
-	tr      *nethttp.Transport
 	log     *slog.Logger
 }
 
@@ -69,7 +66,7 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 	if err != nil {
 		return nil, fmt.Errorf("http sender %q: url %s: %w", cfg.ID, redact.URL(o.URL), err)
 	}
-	if u.isLiteral() {
+	if !u.perMessage() {
 		if _, err := u.render(&message.Envelope{}, nil); err != nil {
 			return nil, fmt.Errorf("http sender %q: %w", cfg.ID, err)
 		}
@@ -79,7 +76,6 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 		return nil, fmt.Errorf("http sender %q: method %q: %w", cfg.ID, o.Method, err)
 	}
 	s := &Sender{
-		id:     cfg.ID,
 		method: method,
 		url:    u,
 		log:    logger.With("component", "sender", "sender", cfg.ID),
@@ -93,12 +89,9 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 		if name == "Host" && !t.IsLiteral() {
 			return nil, fmt.Errorf("http sender %q: header Host: %w", cfg.ID, ErrTemplatedHost)
 		}
-		if name == "Content-Type" {
-			s.hasCT = true
-		}
 		s.headers = append(s.headers, header{name: name, value: t})
 	}
-	tlsConf, err := tlsConfig(o.TLS)
+	tlsConf, err := o.TLS.Config(false)
 	if err != nil {
 		return nil, fmt.Errorf("http sender %q: %w", cfg.ID, err)
 	}
@@ -112,7 +105,6 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 	// more sends in flight than one route's max_in_flight, and a request
 	// waiting for a connection would spend its timeout waiting.
 	tr.TLSClientConfig = tlsConf
-	s.tr = tr
 	s.client = &nethttp.Client{
 		Transport: tr,
 		Timeout:   cmp.Or(o.Timeout.D(), DefaultTimeout),
@@ -129,7 +121,7 @@ func (s *Sender) BatchSize() int { return 1 }
 // Close closes the idle connections of the pool. Send must not be called
 // after Close.
 func (s *Sender) Close() error {
-	s.tr.CloseIdleConnections()
+	s.client.CloseIdleConnections()
 	return nil
 }
 
@@ -186,8 +178,9 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 	if err != nil {
 		return nil, fmt.Errorf("build request for %s: %w", redact.URL(u.String()), errBadURL)
 	}
+	req.Header.Set("Content-Type", DefaultContentType) // unless a header sets it
 	for _, h := range s.headers {
-		v, err := h.value.RenderWith(e, &p)
+		v, err := h.value.Render(e, &p)
 		if err != nil {
 			return nil, fmt.Errorf("header %s: %w", h.name, err)
 		}
@@ -199,9 +192,6 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 			continue
 		}
 		req.Header.Set(h.name, v)
-	}
-	if !s.hasCT {
-		req.Header.Set("Content-Type", DefaultContentType)
 	}
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", "gobridge")

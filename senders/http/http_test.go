@@ -155,7 +155,7 @@ func TestSender_StatusClasses(t *testing.T) {
 				return
 			}
 			var se *StatusError
-			if !errors.As(err, &se) || se.Status != c.status || !errors.Is(err, ErrStatus) {
+			if !errors.As(err, &se) || se.Status != c.status {
 				t.Fatalf("error %v is not a *StatusError with status %d", err, c.status)
 			}
 			wantBody := c.body

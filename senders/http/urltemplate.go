@@ -32,22 +32,14 @@ type urlPart struct {
 
 // perMessage reports whether the URL has per-message placeholders (a 404
 // then says this message's URL is wrong, not that the target is).
-func (u *urlTemplate) perMessage() bool {
-	for _, p := range u.parts {
-		if p.value != nil {
-			return true
-		}
-	}
-	return false
-}
+func (t *urlTemplate) perMessage() bool { return len(t.parts) > 1 || t.parts[0].value != nil }
 
 // errURLTarget marks a rendered URL that would change the target: a dot
 // segment in the path, or another scheme or host.
 var errURLTarget = errors.New("rendered url leaves its target")
 
-// parseURLTemplate parses s with the delivery template grammar and splits it
-// into literals and single placeholders. The scheme and host must come
-// before the first placeholder, ended by '/', '?' or '#'.
+// parseURLTemplate parses s with the delivery template grammar. The scheme
+// and host must come before the first placeholder, ended by '/', '?' or '#'.
 func parseURLTemplate(s string) (*urlTemplate, error) {
 	whole, err := message.ParseTemplate(s)
 	if err != nil {
@@ -62,13 +54,16 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 		return nil, err
 	}
 	t := &urlTemplate{scheme: o.Scheme, host: o.Host}
-	var lit strings.Builder
 	inQuery := false
-	// addLiteral appends a literal part; in the path, bytes a URL path
-	// cannot hold raw (a space, '{') are percent-encoded, as Go would send
-	// them: otherwise url.Parse would drop the raw path and decode every
-	// value's %2F into a separator.
-	addLiteral := func(l string) {
+	for _, part := range whole.Split() {
+		if !part.IsLiteral() {
+			t.parts = append(t.parts, urlPart{value: part, query: inQuery})
+			continue
+		}
+		// In the path, bytes a URL path cannot hold raw (a space, '{') are
+		// percent-encoded, as Go would send them: otherwise url.Parse would
+		// drop the raw path and decode every value's %2F into a separator.
+		l := part.LiteralPrefix()
 		if !inQuery {
 			end := strings.IndexAny(l, "?#")
 			if end < 0 {
@@ -78,34 +73,6 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 			l = escapePathLiteral(l[:end]) + l[end:]
 		}
 		t.parts = append(t.parts, urlPart{literal: l})
-	}
-	for i := 0; i < len(s); {
-		switch {
-		case strings.HasPrefix(s[i:], "{{"):
-			lit.WriteByte('{')
-			i += 2
-		case strings.HasPrefix(s[i:], "}}"):
-			lit.WriteByte('}')
-			i += 2
-		case s[i] == '{':
-			end := strings.IndexByte(s[i:], '}') // ParseTemplate accepted s: it exists
-			if lit.Len() > 0 {
-				addLiteral(lit.String())
-				lit.Reset()
-			}
-			v, err := message.ParseTemplate(s[i : i+end+1])
-			if err != nil {
-				return nil, err
-			}
-			t.parts = append(t.parts, urlPart{value: v, query: inQuery})
-			i += end + 1
-		default:
-			lit.WriteByte(s[i])
-			i++
-		}
-	}
-	if lit.Len() > 0 {
-		addLiteral(lit.String())
 	}
 	// A probe with plain values must parse: a malformed literal ("%zz")
 	// would otherwise fail every message.
@@ -148,16 +115,6 @@ func urlOrigin(prefix string, literal bool) (string, bool) {
 	return prefix, literal
 }
 
-// isLiteral reports whether the url has no placeholders.
-func (t *urlTemplate) isLiteral() bool {
-	for _, p := range t.parts {
-		if p.value != nil {
-			return false
-		}
-	}
-	return true
-}
-
 // render fills the url from e, escaping each value, and returns it parsed.
 // A placeholder e cannot fill returns the template's *message.FieldError; a
 // url that would leave its target returns errURLTarget.
@@ -168,7 +125,7 @@ func (t *urlTemplate) render(e *message.Envelope, p *message.ParsedPayload) (*ur
 			b.WriteString(part.literal)
 			continue
 		}
-		v, err := part.value.RenderWith(e, p)
+		v, err := part.value.Render(e, p)
 		if err != nil {
 			return nil, err
 		}

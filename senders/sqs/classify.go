@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	smithy "github.com/aws/smithy-go"
@@ -86,16 +87,13 @@ func (e *EntryError) Error() string {
 	return fmt.Sprintf("sqs: entry failed: %s (%s fault): %s", e.Code, fault, e.Message)
 }
 
-// ErrorCode returns the SQS error code.
-func (e *EntryError) ErrorCode() string { return e.Code }
-
 // classifyEntry sorts a failed entry: throttling codes are
 // senders.Capacity, a sender fault with a message error code is
 // senders.Permanent (SQS says this message will never be accepted),
 // anything else (a sender fault about the queue or the credentials, a
 // server fault) is transient.
 func classifyEntry(f types.BatchResultErrorEntry) error {
-	e := &EntryError{Code: deref(f.Code), Message: deref(f.Message), SenderFault: f.SenderFault}
+	e := &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
 	switch {
 	case throttleCodes[e.Code]:
 		return senders.Capacity(e, 0)
@@ -103,11 +101,4 @@ func classifyEntry(f types.BatchResultErrorEntry) error {
 		return senders.Permanent(e)
 	}
 	return e
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }

@@ -3,9 +3,9 @@ package sqs
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -38,9 +38,6 @@ const (
 	stringType = "String"
 )
 
-// ErrInvalidMessage is matched (errors.Is) by every *MessageError.
-var ErrInvalidMessage = errors.New("sqs: invalid message")
-
 // MessageError is a message that SQS would refuse (too large, too many
 // attributes, characters SQS does not accept, a template it cannot fill).
 // Send returns it wrapped in senders.Permanent; the rest of the batch is
@@ -59,9 +56,6 @@ func (e *MessageError) Error() string {
 }
 
 func (e *MessageError) Unwrap() error { return e.Err }
-
-// Is reports target == ErrInvalidMessage.
-func (e *MessageError) Is(target error) bool { return target == ErrInvalidMessage }
 
 // attribute is one configured attribute with its parsed value template.
 type attribute struct {
@@ -97,14 +91,14 @@ func (s *Sender) build(index int, e *message.Envelope) (entry, error) {
 		attrs[name] = types.MessageAttributeValue{DataType: aws.String(stringType), StringValue: aws.String(value)}
 		size += len(name) + len(stringType) + len(value)
 	}
-	for _, name := range sortedKeys(e.Headers) {
+	for _, name := range slices.Sorted(maps.Keys(e.Headers)) {
 		if reason := checkAttributeName(name); reason != "" {
 			return fail(nil, "header %q cannot be an SQS attribute: %s", name, reason)
 		}
 		set(name, e.Headers[name])
 	}
 	for _, a := range s.attrs {
-		v, err := a.value.RenderWith(e, &p)
+		v, err := a.value.Render(e, &p)
 		if err != nil {
 			return fail(err, "attribute %s", a.name)
 		}
@@ -132,7 +126,7 @@ func (s *Sender) build(index int, e *message.Envelope) (entry, error) {
 		MessageAttributes: attrs,
 	}
 	if s.fifo {
-		g, err := s.group.RenderWith(e, &p)
+		g, err := s.group.Render(e, &p)
 		if err != nil {
 			return fail(err, "message_group_id")
 		}
@@ -207,15 +201,6 @@ func checkAttributeName(name string) string {
 		}
 	}
 	return ""
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // chunks splits entries, in order, into batches of at most size entries and

@@ -70,7 +70,7 @@ func TestSender_FIFOGroupMustBeValid(t *testing.T) {
 		"space":          {ID: "2", Payload: []byte("x"), Headers: map[string]string{"line": "a b"}},
 		"too long":       {ID: "3", Payload: []byte("x"), Headers: map[string]string{"line": strings.Repeat("g", 129)}},
 	} {
-		if _, err := s.build(0, env); !errors.Is(err, ErrInvalidMessage) {
+		if _, err := s.build(0, env); !errors.As(err, new(*MessageError)) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -109,8 +109,8 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 		}
 		t.Log(err)
 	}
-	if s := offlineSender(t, routes.SenderOptions{QueueURL: std}); s.BatchSize() != 10 || s.FIFO() {
-		t.Errorf("defaults: batch %d fifo %v", s.BatchSize(), s.FIFO())
+	if s := offlineSender(t, routes.SenderOptions{QueueURL: std}); s.BatchSize() != 10 || s.fifo {
+		t.Errorf("defaults: batch %d fifo %v", s.BatchSize(), s.fifo)
 	}
 }
 

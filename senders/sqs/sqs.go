@@ -4,6 +4,7 @@
 package sqs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,12 +23,8 @@ import (
 	"github.com/gobridge/gobridge/senders"
 )
 
-// DefaultBatchSize is the batch size when the config leaves it zero.
-const DefaultBatchSize = MaxBatchSize
-
 // Sender sends envelopes to one queue. It is safe for concurrent use.
 type Sender struct {
-	id        string
 	queueURL  string
 	fifo      bool
 	group     *message.Template // FIFO only
@@ -58,14 +55,10 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		return fail("queue_url is required")
 	}
 	s := &Sender{
-		id:        cfg.ID,
 		queueURL:  o.QueueURL,
 		fifo:      strings.HasSuffix(o.QueueURL, ".fifo"),
-		batchSize: o.BatchSize,
+		batchSize: cmp.Or(o.BatchSize, MaxBatchSize),
 		log:       logger.With("component", "sender", "sender", cfg.ID),
-	}
-	if s.batchSize == 0 {
-		s.batchSize = DefaultBatchSize
 	}
 	if s.batchSize < 1 || s.batchSize > MaxBatchSize {
 		return fail("batch_size %d is outside 1..%d", o.BatchSize, MaxBatchSize)
@@ -139,9 +132,6 @@ func regionOf(queueURL string) string {
 // BatchSize returns the configured batch size (1..10).
 func (s *Sender) BatchSize() int { return s.batchSize }
 
-// FIFO reports whether the queue is a FIFO queue.
-func (s *Sender) FIFO() bool { return s.fifo }
-
 // Send delivers envs and returns one error per envelope (nil: SQS accepted
 // it). The envelopes go out together, in order, in SendMessageBatch calls of
 // at most BatchSize entries and MaxBatchBytes bytes. A message SQS would
@@ -185,20 +175,17 @@ func (s *Sender) sendBatch(ctx context.Context, batch []entry, errs []error) {
 		}
 		return
 	}
-	done := make(map[int]bool, len(batch))
+	for _, en := range batch {
+		errs[en.index] = errNoResult // unless the response mentions it
+	}
 	for _, ok := range out.Successful {
-		if i, found := byID[deref(ok.Id)]; found {
-			errs[i], done[i] = nil, true
+		if i, found := byID[aws.ToString(ok.Id)]; found {
+			errs[i] = nil
 		}
 	}
 	for _, f := range out.Failed {
-		if i, found := byID[deref(f.Id)]; found {
-			errs[i], done[i] = classifyEntry(f), true
-		}
-	}
-	for _, en := range batch {
-		if !done[en.index] {
-			errs[en.index] = errNoResult
+		if i, found := byID[aws.ToString(f.Id)]; found {
+			errs[i] = classifyEntry(f)
 		}
 	}
 }

@@ -247,7 +247,7 @@ func TestSender_SplitsBatchesAtTheByteLimit(t *testing.T) {
 func TestSender_FIFOGroupAndDeduplicationIDs(t *testing.T) {
 	q := newQueue(t, true)
 	s := newSender(t, routes.SenderOptions{QueueURL: q.queueURL, Endpoint: q.endpoint, MessageGroupID: "{topic.1}"})
-	if !s.FIFO() {
+	if !s.fifo {
 		t.Fatal("a .fifo queue URL must make a FIFO sender")
 	}
 	var envs []*message.Envelope
@@ -308,7 +308,7 @@ func TestSender_PartialBatchFailure(t *testing.T) {
 		t.Errorf("oversized: %v", errs[1])
 	}
 	var fe *message.FieldError
-	if !errors.As(errs[3], &fe) || fe.Placeholder != "payload.device" || !errors.Is(errs[3], ErrInvalidMessage) {
+	if !errors.As(errs[3], &fe) || fe.Placeholder != "payload.device" || !errors.As(errs[3], &me) {
 		t.Errorf("unrenderable: %v", errs[3])
 	}
 	if got := w.seen(); !slices.Equal(got, []int{3}) {

@@ -31,7 +31,7 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	if req.Partition >= maxParts {
 		return nil, fmt.Errorf("%w: partition %d", stores.ErrInvalid, req.Partition)
 	}
-	if err := s.check(ctx); err != nil {
+	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
@@ -50,33 +50,27 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 }
 
 func (s *Store) claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
-	pk := partPK(req.Session, req.Partition)
-	lease := stores.PartitionLease(req.Session, req.Partition)
-	items, err := s.getItems(ctx, []map[string]types.AttributeValue{key(pk, metaSK), key(leasePK(lease), leaseSK)})
+	pk, lease := partPK(req.Session, req.Partition), stores.PartitionLease(req.Session, req.Partition)
+	items, err := s.getItems(ctx, []item{key(pk, metaSK), leaseKey(lease)})
 	if err != nil {
 		return nil, err
 	}
-	le := items[itemID(key(leasePK(lease), leaseSK))]
-	if le == nil || getN(le, aToken) != req.Token || getS(le, aOwner) == "" {
+	le := items[itemID(leaseKey(lease))]
+	if le == nil || getN(le, "token") != req.Token || getS(le, "owner") == "" {
 		return nil, stores.ErrLeaseLost
 	}
-	n := getN(items[itemID(key(pk, metaSK))], aCounter)
+	n := getN(items[itemID(key(pk, metaSK))], "n")
 	last := n<<partBits | int64(maxParts-1)
 	from := max(req.After+1, 1)
 	if n == 0 || from > last {
 		return nil, nil
 	}
-	var found []map[string]types.AttributeValue
+	var found []item
 	err = s.query(ctx, &dynamodb.QueryInput{
-		KeyConditionExpression:   aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
-		FilterExpression:         aws.String("#tok <> :tok"),
-		ExpressionAttributeNames: map[string]string{"#pk": aPK, "#sk": aSK, "#tok": aToken},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":pk": vS(pk), ":from": vS(seqSK(from)), ":to": vS(seqSK(last)), ":tok": vN(req.Token),
-		},
-		ConsistentRead: aws.Bool(true),
-		Limit:          aws.Int32(int32(min(max(req.Limit, 100), 1000))),
-	}, func(it map[string]types.AttributeValue) bool {
+		KeyConditionExpression: aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
+		FilterExpression:       aws.String("#token <> :token"),
+		Limit:                  aws.Int32(int32(min(max(req.Limit, 100), 1000))),
+	}, []any{":pk", pk, ":from", seqSK(from), ":to", seqSK(last), ":token", req.Token}, func(it item) bool {
 		found = append(found, it)
 		return len(found) < req.Limit
 	})
@@ -101,18 +95,11 @@ func (s *Store) claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 
 // take sets the token of records to token in one transaction, provided
 // the lease is held under it and none of them changed since it was read.
-func (s *Store) take(ctx context.Context, lease string, token int64, records []map[string]types.AttributeValue) error {
+func (s *Store) take(ctx context.Context, lease string, token int64, records []item) error {
 	items := []types.TransactWriteItem{s.leaseCheck(lease, token)}
 	for _, it := range records {
-		items = append(items, types.TransactWriteItem{Update: &types.Update{
-			TableName: s.table, Key: key(getS(it, aPK), getS(it, aSK)),
-			UpdateExpression:         aws.String("SET #tok = :tok"),
-			ConditionExpression:      aws.String("#tok = :old AND #att = :att"),
-			ExpressionAttributeNames: map[string]string{"#tok": aToken, "#att": aAttempts},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":tok": vN(token), ":old": vN(getN(it, aToken)), ":att": vN(getN(it, aAttempts)),
-			},
-		}})
+		items = append(items, s.tw(key(getS(it, "pk"), getS(it, "sk")), "SET #token = :token",
+			"#token = :old AND #attempts = :att", ":token", token, ":old", getN(it, "token"), ":att", getN(it, "attempts")))
 	}
 	err := s.transact(ctx, items)
 	rs := reasons(err)

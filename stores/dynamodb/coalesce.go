@@ -2,9 +2,7 @@ package dynamodb
 
 import (
 	"context"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"slices"
 
 	"github.com/gobridge/gobridge/stores"
 )
@@ -16,9 +14,9 @@ import (
 // conditions on that record find out, and the group then ignores it.
 type group struct {
 	pk, session, route string
-	read               bool                            // its pointer is in the Write's first read
-	ptr                map[string]types.AttributeValue // the pointer as in the table; nil: none
-	ignore             bool                            // the record ptr names is claimed or gone
+	read               bool // its pointer is in the Write's first read
+	ptr                item // the pointer as in the table; nil: none
+	ignore             bool // the record ptr names is claimed or gone
 
 	// Set by coalesce for the current attempt.
 	cur     *op  // the append of this transaction now waiting
@@ -35,7 +33,7 @@ type group struct {
 func coalesce(c []*op) []*group {
 	var groups []*group
 	for _, o := range c {
-		if g := o.g; g != nil && !o.skip && !contains(groups, g) {
+		if g := o.g; g != nil && !o.skip && !slices.Contains(groups, g) {
 			g.cur, g.waiting, g.check, g.replace = nil, g.ptr != nil && !g.ignore, false, false
 			groups = append(groups, g)
 		}
@@ -45,7 +43,7 @@ func coalesce(c []*op) []*group {
 		if g == nil || o.skip {
 			continue
 		}
-		if g.cur == nil && g.waiting && getS(g.ptr, aID) == o.r.Envelope.ID {
+		if g.cur == nil && g.waiting && getS(g.ptr, "id") == o.r.Envelope.ID {
 			o.skip = true // the waiting record itself, appended again
 			continue
 		}
@@ -54,7 +52,7 @@ func coalesce(c []*op) []*group {
 		case g.cur != nil && nanos(g.cur.r.Envelope.ReceivedAt) > recv:
 			o.absorbed = true
 			continue
-		case g.cur == nil && g.waiting && getN(g.ptr, aReceived) > recv:
+		case g.cur == nil && g.waiting && getN(g.ptr, "received_at") > recv:
 			o.absorbed, g.check = true, true
 			continue
 		case g.cur != nil:
@@ -70,30 +68,23 @@ func coalesce(c []*op) []*group {
 	return groups
 }
 
-func contains(gs []*group, g *group) bool {
-	for _, x := range gs {
-		if x == g {
-			return true
-		}
-	}
-	return false
+// key is the key of record id of g's session and route.
+func (g *group) key(id string) stores.Key {
+	return stores.Key{Session: g.session, Route: g.route, ID: id}
 }
 
 // pointer adds the items of group g: the replaced record's delete and
 // tombstone (or the check that the record that absorbed appends still
 // waits), and the pointer to the new waiting record.
 func (t *txn) pointer(g *group, ttl int64) {
-	ro := role{kind: roleReplaced, g: g}
-	unclaimed := map[string]types.AttributeValue{":zero": vN(0)}
+	s, ro := t.s, func(item) { g.ignore = true } // the record the pointer names was claimed or settled
 	switch {
 	case g.replace:
-		t.del(ro, loc(g.ptr), "#tok = :zero", unclaimed)
-		t.tombstone(ro, key(keyPK(getS(g.ptr, aID)), keySK(g.session, g.route)), stores.Live, ttl)
-		t.count(g.session, g.route, -1, -getN(g.ptr, aSize), 0)
+		t.add(ro, s.tw(loc(g.ptr), "delete", "#token = :zero", ":zero", 0))
+		t.tombstone(ro, keyOf(g.key(getS(g.ptr, "id"))), stores.Live, ttl)
+		t.count(g.session, g.route, -1, -getN(g.ptr, "size"), 0)
 	case g.check:
-		t.add(ro, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: t.s.table, Key: loc(g.ptr),
-			ConditionExpression: aws.String("#tok = :zero"), ExpressionAttributeNames: map[string]string{"#tok": aToken},
-			ExpressionAttributeValues: unclaimed}})
+		t.add(ro, s.tw(loc(g.ptr), "", "#token = :zero", ":zero", 0))
 	}
 	if g.cur == nil {
 		if g.replace {
@@ -103,24 +94,19 @@ func (t *txn) pointer(g *group, ttl int64) {
 	}
 	r := &g.cur.r
 	ptr := key(g.pk, ptrSK)
-	ptr[aID], ptr[aLocPK], ptr[aLocSK] = vS(r.Envelope.ID), vS(g.cur.pk), vS(seqSK(r.Seq))
-	ptr[aReceived], ptr[aSize] = vT(r.Envelope.ReceivedAt), vN(r.Size())
-	p := &types.Put{TableName: t.s.table, Item: ptr, ConditionExpression: aws.String("attribute_not_exists(pk)")}
+	ptr["id"], ptr["loc_pk"], ptr["loc_sk"] = av(r.Envelope.ID), av(g.cur.pk), av(seqSK(r.Seq))
+	ptr["received_at"], ptr["size"] = av(r.Envelope.ReceivedAt), av(r.Size())
+	cond, kv := "attribute_not_exists(pk)", []any(nil)
 	if g.ptr != nil {
-		p.ConditionExpression = aws.String("#id = :id")
-		p.ExpressionAttributeNames = map[string]string{"#id": aID}
-		p.ExpressionAttributeValues = map[string]types.AttributeValue{":id": vS(getS(g.ptr, aID))}
+		cond, kv = "#id = :id", []any{":id", getS(g.ptr, "id")}
 	}
-	t.add(role{kind: rolePointer, g: g}, types.TransactWriteItem{Put: p})
+	t.add(func(item) { t.refetch = append(t.refetch, g) }, s.tw(ptr, "put", cond, kv...)) // moved by another process
 	t.after = append(t.after, func() { g.ptr, g.ignore = ptr, false })
 }
 
 // refetch reads the pointers of gs again after another process moved them.
 func (s *Store) refetch(ctx context.Context, gs []*group) error {
-	if len(gs) == 0 {
-		return nil
-	}
-	var keys []map[string]types.AttributeValue
+	var keys []item
 	for _, g := range gs {
 		keys = append(keys, key(g.pk, ptrSK))
 	}

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"reflect"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -13,58 +15,21 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Attribute names. Record and dead-letter items hold a whole Record; the
-// other items hold the few attributes the layout (package doc) names.
-const (
-	aPK, aSK   = "pk", "sk"
-	aSession   = "session"
-	aRoute     = "route"
-	aPart      = "part"
-	aSeq       = "seq"
-	aID        = "id"
-	aTopic     = "topic"
-	aPayload   = "payload"
-	aHeaders   = "headers"
-	aQoS       = "qos"
-	aOrderKey  = "okey"
-	aCoKey     = "ckey"
-	aCause     = "cause"
-	aRaw       = "raw"
-	aTruncated = "truncated"
-	aCreated   = "created_at"
-	aReceived  = "received_at"
-	aExpires   = "expires_at"
-	aAttempts  = "attempts"
-	aFirst     = "first_at"
-	aNext      = "next_at"
-	aLastErr   = "last_error"
-	aToken     = "token"
-	aDeadAt    = "dead_at"
-	aReason    = "dead_reason"
-	aState     = "state" // key items: live, dead or done
-	aLocPK     = "loc_pk"
-	aLocSK     = "loc_sk"
-	aSize      = "size"
-	aTTL       = "ttl" // epoch seconds: DynamoDB's TTL deletes the item after it
-	aCounter   = "n"   // partition items: the last Seq counter committed
-	aParts     = "parts"
-	aName      = "name"
-	aOwner     = "owner"
-	aUntil     = "until"
-)
+type item = map[string]types.AttributeValue
 
 const (
 	metaSK    = "m" // the partition item, after every Seq sort key
-	regPK     = "reg"
-	leaseReg  = "leases"
+	statsPK   = "stats"
 	ptrSK     = "c"
-	leaseSK   = "l"
-	maxParts  = 1 << partBits
 	partBits  = 10
+	maxParts  = 1 << partBits
 	maxReason = 4 << 10
 	// maxItemBytes keeps a record under DynamoDB's 400 KB item limit with
 	// room for what dead-lettering adds (a reason of up to maxReason).
 	maxItemBytes = 390_000
+	// statsShards is how many stats items a session's counts are spread
+	// over, so that writers rarely touch the same item.
+	statsShards = 16
 )
 
 // digest is the hex SHA-256 of parts, each length-prefixed so that no two
@@ -87,14 +52,15 @@ func bound(s string) string {
 
 func partPK(session string, part int) string { return "p#" + bound(session) + "#" + strconv.Itoa(part) }
 func seqSK(seq int64) string                 { return fmt.Sprintf("%019d", seq) }
-func keyPK(id string) string                 { return "k#" + digest(id) }
 func keySK(session, route string) string     { return digest(session, route) }
 func deadPK(route string) string             { return "d#" + bound(route) }
-func statsPK(session string) string          { return "s#" + bound(session) }
-func leasePK(name string) string             { return "l#" + bound(name) }
-func ptrPK(session, route, ck string) string {
-	return "c#" + digest(session, route, ck)
-}
+func ptrPK(session, route, ck string) string { return "c#" + digest(session, route, ck) }
+
+// leaseKey is the key of lease name: every lease is in one item collection,
+// which List reads by prefix.
+func leaseKey(name string) item { return key("leases", name) }
+
+func keyOf(k stores.Key) item { return key("k#"+digest(k.ID), keySK(k.Session, k.Route)) }
 
 // deadSK orders a route's dead letters by DeadAt, then Seq; the digest of
 // the key keeps letters of different sessions apart.
@@ -104,17 +70,13 @@ func deadSK(r *stores.Record) string {
 
 func deadPrefix(deadAt, seq int64) string { return fmt.Sprintf("%020d.%019d", max(deadAt, 0), seq) }
 
-func key(pk, sk string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{aPK: vS(pk), aSK: vS(sk)}
-}
+func key(pk, sk string) item { return item{"pk": av(pk), "sk": av(sk)} }
 
-func vS(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
-func vN(n int64) types.AttributeValue {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
-}
-func vT(t time.Time) types.AttributeValue {
-	return vN(nanos(t))
-}
+// loc is the key of the record or dead letter a key item or coalesce
+// pointer names.
+func loc(it item) item { return key(getS(it, "loc_pk"), getS(it, "loc_sk")) }
+
+func itemID(it item) string { return getS(it, "pk") + "\x00" + getS(it, "sk") }
 
 func nanos(t time.Time) int64 {
 	if t.IsZero() {
@@ -123,15 +85,65 @@ func nanos(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-func getS(it map[string]types.AttributeValue, k string) string {
-	v, _ := it[k].(*types.AttributeValueMemberS)
-	if v == nil {
-		return ""
+// av is the attribute value of a string, number, time (Unix ns), bool or
+// []byte.
+func av(v any) types.AttributeValue {
+	switch v := v.(type) {
+	case string:
+		return &types.AttributeValueMemberS{Value: v}
+	case int64:
+		return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+	case int:
+		return av(int64(v))
+	case time.Time:
+		return av(nanos(v))
+	case bool:
+		return &types.AttributeValueMemberBOOL{Value: v}
+	case []byte:
+		return &types.AttributeValueMemberB{Value: v}
+	case types.AttributeValue:
+		return v
 	}
-	return v.Value
+	panic(fmt.Sprintf("dynamodb: no attribute value for %T", v))
 }
 
-func getN(it map[string]types.AttributeValue, k string) int64 {
+var placeholder = regexp.MustCompile(`#\w+`)
+
+// expr returns the attribute names and values of expressions: each #x in
+// them names the attribute x, and kv holds pairs of a placeholder and its
+// value (":x", see av) or attribute name ("#x", for names with other
+// characters).
+func expr(kv []any, exprs ...string) (map[string]string, item) {
+	names, vals := map[string]string{}, item{}
+	for _, e := range exprs {
+		for _, p := range placeholder.FindAllString(e, -1) {
+			names[p] = p[1:]
+		}
+	}
+	for i := 0; i < len(kv); i += 2 {
+		if p := kv[i].(string); p[0] == '#' {
+			names[p] = kv[i+1].(string)
+		} else {
+			vals[p] = av(kv[i+1])
+		}
+	}
+	if len(names) == 0 {
+		names = nil
+	}
+	if len(vals) == 0 {
+		vals = nil
+	}
+	return names, vals
+}
+
+func getS(it item, k string) string {
+	if v, ok := it[k].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func getN(it item, k string) int64 {
 	v, _ := it[k].(*types.AttributeValueMemberN)
 	if v == nil {
 		return 0
@@ -140,92 +152,70 @@ func getN(it map[string]types.AttributeValue, k string) int64 {
 	return n
 }
 
-func getT(it map[string]types.AttributeValue, k string) time.Time {
+func getT(it item, k string) time.Time {
 	if n := getN(it, k); n != 0 {
 		return time.Unix(0, n).UTC()
 	}
 	return time.Time{}
 }
 
-func getB(it map[string]types.AttributeValue, k string) bool {
+func getB(it item, k string) bool {
 	v, _ := it[k].(*types.AttributeValueMemberBOOL)
 	return v != nil && v.Value
 }
 
-// encode returns the item of r at (pk, sk): the whole record. Unset
-// optional fields are left out; times are Unix nanoseconds.
-func encode(r *stores.Record, pk, sk string) map[string]types.AttributeValue {
+// encode returns the item of r at (pk, sk): the whole record, without the
+// fields that are zero (but token and attempts, which conditions test).
+func encode(r *stores.Record, pk, sk string) item {
 	e := &r.Envelope
 	it := key(pk, sk)
-	it[aSession], it[aRoute], it[aPart], it[aSeq] = vS(r.Session), vS(r.Route), vN(int64(r.Partition)), vN(r.Seq)
-	it[aID], it[aTopic], it[aQoS] = vS(e.ID), vS(e.Topic), vN(int64(e.QoS))
-	it[aCreated], it[aReceived], it[aToken], it[aAttempts] = vT(r.CreatedAt), vT(e.ReceivedAt), vN(r.Token), vN(int64(r.Attempts))
-	opt := func(name, v string) {
-		if v != "" {
-			it[name] = vS(v)
+	for name, v := range map[string]any{
+		"session": r.Session, "route": r.Route, "part": r.Partition, "seq": r.Seq, "id": e.ID, "topic": e.Topic,
+		"qos": int(e.QoS), "okey": e.Key, "ckey": r.CoalesceKey, "cause": r.CausationID, "raw": r.Raw,
+		"truncated": r.Truncated, "payload": e.Payload, "created_at": r.CreatedAt, "received_at": e.ReceivedAt,
+		"expires_at": r.ExpiresAt, "first_at": r.FirstAttemptAt, "next_at": r.NextAttemptAt, "dead_at": r.DeadAt,
+		"last_error": clip(r.LastError), "dead_reason": clip(r.DeadReason),
+	} {
+		if rv := reflect.ValueOf(v); rv.IsZero() || rv.Kind() == reflect.Slice && rv.Len() == 0 {
+			continue
 		}
+		it[name] = av(v)
 	}
-	opt(aOrderKey, e.Key)
-	opt(aCoKey, r.CoalesceKey)
-	opt(aCause, r.CausationID)
-	opt(aLastErr, clip(r.LastError))
-	opt(aReason, clip(r.DeadReason))
-	for name, t := range map[string]time.Time{aExpires: r.ExpiresAt, aFirst: r.FirstAttemptAt, aNext: r.NextAttemptAt, aDeadAt: r.DeadAt} {
-		if !t.IsZero() {
-			it[name] = vT(t)
-		}
-	}
-	if len(e.Payload) > 0 {
-		it[aPayload] = &types.AttributeValueMemberB{Value: e.Payload}
-	}
+	it["token"], it["attempts"] = av(r.Token), av(r.Attempts)
 	if len(e.Headers) > 0 {
-		h := make(map[string]types.AttributeValue, len(e.Headers))
+		h := make(item, len(e.Headers))
 		for k, v := range e.Headers {
-			h[k] = vS(v)
+			h[k] = av(v)
 		}
-		it[aHeaders] = &types.AttributeValueMemberM{Value: h}
-	}
-	if r.Raw {
-		it[aRaw] = &types.AttributeValueMemberBOOL{Value: true}
-	}
-	if r.Truncated {
-		it[aTruncated] = &types.AttributeValueMemberBOOL{Value: true}
+		it["headers"] = &types.AttributeValueMemberM{Value: h}
 	}
 	return it
 }
 
 // clip bounds an error text kept in an item.
-func clip(s string) string {
-	if len(s) > maxReason {
-		return s[:maxReason]
-	}
-	return s
-}
+func clip(s string) string { return s[:min(len(s), maxReason)] }
 
 // decode turns a record or dead-letter item back into a Record.
-func decode(it map[string]types.AttributeValue, state stores.State) stores.Record {
+func decode(it item, state stores.State) stores.Record {
 	r := stores.Record{
-		Session: getS(it, aSession), Partition: int(getN(it, aPart)), Route: getS(it, aRoute),
+		Session: getS(it, "session"), Partition: int(getN(it, "part")), Route: getS(it, "route"),
 		Envelope: message.Envelope{
-			ID: getS(it, aID), Topic: getS(it, aTopic), QoS: byte(getN(it, aQoS)),
-			ReceivedAt: getT(it, aReceived), Key: getS(it, aOrderKey),
+			ID: getS(it, "id"), Topic: getS(it, "topic"), QoS: byte(getN(it, "qos")),
+			ReceivedAt: getT(it, "received_at"), Key: getS(it, "okey"),
 		},
-		CoalesceKey: getS(it, aCoKey), CausationID: getS(it, aCause),
-		Raw: getB(it, aRaw), Truncated: getB(it, aTruncated),
-		State: state, Seq: getN(it, aSeq), CreatedAt: getT(it, aCreated), Token: getN(it, aToken),
-		Attempts: int(getN(it, aAttempts)), FirstAttemptAt: getT(it, aFirst), NextAttemptAt: getT(it, aNext),
-		LastError: getS(it, aLastErr), ExpiresAt: getT(it, aExpires),
-		DeadAt: getT(it, aDeadAt), DeadReason: getS(it, aReason),
+		CoalesceKey: getS(it, "ckey"), CausationID: getS(it, "cause"), Raw: getB(it, "raw"), Truncated: getB(it, "truncated"),
+		State: state, Seq: getN(it, "seq"), CreatedAt: getT(it, "created_at"), Token: getN(it, "token"),
+		Attempts: int(getN(it, "attempts")), FirstAttemptAt: getT(it, "first_at"), NextAttemptAt: getT(it, "next_at"),
+		LastError: getS(it, "last_error"), ExpiresAt: getT(it, "expires_at"),
+		DeadAt: getT(it, "dead_at"), DeadReason: getS(it, "dead_reason"),
 	}
-	if v, ok := it[aPayload].(*types.AttributeValueMemberB); ok {
+	if v, ok := it["payload"].(*types.AttributeValueMemberB); ok {
 		r.Envelope.Payload = v.Value
 	}
-	if v, ok := it[aHeaders].(*types.AttributeValueMemberM); ok {
+	if v, ok := it["headers"].(*types.AttributeValueMemberM); ok {
 		r.Envelope.Headers = make(map[string]string, len(v.Value))
-		for k, e := range v.Value {
-			if s, ok := e.(*types.AttributeValueMemberS); ok {
-				r.Envelope.Headers[k] = s.Value
-			}
+		for k := range v.Value {
+			r.Envelope.Headers[k] = getS(v.Value, k)
 		}
 	}
 	return r

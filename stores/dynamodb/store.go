@@ -7,7 +7,7 @@
 // One table, key schema pk (HASH, S) and sk (RANGE, S), on-demand
 // billing, no secondary index, TTL on the attribute ttl. Every key made
 // from message data (envelope ID, coalesce key) is a SHA-256 digest, and
-// names from the configuration (session, route, lease) longer than 200
+// names from the configuration (session, route) longer than 200
 // bytes are too ("~" + digest), so no key exceeds DynamoDB's key limits;
 // the full values are plain attributes.
 //
@@ -17,10 +17,8 @@
 //	key         k#<sha256(id)>                sha256(session, route)   state (live|dead|done), loc_pk/loc_sk, size, ttl once done
 //	dead letter d#<route>                     <DeadAt ns>.<Seq>.<hash> the record, dead_at, dead_reason
 //	coalesce    c#<sha256(session,route,key)> c                        the newest unclaimed record of the key: id, loc, received_at, size
-//	stats       s#<session>                   shard 0..15              per route: l#<route> live, b#<route> bytes, d#<route> dead
-//	registry    reg                           s#<session> | r#<route>  name; parts (NS): partitions a session used | a route with dead letters
-//	lease       l#<name>                      l                        name, owner, token, until (ns)
-//	lease names leases                        <name>                   (List reads them by prefix)
+//	stats       stats                         <session>#<shard 0..15>  name; parts (NS); per route: l#<route> live, b#<route> bytes, d#<route> dead
+//	lease       leases                        <name>                   owner, token, until (ns)
 //	token       meta                          token                    n: the last fencing token
 //
 // A record's Seq is a partition counter n shifted left by 10 bits, or'd
@@ -43,15 +41,15 @@
 // 2 (record, key) plus 3 when it replaces a coalesced record, a Done or Drop
 // 2, a Retry 1, a dead letter 3, plus per transaction one partition item
 // per partition appended to, one lease check per partition appended to
-// claimed, one stats item per session and registry items the first time a
-// process uses a session partition or a dead-letter route. About 45 plain
-// records fit one transaction. A larger Write is split into transactions
-// committed in order, each atomic: when one fails, the earlier ones stay
-// committed (appends are idempotent, settlements of applied ones report
-// Stale when repeated).
+// claimed and one stats item per session. About 45 plain records fit one
+// transaction. A larger Write is split into transactions committed in
+// order, each atomic: when one fails, the earlier ones stay committed
+// (appends are idempotent, settlements of applied ones report Stale when
+// repeated).
 package dynamodb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -108,11 +106,9 @@ type Store struct {
 	table     *string
 	retention time.Duration
 	closed    atomic.Bool
-	wmu       sync.Mutex // one Write at a time: a process's writes never conflict with each other
 
-	mu    sync.Mutex
-	seqs  map[string]int64 // partition pk → the highest counter this process knows committed
-	known map[string]bool  // registry and lease-name items this process has written
+	wmu  sync.Mutex       // one Write at a time: a process's writes never conflict with each other
+	seqs map[string]int64 // under wmu: partition pk → the highest counter this process knows committed
 }
 
 var errClosed = errors.New("dynamodb: store closed")
@@ -142,9 +138,7 @@ func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
 // opts.CreateTables is set. It checks the table's layout (one
 // DescribeTable) and fails with ErrLayout when it does not match.
 func Open(ctx context.Context, opts Options) (*Store, error) {
-	if opts.Table == "" {
-		opts.Table = DefaultTable
-	}
+	opts.Table = cmp.Or(opts.Table, DefaultTable)
 	if opts.DoneRetention <= 0 {
 		opts.DoneRetention = DefaultDoneRetention
 	}
@@ -164,7 +158,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return &Store{db: db, table: aws.String(opts.Table), retention: opts.DoneRetention,
-		seqs: map[string]int64{}, known: map[string]bool{}}, nil
+		seqs: map[string]int64{}}, nil
 }
 
 // Close marks the store closed; later calls fail. It is idempotent.
@@ -173,18 +167,16 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) check(ctx context.Context) error {
+func (s *Store) usable(ctx context.Context) error {
 	if s.closed.Load() {
 		return errClosed
 	}
 	return ctx.Err()
 }
 
-// Cancellation reason codes of TransactWriteItems.
-const (
-	codeCondition = "ConditionalCheckFailed"
-	codeConflict  = "TransactionConflict"
-)
+// codeCondition is the cancellation reason of a transaction item whose
+// condition failed.
+const codeCondition = "ConditionalCheckFailed"
 
 // maxAttempts bounds the attempts of one transaction that conflicts with
 // others or is throttled, and of one Claim or Write chunk re-planned after
@@ -211,12 +203,17 @@ func transient(err error) bool {
 	rs := reasons(err)
 	for _, r := range rs {
 		switch aws.ToString(r.Code) {
-		case "None", codeConflict, "ThrottlingError", "ProvisionedThroughputExceeded":
+		case "None", "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded":
 		default:
 			return false
 		}
 	}
 	return len(rs) > 0
+}
+
+func conditionFailed(err error) bool {
+	var cfe *types.ConditionalCheckFailedException
+	return errors.As(err, &cfe)
 }
 
 // mapErr translates DynamoDB's refusal of an item (too large, a key too
@@ -256,6 +253,32 @@ func retry(ctx context.Context, f func() error) error {
 	}
 }
 
+// tw builds a transaction item on the item at k: a Put of k as the whole
+// item (upd "put"), a Delete ("delete"), a ConditionCheck (""), or an
+// Update with upd (returning the item when cond fails), under cond (none
+// when empty), with kv as expr takes them.
+func (s *Store) tw(k item, upd, cond string, kv ...any) types.TransactWriteItem {
+	var c *string
+	if cond != "" {
+		c = aws.String(cond)
+	}
+	n, v := expr(kv, upd, cond)
+	switch upd {
+	case "put":
+		return types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: k, ConditionExpression: c,
+			ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
+	case "delete":
+		return types.TransactWriteItem{Delete: &types.Delete{TableName: s.table, Key: k, ConditionExpression: c,
+			ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
+	case "":
+		return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: s.table, Key: k,
+			ConditionExpression: c, ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
+	}
+	return types.TransactWriteItem{Update: &types.Update{TableName: s.table, Key: k, UpdateExpression: aws.String(upd),
+		ConditionExpression: c, ExpressionAttributeNames: n, ExpressionAttributeValues: v,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}
+}
+
 // transact runs one TransactWriteItems, retrying it while it only
 // conflicts or is throttled.
 func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) error {
@@ -265,12 +288,29 @@ func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) e
 	})
 }
 
+// updateItem runs one UpdateItem of the item at k (see tw), retrying it
+// while it only conflicts or is throttled.
+func (s *Store) updateItem(ctx context.Context, k item, upd, cond string, kv ...any) (item, error) {
+	u := s.tw(k, upd, cond, kv...).Update
+	var out *dynamodb.UpdateItemOutput
+	err := retry(ctx, func() (err error) {
+		out, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: s.table, Key: k,
+			UpdateExpression: u.UpdateExpression, ConditionExpression: u.ConditionExpression,
+			ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
+			ReturnValues: types.ReturnValueUpdatedNew})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Attributes, nil
+}
+
 // getItems reads keys with strongly consistent BatchGetItem calls and
-// returns the items found by "pk\x00sk".
-func (s *Store) getItems(ctx context.Context, keys []map[string]types.AttributeValue) (map[string]map[string]types.AttributeValue, error) {
-	out := map[string]map[string]types.AttributeValue{}
-	seen := map[string]bool{}
-	var todo []map[string]types.AttributeValue
+// returns the items found by itemID.
+func (s *Store) getItems(ctx context.Context, keys []item) (map[string]item, error) {
+	out, seen := map[string]item{}, map[string]bool{}
+	var todo []item
 	for _, k := range keys {
 		if id := itemID(k); !seen[id] {
 			seen[id] = true
@@ -282,6 +322,11 @@ func (s *Store) getItems(ctx context.Context, keys []map[string]types.AttributeV
 		req := map[string]types.KeysAndAttributes{*s.table: {Keys: todo[:n], ConsistentRead: aws.Bool(true)}}
 		todo = todo[n:]
 		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt > 0 {
+				if err := backoff(ctx, attempt); err != nil {
+					return nil, err
+				}
+			}
 			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
 			if err != nil {
 				return nil, err
@@ -290,22 +335,18 @@ func (s *Store) getItems(ctx context.Context, keys []map[string]types.AttributeV
 				out[itemID(it)] = it
 			}
 			req = res.UnprocessedKeys
-			if len(req) > 0 {
-				if err := backoff(ctx, attempt); err != nil {
-					return nil, err
-				}
-			}
 		}
 	}
 	return out, nil
 }
 
-func itemID(it map[string]types.AttributeValue) string { return getS(it, aPK) + "\x00" + getS(it, aSK) }
-
-// query runs in page by page, calling f for each item until f returns
-// false or the pages end.
-func (s *Store) query(ctx context.Context, in *dynamodb.QueryInput, f func(map[string]types.AttributeValue) bool) error {
-	in.TableName = s.table
+// query runs the strongly consistent Query in (its expressions' names and
+// kv's values filled in as expr does) page by page, calling f for each item
+// until f returns false or the pages end.
+func (s *Store) query(ctx context.Context, in *dynamodb.QueryInput, kv []any, f func(item) bool) error {
+	in.TableName, in.ConsistentRead = s.table, aws.Bool(true)
+	in.ExpressionAttributeNames, in.ExpressionAttributeValues = expr(kv, aws.ToString(in.KeyConditionExpression),
+		aws.ToString(in.FilterExpression), aws.ToString(in.ProjectionExpression))
 	for {
 		res, err := s.db.Query(ctx, in)
 		if err != nil {

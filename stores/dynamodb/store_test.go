@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared.client != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = dynamodb.DeleteTable(ctx, shared.client, shared.table)
+		_, _ = shared.client.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(shared.table)})
 		cancel()
 	}
 	os.Exit(code)

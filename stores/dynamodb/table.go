@@ -23,12 +23,12 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 		TableName:   aws.String(name),
 		BillingMode: types.BillingModePayPerRequest,
 		KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String(aPK), KeyType: types.KeyTypeHash},
-			{AttributeName: aws.String(aSK), KeyType: types.KeyTypeRange},
+			{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String("sk"), KeyType: types.KeyTypeRange},
 		},
 		AttributeDefinitions: []types.AttributeDefinition{
-			{AttributeName: aws.String(aPK), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String(aSK), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("sk"), AttributeType: types.ScalarAttributeTypeS},
 		},
 	})
 	var inUse *types.ResourceInUseException
@@ -46,20 +46,10 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 	}
 	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName:               aws.String(name),
-		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String(aTTL), Enabled: aws.Bool(true)},
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String("ttl"), Enabled: aws.Bool(true)},
 	})
 	if err != nil {
 		return fmt.Errorf("dynamodb: enable ttl on %s: %w", name, err)
-	}
-	return nil
-}
-
-// DeleteTable deletes a table; a missing one is not an error.
-func DeleteTable(ctx context.Context, db *dynamodb.Client, name string) error {
-	_, err := db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-	var nf *types.ResourceNotFoundException
-	if err != nil && !errors.As(err, &nf) {
-		return fmt.Errorf("dynamodb: delete table %s: %w", name, err)
 	}
 	return nil
 }
@@ -79,8 +69,8 @@ func checkLayout(ctx context.Context, db *dynamodb.Client, name string) error {
 		defs[aws.ToString(a.AttributeName)] = a.AttributeType
 	}
 	ks := t.KeySchema
-	if len(ks) != 2 || aws.ToString(ks[0].AttributeName) != aPK || aws.ToString(ks[1].AttributeName) != aSK ||
-		defs[aPK] != types.ScalarAttributeTypeS || defs[aSK] != types.ScalarAttributeTypeS {
+	if len(ks) != 2 || aws.ToString(ks[0].AttributeName) != "pk" || aws.ToString(ks[1].AttributeName) != "sk" ||
+		defs["pk"] != types.ScalarAttributeTypeS || defs["sk"] != types.ScalarAttributeTypeS {
 		return fmt.Errorf("%w: table %s needs the key schema pk (HASH, S), sk (RANGE, S); see the README section on DynamoDB", ErrLayout, name)
 	}
 	if len(t.GlobalSecondaryIndexes)+len(t.LocalSecondaryIndexes) > 0 {

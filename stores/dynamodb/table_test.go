@@ -20,7 +20,7 @@ func dropTable(t *testing.T, c *awsddb.Client, name string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = dynamodb.DeleteTable(ctx, c, name)
+		_, _ = c.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(name)})
 	})
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/gobridge/gobridge/stores"
 )
@@ -17,14 +16,14 @@ import (
 // it and what the current attempt of its transaction makes of it.
 type op struct {
 	st    *stores.Settlement
-	ki    map[string]types.AttributeValue // settlement: the record's key item
-	body  map[string]types.AttributeValue // dead-lettering settlement: the record item
-	rec   *stores.Record                  // append: the caller's record, stamped on success
-	r     stores.Record                   // append: as it is written
-	pk    string                          // append: its partition
-	g     *group                          // append with a coalesce key
-	lease bool                            // append: claimed under r.Token while that lease holds
-	skip  bool                            // not applied: a duplicate append, a stale settlement
+	ki    item           // settlement: the record's key item
+	body  item           // dead-lettering settlement: the record item
+	rec   *stores.Record // append: the caller's record, stamped on success
+	r     stores.Record  // append: as it is written
+	pk    string         // append: its partition
+	g     *group         // append with a coalesce key
+	lease bool           // append: claimed under r.Token while that lease holds
+	skip  bool           // not applied: a duplicate append, a stale settlement
 
 	// Set by build for the current attempt.
 	absorbed bool  // append: coalesced into a newer unclaimed record
@@ -35,10 +34,7 @@ type op struct {
 // BatchGetItem for the key items of the settlements and the coalesce
 // pointers; one more for the records being dead-lettered; none for plain
 // appends), then commits one TransactWriteItems per chunk (see Atomicity in
-// the package doc). A transaction cancelled by a condition is re-planned
-// from the cancellation reasons: duplicates are skipped, stale settlements
-// marked, a partition counter or coalesce pointer another process moved
-// taken as reported, appends whose lease is not current written unclaimed.
+// the package doc), re-planned after a cancellation (see commit).
 func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err := b.Validate(); err != nil {
 		return err
@@ -48,7 +44,7 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err != nil {
 		return err
 	}
-	if err := s.check(ctx); err != nil {
+	if err := s.usable(ctx); err != nil {
 		return err
 	}
 	s.wmu.Lock()
@@ -77,8 +73,7 @@ func plan(b *stores.Batch, now time.Time) ([]*op, error) {
 			ops = append(ops, &op{st: st})
 		}
 	}
-	seen := map[stores.Key]bool{}
-	groups := map[string]*group{}
+	seen, groups := map[stores.Key]bool{}, map[string]*group{}
 	for i := range b.Append {
 		rec := &b.Append[i]
 		if rec.Partition >= maxParts {
@@ -114,14 +109,10 @@ func plan(b *stores.Batch, now time.Time) ([]*op, error) {
 	return ops, nil
 }
 
-func keyOf(k stores.Key) map[string]types.AttributeValue {
-	return key(keyPK(k.ID), keySK(k.Session, k.Route))
-}
-
 // read fetches what ops need and marks what is already known to be
 // stale or a duplicate.
 func (s *Store) read(ctx context.Context, ops []*op) error {
-	var keys []map[string]types.AttributeValue
+	var keys []item
 	for _, o := range ops {
 		switch {
 		case o.st != nil:
@@ -136,35 +127,33 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 		return err
 	}
 	settled := map[string]*op{}
-	var bodies []map[string]types.AttributeValue
+	var bodies []item
 	for _, o := range ops {
 		if o.st == nil {
 			continue
 		}
-		o.ki = items[itemID(keyOf(o.st.Key))]
-		settled[itemID(keyOf(o.st.Key))] = o
+		id := itemID(keyOf(o.st.Key))
+		o.ki, settled[id] = items[id], o
 		s.learn(o.ki)
-		want := string(stores.Live)
+		want := stores.Live
 		if o.st.Outcome == stores.Drop {
-			want = string(stores.Dead)
+			want = stores.Dead
 		}
-		if o.ki == nil || getS(o.ki, aState) != want {
+		if o.ki == nil || getS(o.ki, "state") != string(want) {
 			o.st.Stale, o.skip = true, true
 		} else if o.st.Outcome == stores.DeadLetter {
 			bodies = append(bodies, loc(o.ki))
 		}
 	}
-	var got map[string]map[string]types.AttributeValue
-	if len(bodies) > 0 {
-		if got, err = s.getItems(ctx, bodies); err != nil {
-			return err
-		}
+	got, err := s.getItems(ctx, bodies)
+	if err != nil {
+		return err
 	}
 	for _, o := range ops {
 		switch {
 		case o.st != nil && o.st.Outcome == stores.DeadLetter && !o.skip:
 			o.body = got[itemID(loc(o.ki))]
-			if o.body == nil || getN(o.body, aToken) != o.st.Token {
+			if o.body == nil || getN(o.body, "token") != o.st.Token {
 				o.st.Stale, o.skip = true, true
 			}
 		case o.rec != nil:
@@ -179,7 +168,7 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 				// The record it names is being settled: claimed, so not a
 				// coalescing candidate (and one item cannot appear twice
 				// in a transaction).
-				if o.g.ptr != nil && settled[itemID(key(keyPK(getS(o.g.ptr, aID)), keySK(o.g.session, o.g.route)))] != nil {
+				if o.g.ptr != nil && settled[itemID(keyOf(o.g.key(getS(o.g.ptr, "id"))))] != nil {
 					o.g.ignore = true
 				}
 			}
@@ -188,18 +177,14 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 	return nil
 }
 
-func loc(ki map[string]types.AttributeValue) map[string]types.AttributeValue {
-	return key(getS(ki, aLocPK), getS(ki, aLocSK))
-}
-
 // learn raises this process's counter of a partition to the Seq of a
 // record it has read the place of (in a key item or coalesce pointer):
 // the counter it had may be behind, and a new record must not be planned
 // on an item the same transaction settles or replaces (DynamoDB refuses
 // two operations on one item).
-func (s *Store) learn(it map[string]types.AttributeValue) {
-	pk := getS(it, aLocPK)
-	if seq, err := strconv.ParseInt(getS(it, aLocSK), 10, 64); err == nil && strings.HasPrefix(pk, "p#") {
+func (s *Store) learn(it item) {
+	pk := getS(it, "loc_pk")
+	if seq, err := strconv.ParseInt(getS(it, "loc_sk"), 10, 64); err == nil && strings.HasPrefix(pk, "p#") {
 		s.seqs[pk] = max(s.seqs[pk], seq>>partBits)
 	}
 }
@@ -225,8 +210,8 @@ func chunks(ops []*op) [][]*op {
 
 // weight returns the most items and bytes o adds to a transaction that
 // already has the shared items in shared (partition counter and lease
-// check, stats and registry items, a coalesce pointer and the record it
-// replaces), and adds its own to shared.
+// check, stats item, a coalesce pointer and the record it replaces), and
+// adds its own to shared.
 func (o *op) weight(shared map[string]bool) (items, size int) {
 	add := func(id string, n int) {
 		if !shared[id] {
@@ -234,25 +219,25 @@ func (o *op) weight(shared map[string]bool) (items, size int) {
 		}
 	}
 	if o.st != nil {
-		add("s "+o.st.Session, 2)
-		add("r "+o.st.Route, 1)
-		n := map[stores.Outcome]int{stores.Done: 2, stores.Retry: 1, stores.DeadLetter: 3, stores.Drop: 2}[o.st.Outcome]
+		add("s "+o.st.Session, 1)
 		if o.body != nil {
-			size = int(getN(o.ki, aSize)) + 2*maxReason
+			size = int(getN(o.ki, "size")) + 2*maxReason
 		}
-		return items + n, size + 1024
+		return items + map[stores.Outcome]int{stores.Done: 2, stores.Retry: 1, stores.DeadLetter: 3, stores.Drop: 2}[o.st.Outcome], size + 1024
 	}
 	add("p "+o.pk, 2)
-	add("s "+o.r.Session, 2)
-	add("r "+o.r.Route, 1)
+	add("s "+o.r.Session, 1)
 	if o.g != nil {
 		add("g "+o.g.pk, 3)
 	}
 	return items + 2, recordSize(&o.r)
 }
 
-// commit applies one chunk, re-planning it after each cancellation that a
-// condition caused.
+// commit applies one chunk. After a cancellation that conditions caused it
+// plans the chunk again, as each failed item's replan says: duplicates are
+// skipped, stale settlements marked, a partition counter or coalesce
+// pointer another process moved taken as reported, appends whose lease is
+// not current written unclaimed.
 func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 	for attempt := 0; ; attempt++ {
 		t := s.build(c, now)
@@ -269,41 +254,20 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 		if len(rs) != len(t.items) || attempt == maxAttempts {
 			return err
 		}
-		var refetch []*group
-		fixed, contended := false, false
+		fixed := false
 		for i, r := range rs {
-			if aws.ToString(r.Code) != codeCondition {
-				continue
-			}
-			fixed = true
-			ro := t.roles[i]
-			switch ro.kind {
-			case roleKey: // the key exists: a duplicate
-				ro.op.skip = true
-			case roleSettle: // not live under the token (or not dead) any more
-				ro.op.skip, ro.op.st.Stale = true, true
-			case roleCounter: // another process committed a later Seq first
-				s.seqs[ro.pk] = getN(r.Item, aCounter)
-				contended = true
-			case roleLease: // not the partition's current token: append unclaimed
-				for _, o := range c {
-					if o.rec != nil && o.pk == ro.pk {
-						o.lease = false
-					}
-				}
-			case roleReplaced: // the record the pointer names was claimed or settled
-				ro.g.ignore = true
-			case rolePointer: // another process moved the pointer
-				refetch = append(refetch, ro.g)
+			if aws.ToString(r.Code) == codeCondition && t.replan[i] != nil {
+				t.replan[i](r.Item)
+				fixed = true
 			}
 		}
 		if !fixed {
 			return err
 		}
-		if err := s.refetch(ctx, refetch); err != nil {
+		if err := s.refetch(ctx, t.refetch); err != nil {
 			return err
 		}
-		if contended && attempt > 0 {
+		if t.busy && attempt > 0 {
 			// Several processes keep appending to one partition: spread
 			// them out.
 			if err := backoff(ctx, attempt); err != nil {
@@ -314,7 +278,7 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 }
 
 // finish stamps what the committed chunk did on the caller's records and
-// remembers the partition counters, pointers and registry items.
+// remembers the partition counters and pointers.
 func (s *Store) finish(c []*op, t *txn) {
 	for _, o := range c {
 		if o.rec == nil {

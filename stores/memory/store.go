@@ -9,8 +9,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"math"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -20,18 +20,15 @@ import (
 // Interface guard.
 var _ stores.Store = (*Store)(nil)
 
-// DefaultDoneRetention is how many tombstones (keys of delivered or dropped
-// records) a store remembers by default.
-const DefaultDoneRetention = 100_000
+// doneRetention is how many tombstones (keys of delivered or dropped
+// records) a store remembers, so that appending such a record again is a
+// no-op; older ones are forgotten.
+const doneRetention = 100_000
 
 var errClosed = errors.New("memory: store closed")
 
 // Options tunes a Store.
 type Options struct {
-	// DoneRetention is how many tombstones the store keeps so that
-	// appending a delivered record again is a no-op; older ones are
-	// forgotten. Defaults to DefaultDoneRetention; negative keeps none.
-	DoneRetention int
 	// Now is the store's clock (CreatedAt, DeadAt). Defaults to time.Now.
 	Now func() time.Time
 }
@@ -62,9 +59,6 @@ type ckey struct{ session, route, key string }
 
 // New returns an empty store.
 func New(opts Options) *Store {
-	if opts.DoneRetention == 0 {
-		opts.DoneRetention = DefaultDoneRetention
-	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -182,13 +176,10 @@ func (s *Store) remove(r *stores.Record) {
 		}
 	}
 	r.State = "" // left in its partition list until compacted there
-	if s.opts.DoneRetention < 0 {
-		return
-	}
 	s.tombs = append(s.tombs, k)
 	s.tombSet[k] = true
-	if len(s.tombs) > 2*s.opts.DoneRetention+16 {
-		drop := len(s.tombs) - s.opts.DoneRetention
+	if len(s.tombs) > 2*doneRetention {
+		drop := len(s.tombs) - doneRetention
 		for _, old := range s.tombs[:drop] {
 			delete(s.tombSet, old)
 		}
@@ -230,8 +221,8 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 
 // Dead implements stores.Store.
 func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
-	var afterAt, afterSeq int64 = -1 << 63, 0
-	if q.After != "" {
+	var afterAt, afterSeq int64 = math.MinInt64, 0
+	if q.After != "" && q.ID == "" {
 		var err error
 		if afterAt, afterSeq, err = stores.ParseDeadCursor(q.After); err != nil {
 			return nil, "", err
@@ -241,39 +232,24 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 		return nil, "", err
 	}
 	defer s.mu.Unlock()
-	var dead []*stores.Record
+	var dead []stores.Record
 	for _, r := range s.byKey {
-		if r.State == stores.Dead && (q.ID == "" || r.Envelope.ID == q.ID) && (q.Route == "" || r.Route == q.Route) {
-			dead = append(dead, r)
+		at := r.DeadAt.UnixNano()
+		if r.State == stores.Dead && (at > afterAt || at == afterAt && r.Seq > afterSeq) &&
+			(q.ID == "" && (q.Route == "" || r.Route == q.Route) || r.Envelope.ID == q.ID) {
+			dead = append(dead, *r)
 		}
 	}
 	if q.ID != "" && len(dead) == 0 {
 		return nil, "", stores.ErrNotFound
 	}
-	sort.Slice(dead, func(i, j int) bool { return less(dead[i], dead[j]) })
-	limit := q.Limit
-	if limit <= 0 {
-		limit = 100
+	slices.SortFunc(dead, func(a, b stores.Record) int {
+		return cmp.Or(a.DeadAt.Compare(b.DeadAt), cmp.Compare(a.Seq, b.Seq))
+	})
+	if limit := cmp.Or(max(q.Limit, 0), 100); len(dead) > limit {
+		return dead[:limit], stores.DeadCursor(&dead[limit-1]), nil
 	}
-	var out []stores.Record
-	for _, r := range dead {
-		at := r.DeadAt.UnixNano()
-		if at < afterAt || (at == afterAt && r.Seq <= afterSeq) {
-			continue
-		}
-		if len(out) == limit {
-			return out, stores.DeadCursor(&out[len(out)-1]), nil
-		}
-		out = append(out, *r)
-	}
-	return out, "", nil
-}
-
-func less(a, b *stores.Record) bool {
-	if !a.DeadAt.Equal(b.DeadAt) {
-		return a.DeadAt.Before(b.DeadAt)
-	}
-	return a.Seq < b.Seq
+	return dead, "", nil
 }
 
 // Stats implements stores.Store.

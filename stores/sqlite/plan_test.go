@@ -71,16 +71,14 @@ func TestStore_QueryPlans(t *testing.T) {
 		{"retry", retryQuery, "outbox_key", []any{1, "a", "r", "s", 0, 0, "", 1}, false},
 		{"dead letter", deadLetterQuery, "outbox_key", []any{1, "a", "r", "s", 0, "", 0, 1}, false},
 		{"drop", dropQuery, "outbox_key", []any{1, "a", "r", "s"}, false},
-		{"key", keyQuery, "outbox_key", []any{"a", "r", "s"}, false},
-		{"coalesce", coalesceQuery, "outbox_coalesce", []any{"s", "r", "c1"}, false},
-		{"coalesce replace", coalesceGone, "", []any{1, 1}, false},
+		{"absorb", absorbQuery, "outbox_coalesce", []any{1, "a", "r", "s", "c1", 0}, false},
+		{"coalesce replace", replaceQuery, "outbox_coalesce", []any{1, "a", "r", "s", "c1"}, false},
 		{"compact", compactQuery, "outbox_tomb", []any{10}, false}, // the first rows of the index, in order
 		{"oldest", oldestQuery, "outbox_age", []any{"s"}, false},
 		{"lease", leaseQuery, "", []any{"outbox/s/0"}, false},
-		{"dead all", deadQuery(false, false), "outbox_dead", []any{0, 0, 10}, false},
-		{"dead by route", deadQuery(false, true), "outbox_dead_route", []any{0, 0, "r", 10}, false},
-		{"dead by ID", deadQuery(true, false), "outbox_key", []any{0, 0, "a", 10}, true},
-		{"dead by ID and route", deadQuery(true, true), "outbox_key", []any{0, 0, "a", "r", 10}, true},
+		{"dead all", deadQuery(false), "outbox_dead", []any{0, 0, 10}, false},
+		{"dead by route", deadQuery(true), "outbox_dead_route", []any{0, 0, "r", 10}, false},
+		{"dead by ID", deadByID, "outbox_key", []any{"a", 10}, true},
 	}
 	for _, analyze := range []bool{false, true} {
 		if analyze {

@@ -19,8 +19,8 @@
 // claimed append is checked against the lease table in that transaction),
 // then a compaction step; runs of Done settlements and of appends go in
 // multi-row statements. Claim is one transaction too: the lease check, then
-// one UPDATE ... RETURNING. The counters Stats reports are kept in memory
-// under the same lock, counted from the file at Open.
+// one UPDATE ... RETURNING. The counts Stats reports are a small table that
+// triggers keep in the same transactions.
 //
 // Single ownership: Open takes an exclusive flock on <path>.lock (holding
 // the owner's host name and pid) for the life of the Store; a second Open of
@@ -83,8 +83,7 @@ type Options struct {
 	DoneRetention int
 	// ReadOnly opens an existing file without taking the lock, for
 	// reading (Dead, Stats, List) while another process owns it: Write,
-	// Claim and the lease changes fail with ErrReadOnly. Stats counts the
-	// file at each call.
+	// Claim and the lease changes fail with ErrReadOnly.
 	ReadOnly bool
 	// Now is the store's clock (CreatedAt, DeadAt). Defaults to time.Now.
 	Now func() time.Time
@@ -105,16 +104,6 @@ type Store struct {
 	seq    int64 // the last Seq given
 	tombs  int64 // tombstones in the file
 	tomb   int64 // the number of the last Write that made tombstones
-	counts map[pair]*counts
-}
-
-// pair is a session and route.
-type pair struct{ session, route string }
-
-// counts are one session and route's records.
-type counts struct {
-	live, dead int
-	bytes      int64
 }
 
 // Open opens the store at path, creating it (and its directory, 0700; the
@@ -135,7 +124,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Store{path: path, opts: opts, stmts: map[string]*sql.Stmt{}, counts: map[pair]*counts{}}
+	s := &Store{path: path, opts: opts, stmts: map[string]*sql.Stmt{}}
 	if err := s.open(); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, mapErr(err))
@@ -196,9 +185,6 @@ func (s *Store) open() error {
 				(SELECT count(*) FROM outbox WHERE state=2), (SELECT coalesce(max(tomb), 0) FROM outbox WHERE state=2)
 				FROM meta`).Scan(&s.seq, &s.tombs, &s.tomb)
 		}
-		if err == nil {
-			s.counts, err = s.count(ctx)
-		}
 		return err
 	})
 }
@@ -206,35 +192,6 @@ func (s *Store) open() error {
 // uriPath escapes what SQLite's URI file names would otherwise read as a
 // query ("?"), a fragment ("#") or an escape ("%").
 var uriPath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
-
-// count counts the live and dead records of each session and route, in
-// one pass over the table (aggregated here: SQLite's GROUP BY would sort a
-// copy of every row in memory).
-func (s *Store) count(ctx context.Context) (map[pair]*counts, error) {
-	m := map[pair]*counts{}
-	var (
-		p           pair
-		state, size int64
-	)
-	err := s.each(ctx, `SELECT session, route, state, size FROM outbox WHERE state IN (0, 1)`, nil,
-		func(rows *sql.Rows) error {
-			if err := rows.Scan(&p.session, &p.route, &state, &size); err != nil {
-				return err
-			}
-			c := m[p]
-			if c == nil {
-				c = &counts{}
-				m[p] = c
-			}
-			if state == 0 {
-				c.live, c.bytes = c.live+1, c.bytes+size
-			} else {
-				c.dead++
-			}
-			return nil
-		})
-	return m, err
-}
 
 // Path returns the file the store lives in.
 func (s *Store) Path() string { return s.path }

@@ -30,12 +30,16 @@ const (
 	retryQuery = `UPDATE outbox SET attempts=?1, first_at=?5, next_at=?6, last_error=?7
 		WHERE ` + byKey + ` AND state=0 AND token=?8`
 	deadLetterQuery = `UPDATE outbox SET state=1, token=0, attempts=?1, first_at=?5, last_error=?6, dead_reason=?6,
-		dead_at=?7 WHERE ` + byKey + ` AND state=0 AND token=?8 RETURNING size`
-	keyQuery      = `SELECT 1 FROM outbox WHERE id=? AND route=? AND session=?`
-	leaseQuery    = `SELECT token FROM lease WHERE name = ?`
-	coalesceQuery = `SELECT seq, received_at, size FROM outbox
-		WHERE session=? AND route=? AND ckey=? AND state=0 AND token=0 AND ckey<>''`
-	coalesceGone = `UPDATE outbox SET ` + tombstone + ` WHERE seq=?2`
+		dead_at=?7 WHERE ` + byKey + ` AND state=0 AND token=?8`
+	// absorbQuery finds a reason not to append a record (key ?2 to ?4)
+	// with coalesce key ?5 received at ?6: its key is present, or an
+	// unclaimed record of its coalesce key received later waits.
+	absorbQuery = `SELECT 1 FROM outbox WHERE ` + byKey + ` UNION ALL SELECT 1 FROM outbox WHERE ` + byCoalesce +
+		` AND received_at>?6`
+	// replaceQuery makes tombstones of the unclaimed records of a coalesce key.
+	replaceQuery = `UPDATE outbox SET ` + tombstone + ` WHERE ` + byCoalesce
+	byCoalesce   = `session=?4 AND route=?3 AND ckey=?5 AND state=0 AND token=0 AND ckey<>''`
+	leaseQuery   = `SELECT token FROM lease WHERE name = ?`
 	compactQuery = `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state=2 ORDER BY tomb LIMIT ?)`
 	insertCols   = `seq, session, part, route, id, state, token, size, created_at, ckey, received_at, topic,
 		payload, headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error,
@@ -47,7 +51,7 @@ const (
 func doneQuery(n int) string {
 	return `UPDATE outbox SET ` + tombstone + ` FROM (VALUES ` + tuples(4, n) + `) AS d
 		WHERE outbox.id=d.column1 AND outbox.route=d.column2 AND outbox.session=d.column3 AND outbox.state=0
-		AND outbox.token=d.column4 RETURNING outbox.id, outbox.route, outbox.session, outbox.size`
+		AND outbox.token=d.column4 RETURNING outbox.id, outbox.route, outbox.session`
 }
 
 // insertQuery inserts n records (insertCols), skipping those whose key is
@@ -72,16 +76,13 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 		return fmt.Errorf("sqlite: write: %w", err)
 	}
 	defer s.mu.Unlock()
-	w := &write{s: s, ctx: ctx, now: s.opts.Now(), delta: map[pair]counts{}, leases: map[string]int64{},
+	w := &write{s: s, ctx: ctx, now: s.opts.Now(), leases: map[string]int64{},
 		seqs: make([]int64, len(b.Append)), tokens: make([]int64, len(b.Append)), stale: make([]bool, len(b.Settle))}
 	seq, tombs := s.seq, s.tombs
 	s.tomb++
 	if err := s.tx(ctx, func() error { return w.batch(b) }); err != nil {
 		s.seq, s.tombs = seq, tombs
 		return fmt.Errorf("sqlite: write: %w", mapErr(err))
-	}
-	for p, d := range w.delta {
-		s.add(p, d)
 	}
 	for i := range b.Settle {
 		b.Settle[i].Stale = w.stale[i]
@@ -100,13 +101,12 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	return nil
 }
 
-// write is one Write in progress: what it stamps on the batch once
-// committed, and its changes to the counters.
+// write is one Write in progress, with what it stamps on the batch once
+// committed.
 type write struct {
 	s      *Store
 	ctx    context.Context
 	now    time.Time
-	delta  map[pair]counts
 	leases map[string]int64 // partition lease name -> current token (0: none)
 	seqs   []int64
 	tokens []int64
@@ -177,12 +177,6 @@ func runs(i, j int, fn func(i, n int) error) error {
 	return nil
 }
 
-func (w *write) count(session, route string, live, dead int, bytes int64) {
-	p := pair{session, route}
-	d := w.delta[p]
-	w.delta[p] = counts{d.live + live, d.dead + dead, d.bytes + bytes}
-}
-
 // done applies the Done settlements st (of distinct keys) with one
 // statement, setting stale for those that did not apply.
 func (w *write) done(st []stores.Settlement, stale []bool) error {
@@ -191,17 +185,13 @@ func (w *write) done(st []stores.Settlement, stale []bool) error {
 		args = append(args, st[i].ID, st[i].Route, st[i].Session, st[i].Token)
 		at[st[i].Key], stale[i] = i, true
 	}
-	var (
-		k    stores.Key
-		size int64
-	)
 	return w.s.each(w.ctx, doneQuery(len(st)), args, func(rs *sql.Rows) error {
-		if err := rs.Scan(&k.ID, &k.Route, &k.Session, &size); err != nil {
+		var k stores.Key
+		if err := rs.Scan(&k.ID, &k.Route, &k.Session); err != nil {
 			return err
 		}
 		stale[at[k]] = false
 		w.s.tombs++
-		w.count(k.Session, k.Route, -1, 0, -size)
 		return nil
 	})
 }
@@ -210,25 +200,20 @@ func (w *write) done(st []stores.Settlement, stale []bool) error {
 func (w *write) settle(i int, st *stores.Settlement) error {
 	s, ctx := w.s, w.ctx
 	var (
-		n, size int64
-		ok      bool
-		err     error
+		n   int64
+		err error
 	)
 	switch st.Outcome {
 	case stores.Drop:
 		if n, err = s.exec(ctx, dropQuery, s.tomb, st.ID, st.Route, st.Session); n == 1 {
 			s.tombs++
-			w.count(st.Session, st.Route, 0, -1, 0)
 		}
 	case stores.Retry:
 		n, err = s.exec(ctx, retryQuery, st.Attempts, st.ID, st.Route, st.Session,
 			nanos(st.FirstAttemptAt), nanos(st.NextAttemptAt), st.Reason, st.Token)
 	case stores.DeadLetter:
-		if ok, err = s.queryRow(ctx, deadLetterQuery, []any{st.Attempts, st.ID, st.Route, st.Session,
-			nanos(st.FirstAttemptAt), st.Reason, nanos(cmp.Or(st.At, w.now)), st.Token}, &size); ok {
-			n = 1
-			w.count(st.Session, st.Route, -1, 1, -size)
-		}
+		n, err = s.exec(ctx, deadLetterQuery, st.Attempts, st.ID, st.Route, st.Session,
+			nanos(st.FirstAttemptAt), st.Reason, nanos(cmp.Or(st.At, w.now)), st.Token)
 	}
 	w.stale[i] = n != 1
 	return err
@@ -261,18 +246,12 @@ func (w *write) insert(rs []stores.Record, at int) error {
 			int64(e.QoS), e.Key, r.CausationID, r.Raw, r.Truncated, nanos(r.ExpiresAt), r.Attempts,
 			nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt), r.LastError, deadAt, r.DeadReason)
 	}
-	var seq int64
 	return s.each(w.ctx, insertQuery(len(rs)), args, func(sc *sql.Rows) error {
+		var seq int64
 		if err := sc.Scan(&seq); err != nil {
 			return err
 		}
-		i := int(seq - first)
-		w.seqs[at+i] = seq
-		if r := &rs[i]; r.State == stores.Dead {
-			w.count(r.Session, r.Route, 0, 1, 0)
-		} else {
-			w.count(r.Session, r.Route, 1, 0, r.Size())
-		}
+		w.seqs[at+int(seq-first)] = seq
 		return nil
 	})
 }
@@ -299,46 +278,15 @@ func (w *write) lease(r *stores.Record, token *int64) error {
 }
 
 // coalesce applies the coalesce key of live record r: absorbed when r's key
-// is present or an unclaimed record of the key received later is waiting,
-// else the unclaimed records of the key become tombstones.
+// is present or an unclaimed record of the key received later waits, else
+// the unclaimed records of the key become tombstones.
 func (w *write) coalesce(r *stores.Record) (absorbed bool, err error) {
-	s, ctx := w.s, w.ctx
+	s, args := w.s, []any{w.s.tomb, r.Envelope.ID, r.Route, r.Session, r.CoalesceKey, nanos(r.Envelope.ReceivedAt)}
 	var one int
-	if ok, err := s.queryRow(ctx, keyQuery, []any{r.Envelope.ID, r.Route, r.Session}, &one); ok || err != nil {
+	if absorbed, err = s.queryRow(w.ctx, absorbQuery, args, &one); absorbed || err != nil {
 		return true, err
 	}
-	var old [][3]int64 // seq, received_at, size
-	if err := s.each(ctx, coalesceQuery, []any{r.Session, r.Route, r.CoalesceKey}, func(rs *sql.Rows) error {
-		var o [3]int64
-		old = append(old, o)
-		return rs.Scan(&old[len(old)-1][0], &old[len(old)-1][1], &old[len(old)-1][2])
-	}); err != nil {
-		return false, err
-	}
-	for _, o := range old {
-		if o[1] > nanos(r.Envelope.ReceivedAt) {
-			return true, nil // a newer message is waiting: absorb this one
-		}
-	}
-	for _, o := range old {
-		if _, err := s.exec(ctx, coalesceGone, s.tomb, o[0]); err != nil {
-			return false, err
-		}
-		s.tombs++
-		w.count(r.Session, r.Route, -1, 0, -o[2])
-	}
-	return false, nil
-}
-
-// add applies d to the counters of p.
-func (s *Store) add(p pair, d counts) {
-	c := s.counts[p]
-	if c == nil {
-		c = &counts{}
-		s.counts[p] = c
-	}
-	*c = counts{c.live + d.live, c.dead + d.dead, c.bytes + d.bytes}
-	if *c == (counts{}) {
-		delete(s.counts, p)
-	}
+	n, err := s.exec(w.ctx, replaceQuery, args[:5]...)
+	s.tombs += n
+	return false, err
 }

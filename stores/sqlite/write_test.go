@@ -77,8 +77,8 @@ func TestStore_Tombstones(t *testing.T) {
 			t.Errorf("a delivered record was appended again after the reopen")
 		}
 	}
-	if c := s.counts[pair{"s", "r"}]; c == nil || c.live != 10 || c.bytes != 10*int64(prev[0].Size()) {
-		t.Fatalf("counted at the reopen: %+v, want the 10 undelivered", c)
+	if st, err := s.Stats(ctx); err != nil || len(st) != 1 || st[0].Live != 10 || st[0].Bytes != 10*prev[0].Size() {
+		t.Fatalf("stats after the reopen: %+v, %v; want the 10 undelivered", st, err)
 	}
 	s.Close()
 	s = open(-1)

@@ -122,6 +122,24 @@ func (s suite) leases(t *testing.T) {
 		}
 	})
 
+	// Session adoption (bridge) finds the leases of dead holders this way.
+	t.Run("list at the epoch returns lapsed leases but not released ones", func(t *testing.T) {
+		l, p := setup(t)
+		if _, err := l.Acquire(t.Context(), p+"lapsed", "o1", time.Second, t0); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(t.Context(), acquire(t, l, p+"released", "o2", t0)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.List(t.Context(), p, time.Unix(0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].Name != p+"lapsed" || got[0].Owner != "o1" {
+			t.Errorf("List at the epoch = %+v, want only %slapsed", got, p)
+		}
+	})
+
 	if f.Reopen != nil {
 		t.Run("tokens grow across a reopen", func(t *testing.T) {
 			l, p := setup(t)

@@ -11,6 +11,12 @@ import (
 	"github.com/gobridge/gobridge/receivers"
 )
 
+// Func adapts a function to a receivers.Sink.
+type Func func(ctx context.Context, m receivers.Message, done func())
+
+// Accept calls f.
+func (f Func) Accept(ctx context.Context, m receivers.Message, done func()) { f(ctx, m, done) }
+
 // Delivery is one message handed to the sink, with its done callback.
 type Delivery struct {
 	Msg  receivers.Message

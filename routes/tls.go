@@ -1,15 +1,14 @@
-package bridge
+package routes
 
 import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"os"
-
-	"github.com/gobridge/gobridge/routes"
 )
 
-// tlsConfig builds TLS settings from the files a config names.
+// Config builds the settings as a *tls.Config (TLS 1.2 or later), reading
+// the files they name. The bridge and the http sender both use it.
 //
 // A client (server false): ca_file replaces the system roots, cert_file and
 // key_file present a client certificate, insecure_skip_verify turns off
@@ -18,8 +17,8 @@ import (
 // A server: cert_file and key_file are its certificate (nil without them:
 // plain TCP); client_ca_file requires client certificates signed by those
 // CAs.
-func tlsConfig(t routes.TLS, server bool) (*tls.Config, error) {
-	if t == (routes.TLS{}) || (server && t.CertFile == "" && t.KeyFile == "") {
+func (t TLS) Config(server bool) (*tls.Config, error) {
+	if t == (TLS{}) || (server && t.CertFile == "" && t.KeyFile == "") {
 		return nil, nil
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
