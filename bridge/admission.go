@@ -1,7 +1,9 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -58,11 +60,24 @@ func newAdmission(read func(ctx context.Context) ([]stores.SessionStats, error))
 		changed: make(chan struct{}), refused: map[string]string{}}
 }
 
-func (a *admission) addSession(id string, maxLive int, maxBytes int64) {
-	a.sessions[id] = &sessionCount{maxLive: maxLive, maxBytes: maxBytes}
+// configure sets the limits of p's sessions and routes, keeping their
+// counts, and forgets the sessions and routes p does not have.
+func (a *admission) configure(p *parts) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sessions, routes := map[string]*sessionCount{}, map[string]*routeCount{}
+	for id, s := range p.sessions {
+		sessions[id] = cmp.Or(a.sessions[id], &sessionCount{})
+		sessions[id].maxLive, sessions[id].maxBytes = s.maxLive, s.maxBytes
+	}
+	for _, r := range p.routes {
+		routes[r.id] = cmp.Or(a.routes[r.id], &routeCount{})
+		routes[r.id].maxDead = r.cfg.Policy.MaxDeadLetters
+	}
+	a.sessions, a.routes = sessions, routes
+	maps.DeleteFunc(a.refused, func(id string, _ string) bool { return routes[id] == nil })
+	a.notify()
 }
-
-func (a *admission) addRoute(id string, maxDead int) { a.routes[id] = &routeCount{maxDead: maxDead} }
 
 // admit waits until rec fits: a live record under its session's limits, a
 // dead letter under its route's max_dead_letters. It reserves the room and

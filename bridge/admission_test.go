@@ -15,8 +15,10 @@ import (
 func TestAdmission_ARefreshKeepsWhatIsAdmittedAndNotWritten(t *testing.T) {
 	var stored []stores.SessionStats
 	a := newAdmission(func(context.Context) ([]stores.SessionStats, error) { return stored, nil })
-	a.addSession("s", 10, 1<<20)
-	a.addRoute("r", 10)
+	r := &route{id: "r"}
+	r.cfg.Policy.MaxDeadLetters = 10
+	a.configure(&parts{sessions: map[string]*session{"s": {id: "s", sessionSettings: sessionSettings{maxLive: 10, maxBytes: 1 << 20}}},
+		routes: []*route{r}})
 	rec := stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{ID: "1", Payload: []byte("p")}}
 	dead := rec
 	dead.State, dead.DeadReason = stores.Dead, "x"

@@ -117,21 +117,7 @@ func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.
 	case routes.ReceiverMQTT:
 		return mqtt.New(mqttOptions(c, tc), sink, log)
 	case routes.ReceiverMQTTListener:
-		filters := make([]string, len(c.Topics))
-		for i, t := range c.Topics {
-			filters[i] = t.Topic
-		}
-		users := make([]listener.User, len(o.Users))
-		for i, u := range o.Users {
-			users[i] = listener.User{Username: u.Username, Password: u.Password.Reveal(), PasswordHash: u.PasswordHash.Reveal(),
-				ACL: listener.ACL{Publish: u.Publish, Subscribe: u.Subscribe}}
-		}
-		return listener.New(listener.Options{
-			ID: c.ID, Listen: o.Listen, Topics: filters, TLS: tc, Users: users,
-			AllowAnonymous: o.AllowAnonymous, Anonymous: listener.ACL{Publish: o.Anonymous.Publish, Subscribe: o.Anonymous.Subscribe},
-			MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes, MaxClients: o.MaxClients,
-			ConnectTimeout: o.ConnectTimeout.D(), Retain: o.Retain, SessionExpiry: o.SessionExpiry.D(),
-		}, sink, log)
+		return listener.New(listenerOptions(c, tc), sink, log)
 	case routes.ReceiverHTTPListener:
 		filters := make([]string, len(c.Topics))
 		for i, t := range c.Topics {
@@ -145,4 +131,24 @@ func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.
 		}, sink, log)
 	}
 	return nil, fmt.Errorf("unknown receiver type %q", c.Type)
+}
+
+// listenerOptions maps an mqtt_listener's config to its Options.
+func listenerOptions(c routes.ReceiverConfig, tc *tls.Config) listener.Options {
+	o := c.Options
+	filters := make([]string, len(c.Topics))
+	for i, t := range c.Topics {
+		filters[i] = t.Topic
+	}
+	users := make([]listener.User, len(o.Users))
+	for i, u := range o.Users {
+		users[i] = listener.User{Username: u.Username, Password: u.Password.Reveal(), PasswordHash: u.PasswordHash.Reveal(),
+			ACL: listener.ACL{Publish: u.Publish, Subscribe: u.Subscribe}}
+	}
+	return listener.Options{
+		ID: c.ID, Listen: o.Listen, Topics: filters, TLS: tc, Users: users,
+		AllowAnonymous: o.AllowAnonymous, Anonymous: listener.ACL{Publish: o.Anonymous.Publish, Subscribe: o.Anonymous.Subscribe},
+		MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes, MaxClients: o.MaxClients,
+		ConnectTimeout: o.ConnectTimeout.D(), Retain: o.Retain, SessionExpiry: o.SessionExpiry.D(),
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +26,6 @@ import (
 	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/routes"
-	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -49,36 +49,37 @@ type receiver interface {
 	Status() receivers.Status
 }
 
-type namedReceiver struct {
-	id string
-	r  receiver
-}
-
 // Bridge is one running bridge. Build it with New, then call Run once.
 type Bridge struct {
-	cfg     *routes.Config
+	cfg     *routes.Config // as started: a reload changes none of what New reads from it
 	log     *slog.Logger
+	base    *slog.Logger // without the component key, for the components
+	stdout  io.Writer
 	metrics *metrics
 	gather  prometheus.Gatherer
 	owner   string // this process in leases
 
-	store        stores.Store // nil when no outbox store is configured
-	writer       *writer      // nil without a store
-	limits       *admission
-	receivers    []namedReceiver
-	routes       []*route
-	sessions     map[string]*session
-	senderHealth map[string]*senders.Health
-	admin        *adminServer
-	journal      *admin.Journal // delivery outcomes, for the admin API and console
-	ops          *admin.Handler // the admin API and console
+	store   stores.Store // nil when no outbox store is configured
+	writer  *writer      // nil without a store
+	limits  *admission
+	cur     atomic.Pointer[parts] // the running configuration's parts
+	admin   *adminServer
+	journal *admin.Journal // delivery outcomes, for the admin API and console
+	ops     *admin.Handler // the admin API and console
 
-	// holdCtx bounds direct_hold sends; it is cancelled only when the
-	// shutdown deadline passes. stopping is closed when shutdown begins.
+	// mu serialises reloads with each other and with Run's start and
+	// shutdown; under it, running says a reload may start components, with
+	// the contexts, wait groups and failure handler Run set.
+	mu                  sync.Mutex
+	running             bool
+	ingestCtx, drainCtx context.Context
+	recvs, drains       sync.WaitGroup
+	fail                func(error)
+
+	// holdCtx bounds direct sends; it is cancelled only when the shutdown
+	// deadline passes.
 	holdCtx    context.Context
 	holdCancel context.CancelFunc
-	stopping   chan struct{}
-	holds      sync.WaitGroup // direct_hold deliveries in progress
 
 	startedAt time.Time
 	lastSent  sync.Map // session -> time.Time of the last successful send
@@ -115,12 +116,11 @@ func New(cfg *routes.Config, opts Options) (*Bridge, error) {
 		return nil, fmt.Errorf("bridge: register metrics: %w", err)
 	}
 	b := &Bridge{
-		cfg: cfg, log: log.With("component", "bridge"), metrics: m, gather: gather, owner: ownerName(cfg.Bridge.ID),
-		sessions: map[string]*session{}, senderHealth: map[string]*senders.Health{}, journal: admin.NewJournal(0),
-		stopping: make(chan struct{}),
+		cfg: cfg, log: log.With("component", "bridge"), base: log, stdout: opts.Stdout, metrics: m, gather: gather,
+		owner: ownerName(cfg.Bridge.ID), journal: admin.NewJournal(0),
 	}
 	b.holdCtx, b.holdCancel = context.WithCancel(context.Background())
-	if err := b.build(log, opts.Stdout); err != nil {
+	if err := b.build(); err != nil {
 		b.holdCancel()
 		b.closeAll()
 		return nil, err
@@ -134,7 +134,7 @@ func New(cfg *routes.Config, opts Options) (*Bridge, error) {
 }
 
 // build constructs the parts; on error the caller closes what was built.
-func (b *Bridge) build(log *slog.Logger, stdout io.Writer) error {
+func (b *Bridge) build() error {
 	if err := b.openStore(); err != nil {
 		return err
 	}
@@ -145,19 +145,27 @@ func (b *Bridge) build(log *slog.Logger, stdout io.Writer) error {
 		return b.store.Stats(ctx)
 	})
 	if b.store != nil {
-		b.writer = newWriter(b.store, b.metrics, log, b.limits)
+		b.writer = newWriter(b.store, b.metrics, b.base, b.limits)
 	}
-	built, health, err := b.buildSenders(log, stdout)
+	p, err := b.assemble(b.cfg, nil)
 	if err != nil {
 		return err
 	}
-	if err := b.buildRoutes(built, health); err != nil {
-		return err
+	b.prepare(p)
+	for _, rc := range p.receivers {
+		rc.in.set(p.routesOf(rc.id))
 	}
-	b.buildGroups(log)
-	if err := b.buildReceivers(log); err != nil {
-		return err
+	if b.writer != nil {
+		b.writer.setGroups(p.sessions)
 	}
+	b.cur.Store(p)
+	b.closers = append(b.closers, func() error {
+		var errs []error
+		for _, s := range b.cur.Load().senders {
+			errs = append(errs, s.close())
+		}
+		return errors.Join(errs...)
+	})
 	a, err := newAdminServer(b)
 	if err != nil {
 		return err
@@ -178,9 +186,9 @@ func (b *Bridge) AdminAddr() string { return b.admin.addr() }
 // drainers release their leases; the store and the admin server close.
 // Shutdown is bounded by bridge.shutdown_timeout: when it passes, what
 // still runs is cancelled (an unacknowledged message is redelivered later;
-// nothing acknowledged is lost). Run returns nil after a clean shutdown,
-// the first part's failure, or ErrShutdownTimeout when parts still ran 5s
-// after the timeout.
+// nothing acknowledged is lost). A reload in progress finishes first. Run
+// returns nil after a clean shutdown, the first part's failure, or
+// ErrShutdownTimeout when parts still ran 5s after the timeout.
 func (b *Bridge) Run(ctx context.Context) error {
 	b.startedAt = time.Now()
 	defer b.closeAll()
@@ -201,9 +209,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 		failOnce.Do(func() { failed = err })
 		stopIngest()
 	}
-	var serve, drain, recv errgroup.Group
+	var serve errgroup.Group
+	p := b.cur.Load()
 	if b.store != nil {
-		if err := b.checkOrphans(ingestCtx); err != nil {
+		if err := b.checkOrphans(ingestCtx, p.sessions); err != nil {
 			return err
 		}
 		le, err := b.claimInstance(ingestCtx)
@@ -225,26 +234,23 @@ func (b *Bridge) Run(ctx context.Context) error {
 	} else {
 		close(writerDone)
 	}
-	for id, s := range b.sessions {
-		drain.Go(func() error {
-			if err := s.group.Run(drainCtx); err != nil {
-				fail(fmt.Errorf("drainer %s: %w", id, err))
-			}
-			return nil
-		})
+	b.mu.Lock()
+	b.ingestCtx, b.drainCtx, b.fail, b.running = ingestCtx, drainCtx, fail, true
+	for _, s := range p.sessions {
+		b.startSession(s)
 	}
-	for _, nr := range b.receivers {
-		recv.Go(func() error {
-			if err := nr.r.Run(ingestCtx); err != nil && ingestCtx.Err() == nil {
-				fail(fmt.Errorf("receiver %s: %w", nr.id, err))
-			}
-			return nil
-		})
+	for _, rc := range p.receivers {
+		b.startReceiver(rc, true)
 	}
-	b.log.Info("bridge running", "bridge", b.cfg.Bridge.ID, "routes", len(b.routes),
-		"receivers", len(b.receivers), "sessions", len(b.sessions), "admin", b.AdminAddr())
+	b.mu.Unlock()
+	b.log.Info("bridge running", "bridge", b.cfg.Bridge.ID, "routes", len(p.routes),
+		"receivers", len(p.receivers), "sessions", len(p.sessions), "admin", b.AdminAddr())
 
 	<-ingestCtx.Done()
+	b.mu.Lock()
+	b.running = false
+	p = b.cur.Load()
+	b.mu.Unlock()
 	timeout := b.cfg.Bridge.ShutdownTimeout.D()
 	b.log.Info("shutting down", "timeout", timeout)
 	deadline := time.AfterFunc(timeout, func() {
@@ -255,14 +261,18 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 	})
 	defer deadline.Stop()
-	close(b.stopping)
+	for _, r := range p.routes {
+		r.stop()
+	}
 	stopDrain()
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		_ = recv.Wait()  // 1. receivers stop taking messages
-		b.holds.Wait()   // 2. direct_hold sends in flight finish
-		_ = drain.Wait() // 3. drainers finish their sends and flush their outcomes
+		b.recvs.Wait() // 1. receivers stop taking messages
+		for _, r := range p.routes {
+			r.busy.Wait() // 2. direct sends in flight finish
+		}
+		b.drains.Wait() // 3. drainers finish their sends and flush their outcomes
 		if b.writer != nil {
 			b.writer.stop() // 4. what was accepted is committed and acknowledged
 		}
@@ -290,7 +300,8 @@ const hardStopGrace = 5 * time.Second
 // shutdown_timeout plus a grace period after shutdown began.
 var ErrShutdownTimeout = errors.New("bridge: shutdown timed out")
 
-// closeAll closes the store and senders; it is safe to call more than once.
+// closeAll closes the senders and the store; it is safe to call more than
+// once.
 func (b *Bridge) closeAll() {
 	for i := len(b.closers) - 1; i >= 0; i-- {
 		if err := b.closers[i](); err != nil {

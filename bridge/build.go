@@ -1,12 +1,12 @@
 package bridge
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"log/slog"
-	"slices"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/gobridge/gobridge/drainer"
@@ -14,11 +14,13 @@ import (
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/senders/stdout"
-	"github.com/gobridge/gobridge/stores"
 )
 
-// route is one configured route, ready to take messages.
+// route is one configured route, ready to take messages. A reload keeps
+// it while its config and its sender's stay the same; otherwise a new route
+// of the same id replaces it.
 type route struct {
+	cfg    routes.RouteConfig
 	id     string
 	topic  string
 	mode   string
@@ -41,17 +43,66 @@ type route struct {
 	dlq            bool      // failures are dead-lettered (else dropped)
 	hold           *holder   // direct_hold only
 	fallback       *fallback // direct_or_outbox only
+
+	// busy counts the messages the route is dispatching and its direct
+	// deliveries in progress; a reload waits for it before the route's
+	// successor takes messages.
+	busy sync.WaitGroup
+	// ready, when not nil, is closed once the route this one replaces has
+	// settled what it held: until then dispatch waits.
+	ready chan struct{}
+	// quit is closed when the route stops retrying (shutdown, or a reload
+	// that gave up waiting): what it holds stays unacknowledged. ctx bounds
+	// its sends: cancelled with it, or at the shutdown deadline.
+	quit     chan struct{}
+	quitOnce sync.Once
+	ctx      context.Context
+	cancel   context.CancelFunc
 }
 
-// session is one outbox session and its drainer.
+// stop ends the route's retries (see quit).
+func (r *route) stop() { r.quitOnce.Do(func() { close(r.quit) }) }
+
+// session is one outbox session and its drainer. A reload keeps it while
+// its settings and its routes stay the same.
 type session struct {
-	id         string
-	partitions int
-	batch      int
-	poll       drainer.Poll
-	stallAfter time.Duration
-	routes     map[string]drainer.Route
-	group      *drainer.Group
+	id string
+	sessionSettings
+	members map[string]*route // by route id and previous ids
+	routes  map[string]drainer.Route
+	group   *drainer.Group
+	run     *task // nil until started
+}
+
+type sessionSettings struct {
+	partitions, batch int
+	poll              drainer.Poll
+	stallAfter        time.Duration
+	maxLive           int
+	maxBytes          int64
+}
+
+// same reports whether s is o with nothing changed.
+func (s *session) same(o *session) bool {
+	return o != nil && s.sessionSettings == o.sessionSettings && maps.Equal(s.members, o.members)
+}
+
+// sender is one built sender and its health, kept by a reload while its
+// config and max_in_flight stay the same.
+type sender struct {
+	drainer.Sender
+	health      *senders.Health
+	cfg         routes.SenderConfig
+	maxInFlight int
+}
+
+// recv is one receiver and the ingest it feeds.
+type recv struct {
+	id  string
+	cfg routes.ReceiverConfig
+	r   receiver
+	in  *ingest
+	run *task // nil until started
 }
 
 // homePrefix starts the names of the sessions that keep the ingest dead
@@ -66,41 +117,18 @@ func ownerName(bridgeID string) string {
 	return bridgeID + "/" + hex.EncodeToString(b[:])
 }
 
-// buildSenders constructs every sender that a route uses, with its health.
-func (b *Bridge) buildSenders(log *slog.Logger, out io.Writer) (map[string]drainer.Sender, map[string]*senders.Health, error) {
-	maxInFlight := map[string]int{}
-	for _, r := range b.cfg.Routes {
-		maxInFlight[r.Sender] = max(maxInFlight[r.Sender], r.Policy.MaxInFlight)
+// newSender builds one sender and its health, reported as
+// gobridge_sender_up, in the log and in the journal.
+func (b *Bridge) newSender(sc routes.SenderConfig, maxInFlight int) (*sender, error) {
+	var s drainer.Sender
+	var err error
+	if sc.Type == routes.SenderStdout {
+		s = stdout.New(b.stdout)
+	} else if s, err = newSenderBackend(sc, maxInFlight, b.base); err != nil {
+		return nil, err
 	}
-	built, health := map[string]drainer.Sender{}, map[string]*senders.Health{}
-	for _, sc := range b.cfg.Senders {
-		if _, used := maxInFlight[sc.ID]; !used {
-			continue
-		}
-		var s drainer.Sender
-		var err error
-		if sc.Type == routes.SenderStdout {
-			s = stdout.New(out)
-		} else {
-			s, err = newSenderBackend(sc, maxInFlight[sc.ID], log)
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("bridge: sender %s: %w", sc.ID, err)
-		}
-		if c, ok := s.(interface{ Close() error }); ok {
-			b.closers = append(b.closers, c.Close)
-		}
-		built[sc.ID] = s
-		health[sc.ID] = b.newHealth(sc.ID)
-	}
-	return built, health, nil
-}
-
-// newHealth makes a sender's health, reported as gobridge_sender_up, in
-// the log and in the journal.
-func (b *Bridge) newHealth(id string) *senders.Health {
 	h := senders.NewHealth()
-	b.metrics.senderUp.WithLabelValues(id).Set(1)
+	id := sc.ID
 	h.OnChange = func(up bool, lastErr string) {
 		b.metrics.senderUp.WithLabelValues(id).Set(b2f(up))
 		if up {
@@ -110,66 +138,64 @@ func (b *Bridge) newHealth(id string) *senders.Health {
 		}
 		b.journal.SenderState(id, up, lastErr)
 	}
-	b.senderHealth[id] = h
-	return h
+	return &sender{Sender: s, health: h, cfg: sc, maxInFlight: maxInFlight}, nil
 }
 
-// buildRoutes compiles each route and groups the outbox routes by session.
-func (b *Bridge) buildRoutes(built map[string]drainer.Sender, health map[string]*senders.Health) error {
-	for _, rc := range b.cfg.Routes {
-		p := rc.Policy
-		r := &route{
-			id: rc.ID, topic: rc.Topic, mode: rc.DeliveryMode, sender: built[rc.Sender], health: health[rc.Sender],
-			policy: drainer.Policy{
-				MaxInFlight: p.MaxInFlight, SendTimeout: p.SendTimeout.D(),
-				MaxReplayAttempts: p.MaxReplayAttempts, ReplayBudget: p.ReplayBudget.D(),
-				DropExpired: p.OnExpired == routes.PolicyDrop, DropPermanent: p.OnPermanentFailure == routes.PolicyDrop,
-				Backoff: drainer.Backoff{Initial: p.Backoff.InitialInterval.D(), Max: p.Backoff.MaxInterval.D(), Multiplier: p.Backoff.Multiplier},
-			},
-			ttl: p.TTL.D(), stallAfter: p.StallAfter.D(), directTimeout: p.DirectTimeout.D(),
-			dlq: p.OnPermanentFailure == routes.PolicyDLQ && b.store != nil,
-		}
-		if r.sender == nil {
-			return fmt.Errorf("bridge: route %s: unknown sender %q", rc.ID, rc.Sender)
-		}
-		proc, err := compileProcessors(rc)
-		if err != nil {
-			return fmt.Errorf("bridge: route %s: %w", rc.ID, err)
-		}
-		r.process = proc
-		switch r.mode {
-		case routes.SharedOutbox, routes.DirectOrOutbox:
-			if b.store == nil || rc.Session.ID == "" {
-				return fmt.Errorf("bridge: route %s: %s needs stores.outbox and session.id", rc.ID, r.mode)
-			}
-			r.session, r.partitions = rc.Session.ID, rc.Session.Partitions
-			r.home, r.homePartitions = r.session, r.partitions
-			if r.mode == routes.DirectOrOutbox {
-				r.fallback = newFallback(b, r)
-			}
-		case routes.DirectHold:
-			r.hold = newHolder(b, r)
-			r.home, r.homePartitions = homePrefix+rc.ID, 1
-		default:
-			return fmt.Errorf("bridge: route %s: unknown delivery_mode %q", rc.ID, r.mode)
-		}
-		if b.store != nil {
-			b.addToSession(r, rc)
-		}
-		b.metrics.initRoute(r.id)
-		b.routes = append(b.routes, r)
+// close closes the sender's backend, if it has anything to close.
+func (s *sender) close() error {
+	if c, ok := s.Sender.(interface{ Close() error }); ok {
+		return c.Close()
 	}
 	return nil
 }
 
-// addToSession registers r with its home session (creating it), its
-// admission limits and its drainer route.
-func (b *Bridge) addToSession(r *route, rc routes.RouteConfig) {
-	s := b.sessions[r.home]
+// newRoute compiles one route.
+func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
+	p := rc.Policy
+	r := &route{
+		cfg: rc, id: rc.ID, topic: rc.Topic, mode: rc.DeliveryMode, sender: s.Sender, health: s.health,
+		policy: drainer.Policy{
+			MaxInFlight: p.MaxInFlight, SendTimeout: p.SendTimeout.D(),
+			MaxReplayAttempts: p.MaxReplayAttempts, ReplayBudget: p.ReplayBudget.D(),
+			DropExpired: p.OnExpired == routes.PolicyDrop, DropPermanent: p.OnPermanentFailure == routes.PolicyDrop,
+			Backoff: drainer.Backoff{Initial: p.Backoff.InitialInterval.D(), Max: p.Backoff.MaxInterval.D(), Multiplier: p.Backoff.Multiplier},
+		},
+		ttl: p.TTL.D(), stallAfter: p.StallAfter.D(), directTimeout: p.DirectTimeout.D(),
+		dlq: p.OnPermanentFailure == routes.PolicyDLQ && b.store != nil, quit: make(chan struct{}),
+	}
+	proc, err := compileProcessors(rc)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: route %s: %w", rc.ID, err)
+	}
+	r.process = proc
+	switch r.mode {
+	case routes.SharedOutbox, routes.DirectOrOutbox:
+		if b.store == nil || rc.Session.ID == "" {
+			return nil, fmt.Errorf("bridge: route %s: %s needs stores.outbox and session.id", rc.ID, r.mode)
+		}
+		r.session, r.partitions = rc.Session.ID, rc.Session.Partitions
+		r.home, r.homePartitions = r.session, r.partitions
+		if r.mode == routes.DirectOrOutbox {
+			r.fallback = newFallback(b, r)
+		}
+	case routes.DirectHold:
+		r.hold = newHolder(b, r)
+		r.home, r.homePartitions = homePrefix+rc.ID, 1
+	default:
+		return nil, fmt.Errorf("bridge: route %s: unknown delivery_mode %q", rc.ID, r.mode)
+	}
+	r.ctx, r.cancel = context.WithCancel(b.holdCtx)
+	return r, nil
+}
+
+// addToSession registers r with its home session in p (creating it).
+func (b *Bridge) addToSession(p *parts, r *route, rc routes.RouteConfig) {
+	s := p.sessions[r.home]
 	if s == nil {
-		s = &session{id: r.home, partitions: r.homePartitions, batch: routes.DefaultSessionBatchSize,
+		s = &session{id: r.home, sessionSettings: sessionSettings{partitions: r.homePartitions, batch: routes.DefaultSessionBatchSize,
 			poll: drainer.Poll{Min: time.Second, Max: 30 * time.Second, Multiplier: 2}, stallAfter: r.stallAfter,
-			routes: map[string]drainer.Route{}}
+			maxLive: rc.Policy.MaxOutboxDepth, maxBytes: rc.Policy.MaxOutboxBytes},
+			members: map[string]*route{}, routes: map[string]drainer.Route{}}
 		if rc.UsesOutbox() {
 			s.batch = rc.Session.BatchSize
 			if ds := rc.Session.DrainStrategy; ds.Type == routes.DrainAdaptiveBackoff {
@@ -178,11 +204,9 @@ func (b *Bridge) addToSession(r *route, rc routes.RouteConfig) {
 				s.poll = drainer.Poll{Min: ds.Interval.D(), Max: ds.Interval.D()}
 			}
 		}
-		b.sessions[r.home] = s
-		b.limits.addSession(r.home, rc.Policy.MaxOutboxDepth, rc.Policy.MaxOutboxBytes)
+		p.sessions[r.home] = s
 	}
 	s.stallAfter = min(s.stallAfter, r.stallAfter)
-	b.limits.addRoute(r.id, rc.Policy.MaxDeadLetters)
 	prep := func(env *message.Envelope) (bool, error) {
 		if r.process == nil {
 			return false, nil
@@ -196,26 +220,18 @@ func (b *Bridge) addToSession(r *route, rc routes.RouteConfig) {
 	}
 	for _, id := range append([]string{r.id}, rc.PreviousIDs...) {
 		s.routes[id] = dr
+		s.members[id] = r
 	}
 }
 
-// buildGroups makes one drainer group per session.
-func (b *Bridge) buildGroups(log *slog.Logger) {
-	ids := make([]string, 0, len(b.sessions))
-	for id := range b.sessions {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		s := b.sessions[id]
-		s.group = drainer.New(drainer.Options{
-			Session: id, Partitions: s.partitions, BatchSize: s.batch,
-			Window: max(4*s.batch, 1024), Poll: s.poll, Routes: s.routes,
-			Owner: b.owner, LeaseTTL: b.leaseTTL(), ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
-			AbandonGrace: 2 * time.Second, Logger: log, Observer: b.drainObserver(),
-		}, b.store, b.writer)
-		b.writer.groups[id] = s.group
-	}
+// newGroup makes the session's drainer group.
+func (b *Bridge) newGroup(s *session) {
+	s.group = drainer.New(drainer.Options{
+		Session: s.id, Partitions: s.partitions, BatchSize: s.batch,
+		Window: max(4*s.batch, 1024), Poll: s.poll, Routes: s.routes,
+		Owner: b.owner, LeaseTTL: b.leaseTTL(), ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
+		AbandonGrace: 2 * time.Second, Logger: b.base, Observer: b.drainObserver(),
+	}, b.store, b.writer)
 }
 
 // leaseTTL is how long this instance's leases last without renewal
@@ -237,29 +253,19 @@ func (b *Bridge) openStore() error {
 	return nil
 }
 
-// buildReceivers constructs each receiver with its own ingest sink.
-func (b *Bridge) buildReceivers(log *slog.Logger) error {
-	for _, rc := range b.cfg.Receivers {
-		in := &ingest{b: b, receiver: rc.ID}
-		for i, r := range b.routes {
-			if b.cfg.Routes[i].Receiver == rc.ID {
-				in.routes = append(in.routes, r)
-			}
-		}
-		var rcv receiver
-		var err error
-		if leasedSession(b.cfg, rc) {
-			rcv, err = b.newGuarded(rc, in, log)
-		} else {
-			rcv, err = newReceiverBackend(rc, in, log)
-		}
-		if err != nil {
-			return fmt.Errorf("bridge: receiver %s: %w", rc.ID, err)
-		}
-		b.metrics.initReceiver(rc.ID)
-		b.receivers = append(b.receivers, namedReceiver{id: rc.ID, r: rcv})
+// newRecv builds a receiver with its own ingest sink: a guarded one when
+// its MQTT session is leased.
+func (b *Bridge) newRecv(rc routes.ReceiverConfig) (*recv, error) {
+	in := &ingest{b: b, receiver: rc.ID}
+	var rcv receiver
+	var err error
+	if leasedSession(b.cfg, rc) {
+		rcv, err = b.newGuarded(rc, in, b.base)
+	} else {
+		rcv, err = newReceiverBackend(rc, in, b.base)
 	}
-	return nil
+	if err != nil {
+		return nil, fmt.Errorf("bridge: receiver %s: %w", rc.ID, err)
+	}
+	return &recv{id: rc.ID, cfg: rc, r: rcv, in: in}, nil
 }
-
-var _ = stores.PartitionLease

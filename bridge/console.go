@@ -52,11 +52,6 @@ func (b *Bridge) drainObserver() drainer.Observer {
 // and mutations come only from loopback. Foreign Host headers are refused
 // (package admin).
 func (b *Bridge) mountOperatorTools() {
-	for _, r := range b.routes {
-		if r.session != "" {
-			b.journal.Register(r.session, r.id)
-		}
-	}
 	a := b.cfg.Bridge.Admin
 	opts := admin.Options{Journal: b.journal, Token: a.Token.Reveal(), AllowedHosts: a.AllowedHosts, Logger: b.log}
 	if a.Listen != nil {
@@ -95,7 +90,7 @@ func (o *Outbox) Requeue(ctx context.Context, id, route string) (stores.Record, 
 	if err != nil {
 		return r, err
 	}
-	if s := b.sessions[r.Session]; s != nil {
+	if s := b.cur.Load().sessions[r.Session]; s != nil {
 		s.group.Delivered(&r, 0) // the store holds work for its partition
 	}
 	b.limits.refresh(ctx, true)
@@ -113,7 +108,7 @@ func (o *Outbox) Drop(ctx context.Context, id string) error {
 }
 
 // place says where a route's records go in this configuration.
-func (b *Bridge) place(route string) (string, int, error) { return Placer(b.cfg)(route) }
+func (b *Bridge) place(route string) (string, int, error) { return Placer(b.cur.Load().cfg)(route) }
 
 // Placer says where each route of cfg keeps its records: a shared_outbox
 // route in its session, a direct_hold route's ingest dead letters in the

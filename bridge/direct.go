@@ -47,10 +47,10 @@ func (h *holder) submit(ctx context.Context, env *message.Envelope, received mes
 		return false
 	}
 	turn := h.turns.queue(env.Key)
-	h.b.holds.Add(1)
+	h.r.busy.Add(1)
 	h.b.metrics.inFlight.WithLabelValues(h.r.id).Set(float64(len(h.sem)))
 	go func() {
-		defer h.b.holds.Done()
+		defer h.r.busy.Done()
 		defer func() {
 			<-h.sem
 			h.b.metrics.inFlight.WithLabelValues(h.r.id).Set(float64(len(h.sem)))
@@ -58,7 +58,7 @@ func (h *holder) submit(ctx context.Context, env *message.Envelope, received mes
 		defer h.turns.next(env.Key)
 		select {
 		case <-turn:
-		case <-h.b.stopping:
+		case <-h.r.quit:
 			return // left unacknowledged
 		}
 		h.mu.Lock()
@@ -144,7 +144,7 @@ func (h *holder) deliver(env *message.Envelope, received message.Envelope) strin
 			log.Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
 			return ""
 		}
-		ctx, cancel := context.WithTimeout(b.holdCtx, r.policy.SendTimeout)
+		ctx, cancel := context.WithTimeout(r.ctx, r.policy.SendTimeout)
 		start := time.Now()
 		err := r.sender.Send(ctx, envs)[0]
 		cancel()
@@ -159,20 +159,20 @@ func (h *holder) deliver(env *message.Envelope, received message.Envelope) strin
 		case senders.Fatal:
 			received.ID = env.ID
 			durable := make(chan string, 1)
-			if !b.failAtIngest(b.holdCtx, r, received, err.Error(), false, func(o string) { durable <- o }) {
+			if !b.failAtIngest(r.ctx, r, received, err.Error(), false, func(o string) { durable <- o }) {
 				return ""
 			}
 			select {
 			case o := <-durable:
 				return o
-			case <-b.holdCtx.Done():
+			case <-r.ctx.Done():
 				return ""
 			}
 		}
 		mt.retried.WithLabelValues(r.id, class.String()).Inc()
 		wait := time.Until(r.policy.Backoff.Next(time.Now(), attempt, retryAfter, rnd))
 		log.Debug("send failed; retrying while holding the source", "attempt", attempt, "error", err, "retry_in", wait)
-		if !sleep(b.stopping, wait) {
+		if !sleep(r.quit, wait) {
 			log.Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
 			return ""
 		}
@@ -190,7 +190,7 @@ func (h *holder) waitProbe() bool {
 		if wait <= 0 || wait > time.Second {
 			wait = min(max(wait, 50*time.Millisecond), time.Second)
 		}
-		if !sleep(h.b.stopping, wait) {
+		if !sleep(h.r.quit, wait) {
 			return false
 		}
 	}

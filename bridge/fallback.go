@@ -49,14 +49,14 @@ func (f *fallback) submit(ctx context.Context, env *message.Envelope, received m
 		return false
 	}
 	turn := f.turns.queue(env.Key)
-	f.b.holds.Add(1)
+	f.r.busy.Add(1)
 	go func() {
-		defer f.b.holds.Done()
+		defer f.r.busy.Done()
 		defer func() { <-f.sem }()
 		defer f.turns.next(env.Key)
 		select {
 		case <-turn:
-		case <-f.b.stopping:
+		case <-f.r.quit:
 			return // left unacknowledged
 		}
 		if f.direct(env, received, settle) {
@@ -84,7 +84,7 @@ func (f *fallback) direct(env *message.Envelope, received message.Envelope, sett
 	if f.held(env.Key) || !r.health.Up() {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(b.holdCtx, r.directTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, r.directTimeout)
 	start := time.Now()
 	err := r.sender.Send(ctx, []*message.Envelope{env})[0]
 	cancel()
@@ -99,7 +99,7 @@ func (f *fallback) direct(env *message.Envelope, received message.Envelope, sett
 		return true
 	case senders.Fatal:
 		received.ID = env.ID
-		if !b.failAtIngest(b.holdCtx, r, received, err.Error(), false, settle) {
+		if !b.failAtIngest(r.ctx, r, received, err.Error(), false, settle) {
 			b.log.Warn("shutdown: message left unacknowledged for redelivery", "route", r.id, "record_id", env.ID)
 		}
 		return true

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,7 +21,16 @@ import (
 type ingest struct {
 	b        *Bridge
 	receiver string
-	routes   []*route
+
+	mu     sync.RWMutex
+	routes []*route // replaced by a reload
+}
+
+// set makes ingest route through rs from the next message on.
+func (in *ingest) set(rs []*route) {
+	in.mu.Lock()
+	in.routes = rs
+	in.mu.Unlock()
 }
 
 var _ receivers.Sink = (*ingest)(nil)
@@ -56,11 +66,14 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 	mt := in.b.metrics
 	mt.received.WithLabelValues(in.receiver).Inc()
 	var matched []*route
+	in.mu.RLock()
 	for _, r := range in.routes {
 		if topics.Match(r.topic, m.Topic) {
+			r.busy.Add(1) // before a reload can swap the routes and wait for them
 			matched = append(matched, r)
 		}
 	}
+	in.mu.RUnlock()
 	var firstID string
 	s := &settler{}
 	s.done = func() {
@@ -99,7 +112,11 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		} else {
 			ok = in.b.dispatch(ctx, r, env, settle)
 		}
+		r.busy.Done()
 		if !ok {
+			for _, r := range matched[i+1:] {
+				r.busy.Done()
+			}
 			return
 		}
 	}
@@ -110,6 +127,13 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 // returns false when ctx ended before the delivery was accepted (settle
 // will not be called).
 func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, settle settleFunc) bool {
+	if r.ready != nil {
+		select {
+		case <-r.ready: // the route this one replaced has settled
+		case <-ctx.Done():
+			return false
+		}
+	}
 	mt := b.metrics
 	mt.routeReceived.WithLabelValues(r.id).Inc()
 	settleRoute := func(outcome string) {

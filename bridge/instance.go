@@ -84,29 +84,30 @@ var ErrOrphans = errors.New("bridge: the outbox holds records of routes this con
 // no drainer of this configuration would deliver: records of a route that
 // was renamed or removed (DESIGN.md §11.5; issue 14). Dead letters of such
 // routes are left alone: `gobridge dlq requeue --to-route` moves them.
-func (b *Bridge) checkOrphans(ctx context.Context) error {
+func (b *Bridge) checkOrphans(ctx context.Context, sessions map[string]*session) error {
+	orphans, err := b.orphans(ctx, sessions)
+	if err != nil || len(orphans) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: %w; if the route was renamed, add its old id to the new route's previous_ids "+
+		"(in the same session), or put the route back; `gobridge outbox stats` lists them", ErrOrphans, errors.Join(orphans...))
+}
+
+// orphans lists the routes whose live records the outbox holds in a
+// session where sessions have no drainer for them.
+func (b *Bridge) orphans(ctx context.Context, sessions map[string]*session) ([]error, error) {
 	all, err := b.store.Stats(ctx)
 	if err != nil {
-		return fmt.Errorf("bridge: read outbox stats: %w", err)
+		return nil, fmt.Errorf("bridge: read outbox stats: %w", err)
 	}
 	var orphans []error
 	for _, st := range all {
-		s := b.sessions[st.Session]
 		for route, c := range st.Routes {
-			if c.Live == 0 {
+			if s := sessions[st.Session]; c.Live == 0 || (s != nil && s.members[route] != nil) {
 				continue
-			}
-			if s != nil {
-				if _, ok := s.routes[route]; ok {
-					continue
-				}
 			}
 			orphans = append(orphans, fmt.Errorf("session %s holds %d records of route %q", st.Session, c.Live, route))
 		}
 	}
-	if len(orphans) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w; if the route was renamed, add its old id to the new route's previous_ids "+
-		"(in the same session), or put the route back; `gobridge outbox stats` lists them", ErrOrphans, errors.Join(orphans...))
+	return orphans, nil
 }

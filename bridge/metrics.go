@@ -186,7 +186,7 @@ func (c receiverCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, nr := range c.b.receivers {
+	for _, nr := range c.b.cur.Load().receivers {
 		rs, ok := nr.r.(receiverStats)
 		if !ok {
 			continue

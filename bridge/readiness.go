@@ -32,9 +32,10 @@ type Readiness struct {
 // 30s; when a session is at its limits or a route at max_dead_letters
 // (ingest pushes back); or when a record could not be stored at all.
 func (b *Bridge) Ready(ctx context.Context) Readiness {
+	p := b.cur.Load()
 	reasons := []string{}
 	add := func(format string, args ...any) { reasons = append(reasons, fmt.Sprintf(format, args...)) }
-	for _, nr := range b.receivers {
+	for _, nr := range p.receivers {
 		st := nr.r.Status()
 		switch {
 		case !st.Connected:
@@ -44,7 +45,7 @@ func (b *Bridge) Ready(ctx context.Context) Readiness {
 		}
 	}
 	now := time.Now()
-	for _, r := range b.routes {
+	for _, r := range p.routes {
 		if r.hold == nil {
 			continue
 		}
@@ -64,7 +65,7 @@ func (b *Bridge) Ready(ctx context.Context) Readiness {
 		add("outbox: read stats: %v", err)
 	}
 	for _, st := range stats {
-		if s := b.sessions[st.Session]; s != nil {
+		if s := p.sessions[st.Session]; s != nil {
 			if reason := b.stalled(s, st, now); reason != "" {
 				reasons = append(reasons, reason)
 			}
@@ -124,7 +125,7 @@ func (b *Bridge) monitor(ctx context.Context) {
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
 	for {
-		for _, nr := range b.receivers {
+		for _, nr := range b.cur.Load().receivers {
 			st := nr.r.Status()
 			b.metrics.connected.WithLabelValues(nr.id).Set(b2f(st.Connected))
 			b.metrics.subscribed.WithLabelValues(nr.id).Set(b2f(st.Subscribed))
@@ -146,6 +147,7 @@ func (b *Bridge) monitor(ctx context.Context) {
 
 // outboxGauges sets the per-session and per-route outbox gauges.
 func (b *Bridge) outboxGauges(stats []stores.SessionStats, now time.Time) {
+	p := b.cur.Load()
 	seen := map[string]bool{}
 	dead := map[string]int{}
 	for _, st := range stats {
@@ -161,14 +163,14 @@ func (b *Bridge) outboxGauges(stats []stores.SessionStats, now time.Time) {
 			dead[r] += c.Dead
 		}
 	}
-	for id := range b.sessions {
+	for id := range p.sessions {
 		if !seen[id] {
 			b.metrics.pending.WithLabelValues(id).Set(0)
 			b.metrics.bytes.WithLabelValues(id).Set(0)
 			b.metrics.oldestAge.WithLabelValues(id).Set(0)
 		}
 	}
-	for _, r := range b.routes {
+	for _, r := range p.routes {
 		b.metrics.deadLetters.WithLabelValues(r.id).Set(float64(dead[r.id]))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobridge/gobridge/drainer"
@@ -38,7 +39,7 @@ type appendReq struct {
 // in order.
 type writer struct {
 	store   stores.Store
-	groups  map[string]*drainer.Group // by session
+	groups  atomic.Pointer[map[string]*drainer.Group] // by session; a reload replaces it
 	metrics *metrics
 	log     *slog.Logger
 	limits  *admission
@@ -61,12 +62,22 @@ type writer struct {
 
 func newWriter(store stores.Store, m *metrics, log *slog.Logger, limits *admission) *writer {
 	w := &writer{
-		store: store, groups: map[string]*drainer.Group{}, metrics: m, limits: limits,
+		store: store, metrics: m, limits: limits,
 		log: log.With("component", "writer"), waiters: map[uint64][]chan struct{}{},
 		kick: make(chan struct{}, 1), quit: make(chan struct{}), queued: 1,
 	}
 	w.abortCtx, w.abort = context.WithCancel(context.Background())
 	return w
+}
+
+// setGroups makes the writer hand records to the drainer groups of
+// sessions from its next batch on.
+func (w *writer) setGroups(sessions map[string]*session) {
+	groups := make(map[string]*drainer.Group, len(sessions))
+	for id, s := range sessions {
+		groups[id] = s.group
+	}
+	w.groups.Store(&groups)
 }
 
 // add queues one record for the next write.
@@ -174,11 +185,12 @@ func (w *writer) writeOnce(reserve bool) int {
 		w.finish(batch)
 		return 0
 	}
+	groups := *w.groups.Load() // one batch reserves and delivers with the same groups
 	b := stores.Batch{Settle: settles, Append: make([]stores.Record, len(reqs))}
 	tokens := make([]int64, len(reqs))
 	for i, req := range reqs {
 		b.Append[i] = req.rec
-		if g := w.groups[req.rec.Session]; reserve && g != nil && req.rec.State != stores.Dead {
+		if g := groups[req.rec.Session]; reserve && g != nil && req.rec.State != stores.Dead {
 			tokens[i] = g.Reserve(req.rec.Partition)
 		}
 		b.Append[i].Token = tokens[i]
@@ -194,7 +206,7 @@ func (w *writer) writeOnce(reserve bool) int {
 	w.metrics.appendBatch.Observe(float64(len(reqs)))
 	for i := range b.Append {
 		rec := &b.Append[i]
-		if g := w.groups[rec.Session]; g != nil {
+		if g := groups[rec.Session]; g != nil {
 			g.Delivered(rec, tokens[i])
 		}
 		orig := &reqs[i].rec

@@ -28,23 +28,27 @@ func registerBuildInfo(reg prometheus.Registerer, b buildInfo) error {
 // the smallest policy.max_outbox_depth among the shared_outbox routes of
 // each session, the pending count at which ingest on that route stops
 // acknowledging. Alerts divide gobridge_outbox_pending by it ("outbox near
-// full"). cfg has its defaults applied.
-func registerOutboxLimits(reg prometheus.Registerer, cfg *routes.Config) error {
-	limits := map[string]int{}
-	for _, r := range cfg.Routes {
-		if r.DeliveryMode != routes.SharedOutbox || r.Session.ID == "" {
-			continue
-		}
-		if l, ok := limits[r.Session.ID]; !ok || r.Policy.MaxOutboxDepth < l {
-			limits[r.Session.ID] = r.Policy.MaxOutboxDepth
-		}
-	}
+// full"). The returned func sets it from a config (defaults applied): at
+// start and after each reload.
+func registerOutboxLimits(reg prometheus.Registerer) (func(*routes.Config), error) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gobridge_outbox_pending_limit",
 		Help: "Pending records at which ingest into the session pushes back (the smallest max_outbox_depth of its routes).",
 	}, []string{"session"})
-	for s, l := range limits {
-		g.WithLabelValues(s).Set(float64(l))
+	set := func(cfg *routes.Config) {
+		limits := map[string]int{}
+		for _, r := range cfg.Routes {
+			if r.DeliveryMode != routes.SharedOutbox || r.Session.ID == "" {
+				continue
+			}
+			if l, ok := limits[r.Session.ID]; !ok || r.Policy.MaxOutboxDepth < l {
+				limits[r.Session.ID] = r.Policy.MaxOutboxDepth
+			}
+		}
+		g.Reset()
+		for s, l := range limits {
+			g.WithLabelValues(s).Set(float64(l))
+		}
 	}
-	return reg.Register(g)
+	return set, reg.Register(g)
 }

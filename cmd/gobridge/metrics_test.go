@@ -55,9 +55,11 @@ func TestRegisterOutboxLimits(t *testing.T) {
 		t.Fatal("the fixture has no shared_outbox route")
 	}
 	reg := prometheus.NewRegistry()
-	if err := registerOutboxLimits(reg, cfg); err != nil {
+	set, err := registerOutboxLimits(reg)
+	if err != nil {
 		t.Fatal(err)
 	}
+	set(cfg)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

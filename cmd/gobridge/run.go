@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/gobridge/gobridge/bridge"
-	"github.com/gobridge/gobridge/routes"
 )
 
 // RunCommand runs the bridge: `gobridge run -c FILE`. It loads the config
@@ -33,9 +32,11 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 
 Run loads FILE (as "gobridge check" does; any error stops it before it
 starts anything), then runs the bridge until SIGINT or SIGTERM, and shuts
-down gracefully within bridge.shutdown_timeout. SIGHUP is logged and
-otherwise ignored (reloading the config is not supported yet: restart to
-apply a new one). Logs go to stderr; stdout senders write to stdout.
+down gracefully within bridge.shutdown_timeout. SIGHUP (or POST
+/api/reload on the admin server) reloads FILE: checked first (an invalid
+file changes nothing), then applied by difference; what only a restart can
+change is refused and logged. Logs go to stderr; stdout senders write to
+stdout.
 
 Flags:
 `)
@@ -56,7 +57,7 @@ Flags:
 		fs.Usage()
 		return errUsage
 	}
-	reloads := catchReloads() // SIGHUP from now on is logged, not fatal
+	reloads := catchReloads() // SIGHUP from now on reloads, never kills
 	defer reloads.stop()
 	cfg, probs, err := loadConfig(*path)
 	if err != nil {
@@ -67,24 +68,34 @@ Flags:
 		fmt.Fprintf(c.Stderr, "run: config invalid: %d errors; not starting\n", len(probs.Errors()))
 		return errInvalid
 	}
-	log := newLogger(c.Stderr, cfg.Bridge.Log)
+	level := new(slog.LevelVar)
+	level.Set(logLevel(cfg.Bridge.Log.Level))
+	log := newLogger(c.Stderr, cfg.Bridge.Log.Format, level)
 	for _, w := range probs.Warnings() {
 		log.Warn("config warning", "problem", w.String())
 	}
-	reloads.serve(ctx, log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := registerBuildInfo(reg, currentBuild()); err != nil {
 		return fmt.Errorf("register build info: %w", err)
 	}
-	if err := registerOutboxLimits(reg, cfg); err != nil {
+	limits, err := registerOutboxLimits(reg)
+	if err != nil {
 		return fmt.Errorf("register outbox limits: %w", err)
+	}
+	limits(cfg)
+	rl, err := newReloader(*path, log, level, reg, limits)
+	if err != nil {
+		return fmt.Errorf("register reload metrics: %w", err)
 	}
 	rt, err := bridge.New(cfg, bridge.Options{Logger: log, Registerer: reg, Stdout: c.Stdout})
 	if err != nil {
 		log.Error("bridge failed to start", "error", err)
 		return err
 	}
+	rl.b = rt
+	rt.HandleMutating("POST /api/reload", rl)
+	reloads.serve(ctx, func(ctx context.Context) { _, _ = rl.reload(ctx) })
 	if err := rt.Run(ctx); err != nil {
 		log.Error("bridge failed", "error", err)
 		return err
@@ -92,22 +103,25 @@ Flags:
 	return nil
 }
 
-// newLogger builds the process logger from bridge.log.
-func newLogger(w io.Writer, lc routes.Log) *slog.Logger {
-	var level slog.Level
-	switch lc.Level {
-	case "debug":
-		level = slog.LevelDebug
-	case "warn":
-		level = slog.LevelWarn
-	case "error":
-		level = slog.LevelError
-	default:
-		level = slog.LevelInfo
-	}
+// newLogger builds the process logger from bridge.log: format json or
+// text, at level (which a reload may change).
+func newLogger(w io.Writer, format string, level slog.Leveler) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
-	if lc.Format == "text" {
+	if format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// logLevel maps bridge.log.level to a slog level (default info).
+func logLevel(name string) slog.Level {
+	switch name {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }

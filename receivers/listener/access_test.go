@@ -182,3 +182,74 @@ func TestListener_WillOutsideACLIsRefused(t *testing.T) {
 		t.Fatal("a retained will inside the publish ACL was refused")
 	}
 }
+
+// TestListener_SetUsers changes the users of a running listener: an
+// unchanged user stays connected and its new ACL applies to its next
+// publication; a removed user and a user whose password changed are
+// disconnected and cannot connect again with the old password; a new user
+// can connect.
+func TestListener_SetUsers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) {
+		o.Users = []User{{Username: "kept", Password: "pw"}, {Username: "removed", Password: "pw"}, {Username: "changed", Password: "pw"}}
+	})
+	user := func(name, pw string) func(*paho.ClientOptions) {
+		return func(o *paho.ClientOptions) { o.SetUsername(name).SetPassword(pw) }
+	}
+	lost := func(name string) (paho.Client, chan struct{}) {
+		ch := make(chan struct{})
+		c := publisher(t, b.url, func(o *paho.ClientOptions) {
+			user(name, "pw")(o)
+			o.SetConnectionLostHandler(func(paho.Client, error) { close(ch) })
+		})
+		return c, ch
+	}
+	kept, keptLost := lost("kept")
+	_, removedLost := lost("removed")
+	_, changedLost := lost("changed")
+	err := b.l.SetUsers([]User{
+		{Username: "kept", Password: "pw", ACL: ACL{Publish: []string{"factory/kept/#"}}},
+		{Username: "changed", Password: "new"},
+		{Username: "added", Password: "pw"},
+	}, ACL{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]chan struct{}{"removed": removedLost, "changed": changedLost} {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s user still connected 10s after SetUsers", name)
+		}
+	}
+	waitToken(t, kept.Publish("factory/other/x", 1, false, "denied now"))
+	waitToken(t, kept.Publish("factory/kept/x", 1, false, "allowed"))
+	if d := b.sink.Next(t); string(d.Msg.Payload) != "allowed" {
+		t.Fatalf("the sink got %q: the new ACL did not apply", d.Msg.Payload)
+	}
+	select {
+	case <-keptLost:
+		t.Fatal("the unchanged user lost its connection")
+	default:
+	}
+	for name, c := range map[string]struct {
+		configure func(*paho.ClientOptions)
+		refused   bool
+	}{
+		"removed user":          {user("removed", "pw"), true},
+		"changed, old password": {user("changed", "pw"), true},
+		"changed, new password": {user("changed", "new"), false},
+		"added user":            {user("added", "pw"), false},
+	} {
+		if got := refused(t, b.url, c.configure); got != c.refused {
+			t.Errorf("%s: refused = %v, want %v", name, got, c.refused)
+		}
+	}
+	if err := b.l.SetUsers([]User{{Username: "x", Password: "a", PasswordHash: "b"}}, ACL{}, false); err == nil {
+		t.Error("SetUsers took an invalid user")
+	}
+	waitToken(t, kept.Publish("factory/kept/x", 1, false, "still"))
+	if d := b.sink.Next(t); string(d.Msg.Payload) != "still" {
+		t.Fatalf("an invalid SetUsers changed the users: the sink got %q", d.Msg.Payload)
+	}
+}

@@ -30,7 +30,7 @@ func (h *hook) Provides(b byte) bool {
 // records the identity as the client's username, for its ACL. A will on a
 // topic outside the client's publish ACL refuses the connection.
 func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
-	a := h.l.access
+	a := h.l.access.Load()
 	identity, ok := a.authenticate(string(pk.Connect.Username), pk.Connect.Password, certName(cl))
 	why := "bad credentials"
 	if ok && pk.Connect.WillFlag && !a.acl(identity).mayPublish(pk.Connect.WillTopic) {
@@ -61,7 +61,7 @@ func certName(cl *mochi.Client) string {
 // 0x87). Publications are checked in OnPublish, which acknowledges a
 // denied one: mochi would disconnect an MQTT 3.1.1 publisher instead.
 func (h *hook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
-	return write || h.l.access.acl(string(cl.Properties.Username)).maySubscribe(topic)
+	return write || h.l.access.Load().acl(string(cl.Properties.Username)).maySubscribe(topic)
 }
 
 // OnWill strips the retain flag of a will unless retained messages are kept.
@@ -105,7 +105,7 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	reason := packets.CodeSuccess
 	toSink := topics.MatchAny(l.o.Topics, pk.TopicName)
 	switch {
-	case !l.access.acl(string(cl.Properties.Username)).mayPublish(pk.TopicName):
+	case !l.access.Load().acl(string(cl.Properties.Username)).mayPublish(pk.TopicName):
 		l.win.Denied.Add(1)
 		reason, toSink, m.Payload = packets.ErrNotAuthorized, false, nil
 	case m.Limit(l.o.MaxPayloadBytes):

@@ -145,7 +145,7 @@ type ACL struct {
 // sink. Create it with New; it is safe for concurrent use.
 type Listener struct {
 	o       Options
-	access  *access
+	access  atomic.Pointer[access] // SetUsers replaces it
 	sink    receivers.Sink
 	log     *slog.Logger
 	base    *slog.Logger // without the component key, for mochi's logger
@@ -203,13 +203,47 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Listener, error)
 		return nil, err
 	}
 	base := logger.With("receiver", o.ID)
-	return &Listener{
-		o: o, access: acc, sink: sink, base: base,
+	l := &Listener{
+		o: o, sink: sink, base: base,
 		log:    base.With("component", "receiver"),
 		win:    receivers.NewWindow(o.MaxInflightBytes),
 		ready:  make(chan struct{}),
 		status: receivers.Status{Reason: "not listening yet"},
-	}, nil
+	}
+	l.access.Store(acc)
+	return l, nil
+}
+
+// SetUsers replaces the users, the anonymous ACL and AllowAnonymous while
+// the listener runs (a config reload), validated as New does; on error
+// nothing changes. Connections stay open: every ACL applies from the next
+// PUBLISH or SUBSCRIBE on. A connected client is disconnected only when its
+// user was removed or its password changed, or, for an anonymous client,
+// when anonymous access ended: it must authenticate again.
+func (l *Listener) SetUsers(users []User, anonymous ACL, allowAnonymous bool) error {
+	o := l.o
+	o.Users, o.Anonymous, o.AllowAnonymous = users, anonymous, allowAnonymous
+	acc, err := newAccess(o)
+	if err != nil {
+		return err
+	}
+	was := l.access.Swap(acc)
+	select {
+	case <-l.ready: // l.srv is set
+	default:
+		return nil
+	}
+	for _, cl := range l.srv.Clients.GetAll() {
+		id := string(cl.Properties.Username)
+		old, now := was.users[id], acc.users[id]
+		gone := id == "" && !acc.anonymous ||
+			old != nil && (now == nil || now.Password != old.Password || now.PasswordHash != old.PasswordHash)
+		if gone && !cl.Net.Inline && !cl.Closed() {
+			l.log.Info("disconnecting a client whose credentials changed", "username", id, "remote", cl.Net.Remote)
+			_ = l.srv.DisconnectClient(cl, packets.ErrNotAuthorized)
+		}
+	}
+	return nil
 }
 
 // Run listens and serves publishers until ctx is done, then closes the
@@ -270,7 +304,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	l.addr.Store(&addr)
 	l.setStatus(receivers.Status{Connected: true, Subscribed: true})
 	close(l.ready)
-	l.log.Info("listening", "address", addr.String(), "tls", l.o.TLS != nil, "anonymous", l.access.anonymous,
+	l.log.Info("listening", "address", addr.String(), "tls", l.o.TLS != nil, "anonymous", l.access.Load().anonymous,
 		"max_packet_bytes", caps.MaximumPacketSize, "max_clients", l.o.MaxClients)
 
 	<-ctx.Done()

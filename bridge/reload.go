@@ -1,0 +1,267 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"sync"
+
+	"github.com/gobridge/gobridge/receivers/listener"
+	"github.com/gobridge/gobridge/routes"
+)
+
+// ErrRefused is matched by the error of a Reload that asks for a change
+// only a restart can make; the running configuration keeps running.
+var ErrRefused = errors.New("bridge: the new configuration changes what only a restart can change")
+
+// ErrNotRunning is returned by Reload before Run started or once it is
+// shutting down.
+var ErrNotRunning = errors.New("bridge: not running")
+
+// Reload applies cfg (from routes.Load, without errors) to the running
+// bridge by difference (DESIGN.md §11.5). It refuses, changing nothing, a
+// different bridge id, admin server, shutdown_timeout, log format or
+// outbox store, a session whose partitions changed, and the removal of a
+// route (or its move to another session) while the outbox holds live
+// records of it. Otherwise receivers, senders, routes and sessions whose
+// config did not change keep running untouched; an embedded listener whose
+// users or ACLs alone changed takes them live. Receivers that changed or
+// went stop (acknowledging what settles within their grace; the broker
+// redelivers the rest), and the new ones start. A route that changed or
+// went first settles what it holds, within shutdown_timeout, while its
+// successor waits; one that does not settle in time is stopped and the
+// receiver that fed it reconnects, so that the broker redelivers what it
+// left unacknowledged. Then the sessions that changed stop (their drainers
+// finish their sends, and the records they held are claimed again by their
+// successors) and their successors start, and the senders no longer used
+// close. Reload returns once all that is done; reloads run one at a time.
+func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.running {
+		return ErrNotRunning
+	}
+	old := b.cur.Load()
+	p, err := b.assemble(cfg, old)
+	if err != nil {
+		return err
+	}
+	if err := b.refusals(ctx, old, p); err != nil {
+		p.discard(old)
+		return err
+	}
+	b.apply(old, p)
+	return nil
+}
+
+// refusals says why p cannot replace old in this process (nil: it can).
+func (b *Bridge) refusals(ctx context.Context, old, p *parts) error {
+	var errs []error
+	was, is := old.cfg, p.cfg
+	changed := func(what string, a, b any) {
+		if !reflect.DeepEqual(a, b) {
+			errs = append(errs, fmt.Errorf("%s changed", what))
+		}
+	}
+	changed("bridge.id", was.Bridge.ID, is.Bridge.ID)
+	changed("bridge.admin (the admin listener, its token, allowed_hosts)", was.Bridge.Admin, is.Bridge.Admin)
+	changed("bridge.shutdown_timeout", was.Bridge.ShutdownTimeout, is.Bridge.ShutdownTimeout)
+	changed("bridge.lease_ttl", was.Bridge.LeaseTTL, is.Bridge.LeaseTTL)
+	changed("bridge.log.format", was.Bridge.Log.Format, is.Bridge.Log.Format)
+	changed("stores (the outbox store)", was.Stores, is.Stores)
+	for id, s := range p.sessions {
+		if o := old.sessions[id]; o != nil && o.partitions != s.partitions {
+			errs = append(errs, fmt.Errorf("session %s: partitions changed from %d to %d (records are placed by them)", id, o.partitions, s.partitions))
+		}
+	}
+	if b.store != nil {
+		orphans, err := b.orphans(ctx, p.sessions)
+		if err != nil {
+			return err
+		}
+		for _, o := range orphans {
+			errs = append(errs, fmt.Errorf("%w, which the new configuration does not deliver: keep the route until they are delivered", o))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w; restart gobridge to apply it", ErrRefused, errors.Join(errs...))
+}
+
+// apply replaces old with p (see Reload).
+func (b *Bridge) apply(old, p *parts) {
+	for _, o := range old.receivers {
+		if k := p.receiver(o.id); k == nil || k.r != o.r {
+			o.run.stop()
+		}
+	}
+	b.prepare(p)
+	for _, rc := range p.receivers {
+		rc.in.set(p.routesOf(rc.id))
+		if rc.run == nil {
+			b.startReceiver(rc, false)
+		} else if l, ok := rc.r.(*listener.Listener); ok {
+			b.setUsers(l, rc.cfg)
+		}
+	}
+	// Routes that changed or went settle what they hold; their successors
+	// wait meanwhile.
+	var retired []*route
+	for _, r := range old.routes {
+		if p.route(r.id) != r {
+			retired = append(retired, r)
+		}
+	}
+	wait, cancel := context.WithTimeout(b.ingestCtx, b.cfg.Bridge.ShutdownTimeout.D())
+	defer cancel()
+	for _, r := range retired {
+		if !settled(wait, &r.busy) {
+			b.log.Warn("reload: the route did not settle what it holds in time: it stops and its receiver reconnects, so that the source sends those messages again",
+				"route", r.id, "receiver", r.cfg.Receiver)
+			r.stop()
+			r.cancel()
+			for i, rc := range p.receivers {
+				if o := old.receiver(rc.id); rc.id == r.cfg.Receiver && o != nil && o.r == rc.r {
+					rc.run.stop()
+					if nr, err := b.newRecv(rc.cfg); err != nil {
+						b.log.Error("reload: restart receiver", "receiver", rc.id, "error", err)
+					} else {
+						nr.in.set(p.routesOf(rc.id))
+						b.startReceiver(nr, false)
+						p.receivers[i] = nr
+					}
+				}
+			}
+		}
+		r.busy.Wait()
+		r.stop()
+		r.cancel()
+		// Keys with records in the outbox keep going there, in order. (The
+		// old fallback is idle now; the new one waits for its ready.)
+		if n := p.route(r.id); n != nil && n.fallback != nil && r.fallback != nil {
+			n.fallback.sticky = maps.Clone(r.fallback.sticky)
+		}
+	}
+	for _, r := range p.routes {
+		if r.ready != nil && old.route(r.id) != r {
+			close(r.ready)
+		}
+	}
+	// Sessions that changed or went stop, then their successors start.
+	for id, s := range old.sessions {
+		if p.sessions[id] != s {
+			s.run.stop()
+		}
+	}
+	if b.writer != nil {
+		b.writer.setGroups(p.sessions)
+	}
+	for _, s := range p.sessions {
+		if s.run == nil {
+			b.startSession(s)
+		}
+	}
+	for id, s := range old.senders {
+		if p.senders[id] != s {
+			if err := s.close(); err != nil {
+				b.log.Warn("close", "sender", id, "error", err)
+			}
+			if p.senders[id] == nil {
+				b.metrics.senderUp.DeleteLabelValues(id)
+			}
+		}
+	}
+	b.cur.Store(p)
+	b.log.Info("config reloaded", "routes", len(p.routes), "replaced_routes", len(retired),
+		"receivers", len(p.receivers), "sessions", len(p.sessions))
+}
+
+// settled waits until wg is done, and reports false when ctx ends first.
+// (Its goroutine ends with wg, which the caller waits for then.)
+func settled(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// setUsers gives a kept embedded listener its users and ACLs.
+func (b *Bridge) setUsers(l *listener.Listener, rc routes.ReceiverConfig) {
+	o := listenerOptions(rc, nil)
+	if err := l.SetUsers(o.Users, o.Anonymous, o.AllowAnonymous); err != nil {
+		b.log.Error("reload: users and ACLs not applied", "receiver", rc.ID, "error", err)
+	}
+}
+
+// prepare makes admission, metrics and the journal know p's sessions,
+// routes, senders and receivers, before a message reaches them.
+func (b *Bridge) prepare(p *parts) {
+	b.limits.configure(p)
+	for _, r := range p.routes {
+		b.metrics.initRoute(r.id)
+		if r.session != "" {
+			b.journal.Register(r.session, r.id)
+		}
+	}
+	for id, s := range p.senders {
+		b.metrics.senderUp.WithLabelValues(id).Set(b2f(s.health.Up()))
+	}
+	for _, rc := range p.receivers {
+		b.metrics.initReceiver(rc.id)
+	}
+}
+
+// task is a running receiver or drainer group.
+type task struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// stop cancels the task and waits until it has returned.
+func (t *task) stop() {
+	t.cancel()
+	<-t.done
+}
+
+// spawn runs fn in a goroutine that wg counts, under its own context.
+func spawn(parent context.Context, wg *sync.WaitGroup, fn func(ctx context.Context)) *task {
+	ctx, cancel := context.WithCancel(parent)
+	t := &task{cancel: cancel, done: make(chan struct{})}
+	wg.Go(func() {
+		defer close(t.done)
+		fn(ctx)
+	})
+	return t
+}
+
+// startSession starts s's drainer group; Run waits for it.
+func (b *Bridge) startSession(s *session) {
+	s.run = spawn(b.drainCtx, &b.drains, func(ctx context.Context) {
+		if err := s.group.Run(ctx); err != nil {
+			b.fail(fmt.Errorf("drainer %s: %w", s.id, err))
+		}
+	})
+}
+
+// startReceiver starts rc; Run waits for it. A failure of a receiver that
+// Run started (fatal) stops the bridge; one that a reload started is
+// logged, and /readyz reports the receiver.
+func (b *Bridge) startReceiver(rc *recv, fatal bool) {
+	rc.run = spawn(b.ingestCtx, &b.recvs, func(ctx context.Context) {
+		err := rc.r.Run(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case fatal:
+			b.fail(fmt.Errorf("receiver %s: %w", rc.id, err))
+		default:
+			b.log.Error("receiver failed", "receiver", rc.id, "error", err)
+		}
+	})
+}
