@@ -194,22 +194,15 @@ func compileProcessor(i int, pc routes.ProcessorConfig) (step, CompileErrors) {
 	return st, nil
 }
 
-// compileTemplate parses a template field; an empty one is an error.
+// compileTemplate parses a template field; "" is a literal empty value.
 func compileTemplate(i int, field, src string) (*message.Template, *CompileError) {
-	if src == "" {
-		return nil, &CompileError{Index: i, Field: field, Offset: -1, Err: errors.New("must not be empty")}
-	}
 	t, err := message.ParseTemplate(src)
 	if err != nil {
-		return nil, templateError(i, field, err)
+		off := -1
+		if te, ok := errors.AsType[*message.TemplateError](err); ok {
+			off = te.Offset
+		}
+		return nil, &CompileError{Index: i, Field: field, Offset: off, Err: err}
 	}
 	return t, nil
-}
-
-func templateError(i int, field string, err error) *CompileError {
-	off := -1
-	if te, ok := errors.AsType[*message.TemplateError](err); ok {
-		off = te.Offset
-	}
-	return &CompileError{Index: i, Field: field, Offset: off, Err: err}
 }

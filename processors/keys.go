@@ -32,9 +32,9 @@ func compileSetHeaders(i int, headers map[string]string) (step, CompileErrors) {
 			errs = append(errs, &CompileError{Index: i, Field: "headers", Offset: -1, Err: errors.New("header name must not be empty")})
 			continue
 		}
-		t, err := message.ParseTemplate(headers[name]) // "" is a literal empty value
+		t, err := compileTemplate(i, "headers."+name, headers[name])
 		if err != nil {
-			errs = append(errs, templateError(i, "headers."+name, err))
+			errs = append(errs, err)
 			continue
 		}
 		hs = append(hs, headerTemplate{name: name, tmpl: t})

@@ -71,8 +71,8 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) bool {
 		}
 		for i, e := range n.Content {
 			if !w.walk(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i)) {
-				// keep indices stable: decode an empty value in its place
-				n.Content[i] = emptyNode(t.Elem(), e)
+				// keep indices stable: decode a zero value in its place
+				n.Content[i] = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Line: e.Line, Column: e.Column}
 			}
 		}
 		return true
@@ -221,21 +221,6 @@ func kindName(n *yaml.Node) string {
 		return "null"
 	}
 	return strconv.Quote(n.Value)
-}
-
-// emptyNode is a placeholder for a rejected list element.
-func emptyNode(t reflect.Type, at *yaml.Node) *yaml.Node {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	n := &yaml.Node{Line: at.Line, Column: at.Column}
-	switch t.Kind() {
-	case reflect.Struct, reflect.Map:
-		n.Kind, n.Tag = yaml.MappingNode, "!!map"
-	default:
-		n.Kind, n.Tag = yaml.ScalarNode, "!!null"
-	}
-	return n
 }
 
 // yamlFields maps the yaml names of t's exported fields to their fields.

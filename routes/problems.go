@@ -111,11 +111,11 @@ func (ps Problems) WriteGitHub(w io.Writer) error {
 		if p.Severity == SeverityWarning {
 			cmd = "warning"
 		}
-		props := "file=" + githubProperty(p.File)
+		props := "file=" + githubPropertyEscaper.Replace(p.File)
 		if p.Line > 0 {
 			props += fmt.Sprintf(",line=%d,col=%d", p.Line, p.Column)
 		}
-		if _, err := fmt.Fprintf(w, "::%s %s::%s\n", cmd, props, githubData(p.Rule+": "+p.Message)); err != nil {
+		if _, err := fmt.Fprintf(w, "::%s %s::%s\n", cmd, props, githubDataEscaper.Replace(p.Rule+": "+p.Message)); err != nil {
 			return err
 		}
 	}
@@ -126,6 +126,3 @@ var (
 	githubDataEscaper     = strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A")
 	githubPropertyEscaper = strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C")
 )
-
-func githubData(s string) string     { return githubDataEscaper.Replace(s) }
-func githubProperty(s string) string { return githubPropertyEscaper.Replace(s) }

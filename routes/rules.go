@@ -135,13 +135,9 @@ func (c *Config) checkDuplicateIDs(add func(Problem), list string, ids []string)
 
 // checkTemplate checks one per-message template.
 func (c *Config) checkTemplate(add func(Problem), path, tmpl string) {
-	if tmpl == "" {
-		return
-	}
 	if _, err := message.ParseTemplate(tmpl); err != nil {
 		msg := err.Error()
-		var te *message.TemplateError
-		if errors.As(err, &te) {
+		if te, ok := errors.AsType[*message.TemplateError](err); ok {
 			msg = te.Msg
 		}
 		add(c.Errorf(path, "placeholder", "%s: %s", path, msg))

@@ -58,23 +58,16 @@ func (c *Config) checkReceivers(add func(Problem)) {
 		feeds := c.routesOf(r.ID)
 		for j, s := range r.Topics {
 			tp := fmt.Sprintf("%s.topics[%d]", path, j)
-			if s.Topic != "" {
-				if err := topics.ValidateFilter(s.Topic); err != nil {
-					add(c.Errorf(tp+".topic", "topic-filter", "%s.topic: %v", tp, err))
-					continue
-				}
-			}
-			if r.Type == ReceiverHTTPListener {
+			if err := topics.ValidateFilter(s.Topic); err != nil && s.Topic != "" {
+				add(c.Errorf(tp+".topic", "topic-filter", "%s.topic: %v", tp, err))
 				continue
 			}
-			if s.QoS != nil && *s.QoS == 0 {
-				for _, rt := range feeds {
-					if topics.Overlaps(s.Topic, rt.Topic) {
-						add(c.Warnf(tp+".qos", "qos0", "%s subscribes to %q with QoS 0, feeding route %q: the broker may drop such messages before gobridge sees them; use qos: 1",
-							tp, s.Topic, rt.ID))
-						break
-					}
-				}
+			if r.Type == ReceiverHTTPListener || s.QoS == nil || *s.QoS != 0 {
+				continue
+			}
+			if k := slices.IndexFunc(feeds, func(rt RouteConfig) bool { return topics.Overlaps(s.Topic, rt.Topic) }); k >= 0 {
+				add(c.Warnf(tp+".qos", "qos0", "%s subscribes to %q with QoS 0, feeding route %q: the broker may drop such messages before gobridge sees them; use qos: 1",
+					tp, s.Topic, feeds[k].ID))
 			}
 		}
 		if r.Type != ReceiverMQTT || !r.Options.CleanSession {

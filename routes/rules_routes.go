@@ -144,26 +144,15 @@ func (c *Config) checkProcessors(add func(Problem), route string, ps []Processor
 			continue // the enum rule reports it
 		}
 		c.checkOptions(add, path, "processor", p.Type, p, allowed)
-		switch p.Type {
-		case "filter", "transform":
-			if p.Expr == "" {
-				add(c.Errorf(path+".expr", "required", "%s.expr is required for a %s processor", path, p.Type))
-			}
-		case "set_headers":
-			if len(p.Headers) == 0 {
-				add(c.Errorf(path+".headers", "required", "%s.headers is required for a set_headers processor", path))
-			}
-		case "idempotency_key":
-			switch {
-			case p.From == "" && !p.Hash:
-				add(c.Errorf(path, "required", "%s: an idempotency_key processor needs from (a template) or hash: true", path))
-			case p.From != "" && p.Hash:
-				add(c.Errorf(path+".hash", "option", "%s: from and hash: true are exclusive; pick one", path))
-			}
-		case "coalesce":
-			if p.Key == "" {
-				add(c.Errorf(path+".key", "required", "%s.key is required for a coalesce processor", path))
-			}
+		// Every type but idempotency_key takes one option, which it needs.
+		missing := map[string]bool{"filter": p.Expr == "", "transform": p.Expr == "", "set_headers": len(p.Headers) == 0, "coalesce": p.Key == ""}
+		switch {
+		case missing[p.Type]:
+			add(c.Errorf(path+"."+allowed[0], "required", "%s.%s is required for a %s processor", path, allowed[0], p.Type))
+		case p.Type == "idempotency_key" && p.From == "" && !p.Hash:
+			add(c.Errorf(path, "required", "%s: an idempotency_key processor needs from (a template) or hash: true", path))
+		case p.Type == "idempotency_key" && p.From != "" && p.Hash:
+			add(c.Errorf(path+".hash", "option", "%s: from and hash: true are exclusive; pick one", path))
 		}
 	}
 }

@@ -2,14 +2,12 @@ package routes
 
 import "fmt"
 
-// drainField is one setting that every route of a session must agree on,
-// because one drainer serves the whole session.
-type drainField struct {
+// drainFields are the settings that every route of a session must agree
+// on, because one drainer serves the whole session.
+var drainFields = []struct {
 	path  string // YAML path within the route
 	value func(r RouteConfig) string
-}
-
-var drainFields = []drainField{
+}{
 	{"policy.send_timeout", func(r RouteConfig) string { return r.Policy.SendTimeout.String() }},
 	{"policy.max_replay_attempts", func(r RouteConfig) string { return fmt.Sprint(r.Policy.MaxReplayAttempts) }},
 	{"policy.replay_budget", func(r RouteConfig) string { return r.Policy.ReplayBudget.String() }},

@@ -56,9 +56,6 @@ type Sender struct {
 // file, or a half-configured client certificate.
 func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender, error) {
 	o := cfg.Options
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	if o.URL == "" {
 		return nil, fmt.Errorf("http sender %q: url is required", cfg.ID)
 	}
@@ -78,7 +75,7 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 	s := &Sender{
 		method: method,
 		url:    u,
-		log:    logger.With("component", "sender", "sender", cfg.ID),
+		log:    cmp.Or(logger, slog.New(slog.DiscardHandler)).With("component", "sender", "sender", cfg.ID),
 	}
 	for name, v := range o.Headers {
 		t, err := message.ParseTemplate(v)

@@ -48,12 +48,8 @@ func classifyCall(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	if _, ok := errors.AsType[*types.RequestThrottled](err); ok {
-		return senders.Capacity(err, 0)
-	}
-	if _, ok := errors.AsType[*types.KmsThrottled](err); ok {
-		return senders.Capacity(err, 0)
-	}
+	_, throttled := errors.AsType[*types.RequestThrottled](err)
+	_, kmsThrottled := errors.AsType[*types.KmsThrottled](err)
 	status := 0
 	if re, ok := errors.AsType[interface {
 		error
@@ -63,7 +59,7 @@ func classifyCall(err error) error {
 	}
 	api, isAPI := errors.AsType[smithy.APIError](err)
 	switch {
-	case isAPI && throttleCodes[api.ErrorCode()], status == 429:
+	case throttled, kmsThrottled, isAPI && throttleCodes[api.ErrorCode()], status == 429:
 		return senders.Capacity(err, 0)
 	case isAPI && messageCodes[api.ErrorCode()]:
 		return senders.Permanent(err)

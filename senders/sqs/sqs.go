@@ -45,9 +45,6 @@ type Sender struct {
 // logger discards. ctx bounds loading the AWS configuration only.
 func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Sender, error) {
 	o := cfg.Options
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	fail := func(format string, args ...any) (*Sender, error) {
 		return nil, fmt.Errorf("sqs sender %q: %s", cfg.ID, fmt.Sprintf(format, args...))
 	}
@@ -58,7 +55,7 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		queueURL:  o.QueueURL,
 		fifo:      strings.HasSuffix(o.QueueURL, ".fifo"),
 		batchSize: cmp.Or(o.BatchSize, MaxBatchSize),
-		log:       logger.With("component", "sender", "sender", cfg.ID),
+		log:       cmp.Or(logger, slog.New(slog.DiscardHandler)).With("component", "sender", "sender", cfg.ID),
 	}
 	if s.batchSize < 1 || s.batchSize > MaxBatchSize {
 		return fail("batch_size %d is outside 1..%d", o.BatchSize, MaxBatchSize)
@@ -93,18 +90,12 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 	}
 	slices.SortFunc(s.attrs, func(a, b attribute) int { return strings.Compare(a.name, b.name) })
 
-	opts := []func(*config.LoadOptions) error{config.WithRetryMaxAttempts(1)}
-	if o.Region != "" {
-		opts = append(opts, config.WithRegion(o.Region))
-	}
-	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	// An empty region leaves the SDK's chain to find one.
+	awsCfg, err := config.LoadDefaultConfig(ctx, config.WithRetryMaxAttempts(1), config.WithRegion(o.Region))
 	if err != nil {
 		return fail("load AWS configuration: %v", err)
 	}
-	if awsCfg.Region == "" {
-		awsCfg.Region = regionOf(o.QueueURL)
-	}
-	if awsCfg.Region == "" {
+	if awsCfg.Region = cmp.Or(awsCfg.Region, regionOf(o.QueueURL)); awsCfg.Region == "" {
 		return fail("no region: set options.region or AWS_REGION")
 	}
 	s.client = sqs.NewFromConfig(awsCfg, func(so *sqs.Options) {
