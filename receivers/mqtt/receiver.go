@@ -108,8 +108,8 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 		sink:       sink,
 		log:        logger.With("component", "receiver", "receiver", o.ID),
 		win:        win,
-		acker:      win.NewAcker(o.MaxInFlight),
-		toDispatch: make(chan delivery, o.MaxInFlight),
+		acker:      win.NewAcker(MaxInFlight),
+		toDispatch: make(chan delivery, MaxInFlight),
 		lost:       make(chan struct{}),
 		status:     receivers.Status{Reason: "not connected yet"},
 	}
@@ -167,12 +167,10 @@ func (r *Receiver) Run(ctx context.Context) error {
 	subscribing := r.subscribing
 	r.mu.Unlock()
 	if subscribing != nil && quiesce > 0 {
-		wait := time.NewTimer(disconnectQuiesce)
 		select {
 		case <-subscribing:
-		case <-wait.C:
+		case <-time.After(disconnectQuiesce):
 		}
-		wait.Stop()
 	}
 	client.Disconnect(quiesce)
 	before := r.win.Stats().Abandoned
@@ -264,13 +262,12 @@ func (r *Receiver) dispatch(ctx context.Context) {
 // drain waits, up to grace, until every message handed to the sink is
 // acknowledged (the acker acknowledges in dispatch order).
 func (r *Receiver) drain(grace time.Duration) {
-	deadline := time.NewTimer(grace)
-	defer deadline.Stop()
+	deadline := time.After(grace)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for r.acked.Load() < r.handed.Load() {
 		select {
-		case <-deadline.C:
+		case <-deadline:
 			return
 		case <-tick.C:
 		}
