@@ -127,9 +127,6 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 	if sink == nil {
 		return nil, fmt.Errorf("%w: nil sink", ErrConfig)
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	switch {
 	case o.ID == "" || len(o.Topics) == 0:
 		return nil, fmt.Errorf("%w: receiver %q needs an ID and topics", ErrConfig, o.ID)
@@ -159,7 +156,7 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 		o.Headers[i] = http.CanonicalHeaderKey(h)
 	}
 	r := &Receiver{
-		o: o, sink: sink, log: logger.With("component", "receiver", "receiver", o.ID),
+		o: o, sink: sink, log: cmp.Or(logger, slog.New(slog.DiscardHandler)).With("component", "receiver", "receiver", o.ID),
 		slots: make(chan struct{}, o.MaxInFlight), win: receivers.NewWindow(o.MaxInflightBytes),
 		ready: make(chan struct{}),
 	}

@@ -11,6 +11,7 @@
 package mqtt
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,9 +91,6 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 	if sink == nil {
 		return nil, fmt.Errorf("%w: nil sink", ErrConfig)
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	o, brokers, err := o.validate()
 	if err != nil {
 		return nil, err
@@ -106,7 +104,7 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 		brokers:    brokers,
 		opts:       o.clientOptions(),
 		sink:       sink,
-		log:        logger.With("component", "receiver", "receiver", o.ID),
+		log:        cmp.Or(logger, slog.New(slog.DiscardHandler)).With("component", "receiver", "receiver", o.ID),
 		win:        win,
 		acker:      win.NewAcker(MaxInFlight),
 		toDispatch: make(chan delivery, MaxInFlight),
