@@ -159,15 +159,12 @@ func (h *Handler) HandleMutating(pattern string, handler http.Handler) {
 // the package doc. With a token, ServeHTTP has already checked it.
 func (h *Handler) mutating(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.opts.Token != "" {
-			next(w, r)
-			return
-		}
-		if !loopback(r.RemoteAddr) {
+		switch {
+		case h.opts.Token != "":
+		case !loopback(r.RemoteAddr):
 			writeError(w, http.StatusForbidden, "no admin token is configured (bridge.admin.token): actions are allowed only from loopback")
 			return
-		}
-		if r.Header.Get("X-Requested-By") == "" {
+		case r.Header.Get("X-Requested-By") == "":
 			writeError(w, http.StatusForbidden, "actions without a token need the header X-Requested-By (cross-site protection)")
 			return
 		}
