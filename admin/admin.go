@@ -24,8 +24,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/gobridge/gobridge/bearer"
@@ -87,18 +88,19 @@ type Handler struct {
 	journal *Journal
 	log     *slog.Logger
 	mux     *http.ServeMux
-	api     http.Handler // mux behind the token, when there is one
-	hosts   map[string]bool
+	api     http.Handler    // mux behind the token, when there is one
+	hosts   map[string]bool // the listen host and AllowedHosts, as hostOnly returns them
 }
 
 // New returns a Handler serving opts.
 func New(opts Options) *Handler {
-	h := &Handler{opts: opts, journal: opts.Journal, mux: http.NewServeMux(),
-		log: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("component", "admin")}
-	if h.journal == nil {
-		h.journal = NewJournal(0)
+	h := &Handler{opts: opts, journal: cmp.Or(opts.Journal, NewJournal(0)), mux: http.NewServeMux(),
+		log: cmp.Or(opts.Logger, slog.New(slog.DiscardHandler)).With("component", "admin"), hosts: map[string]bool{}}
+	for _, name := range append([]string{opts.Listen}, opts.AllowedHosts...) {
+		if name = hostOnly(name); name != "" {
+			h.hosts[name] = true
+		}
 	}
-	h.hosts = allowedHosts(opts.Listen, opts.AllowedHosts)
 	h.api = h.mux
 	if opts.Token != "" {
 		h.api = bearer.Require(opts.Token, h.mux)
@@ -109,15 +111,15 @@ func New(opts Options) *Handler {
 	m.HandleFunc("GET /api/overview", h.overview)
 	m.HandleFunc("GET /api/sessions", h.listSessions)
 	m.HandleFunc("GET /api/routes", h.listRoutes)
-	m.HandleFunc("GET /api/stats", h.stats)
 	m.HandleFunc("GET /api/journal", h.listJournal)
-	m.HandleFunc("GET /api/dead-letters", h.listDead)
-	m.HandleFunc("GET /api/dead-letters/{id}", h.getDead)
-	m.Handle("POST /api/dead-letters/{id}/requeue", h.mutating(h.requeue))
-	m.Handle("POST /api/dead-letters/{id}/drop", h.mutating(h.drop))
-	m.Handle("DELETE /api/dead-letters/{id}", h.mutating(h.drop))
-	m.Handle("POST /api/dead-letters/requeue", h.mutating(h.bulk))
-	m.Handle("POST /api/dead-letters/drop", h.mutating(h.bulk))
+	m.HandleFunc("GET /api/stats", h.withStore(h.stats))
+	m.HandleFunc("GET /api/dead-letters", h.withStore(h.listDead))
+	m.HandleFunc("GET /api/dead-letters/{id}", h.withStore(h.getDead))
+	m.Handle("POST /api/dead-letters/{id}/requeue", h.mutating(h.withStore(h.requeue)))
+	m.Handle("POST /api/dead-letters/{id}/drop", h.mutating(h.withStore(h.drop)))
+	m.Handle("DELETE /api/dead-letters/{id}", h.mutating(h.withStore(h.drop)))
+	m.Handle("POST /api/dead-letters/requeue", h.mutating(h.withStore(h.bulk)))
+	m.Handle("POST /api/dead-letters/drop", h.mutating(h.withStore(h.bulk)))
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+r.URL.Path)
 	})
@@ -157,15 +159,12 @@ func (h *Handler) HandleMutating(pattern string, handler http.Handler) {
 // the package doc. With a token, ServeHTTP has already checked it.
 func (h *Handler) mutating(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.opts.Token != "" {
-			next(w, r)
-			return
-		}
-		if !loopback(r.RemoteAddr) {
+		switch {
+		case h.opts.Token != "":
+		case !loopback(r.RemoteAddr):
 			writeError(w, http.StatusForbidden, "no admin token is configured (bridge.admin.token): actions are allowed only from loopback")
 			return
-		}
-		if r.Header.Get("X-Requested-By") == "" {
+		case r.Header.Get("X-Requested-By") == "":
 			writeError(w, http.StatusForbidden, "actions without a token need the header X-Requested-By (cross-site protection)")
 			return
 		}
@@ -206,7 +205,7 @@ func (h *Handler) sessions(ctx context.Context) []SessionInfo {
 		}
 		byID[a.Session].Routes = append(byID[a.Session].Routes, a.Route)
 	}
-	lastSent := h.journal.sessions()
+	lastSent := h.journal.lastSentAt()
 	now := time.Now()
 	stats := map[string]stores.SessionStats{}
 	if h.opts.Store != nil {
@@ -228,7 +227,7 @@ func (h *Handler) sessions(ctx context.Context) []SessionInfo {
 		}
 		out = append(out, *si)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].ID < out[b].ID })
+	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -253,12 +252,7 @@ func RouteStatsOf(all []stores.SessionStats, now time.Time) []RouteStats {
 		if !st.Oldest.IsZero() {
 			age = now.Sub(st.Oldest).Seconds()
 		}
-		routes := make([]string, 0, len(st.Routes))
-		for r := range st.Routes {
-			routes = append(routes, r)
-		}
-		sort.Strings(routes)
-		for _, r := range routes {
+		for _, r := range slices.Sorted(maps.Keys(st.Routes)) {
 			c := st.Routes[r]
 			out = append(out, RouteStats{Session: st.Session, Route: r, Live: c.Live, Dead: c.Dead, OldestAgeSeconds: age})
 		}
@@ -267,9 +261,6 @@ func RouteStatsOf(all []stores.SessionStats, now time.Time) []RouteStats {
 }
 
 func (h *Handler) stats(w http.ResponseWriter, r *http.Request) {
-	if h.noStore(w) {
-		return
-	}
 	all, err := h.opts.Store.Stats(r.Context())
 	if err != nil {
 		h.storeError(w, err)

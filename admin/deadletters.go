@@ -71,21 +71,21 @@ func NewDeadLetter(r *stores.Record, now time.Time, withPayload bool) DeadLetter
 	return d
 }
 
-func (h *Handler) noStore(w http.ResponseWriter) bool {
+// withStore returns next, or, when the bridge has no outbox store, a
+// handler that answers 404 with an explanation.
+func (h *Handler) withStore(next http.HandlerFunc) http.HandlerFunc {
 	if h.opts.Store != nil {
-		return false
+		return next
 	}
-	writeError(w, http.StatusNotFound, "this bridge has no outbox store (stores.outbox), so it keeps no dead letters")
-	return true
+	return func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, "this bridge has no outbox store (stores.outbox), so it keeps no dead letters")
+	}
 }
 
 // listDead serves GET /api/dead-letters?route=R&after=CURSOR&limit=N: one
 // page, oldest first, without payloads; "next" is the cursor of the next
 // page ("" at the end).
 func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) {
-	if h.noStore(w) {
-		return
-	}
 	limit, ok := intParam(w, r, "limit", DefaultPage, 1, MaxPage)
 	if !ok {
 		return
@@ -105,9 +105,6 @@ func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) getDead(w http.ResponseWriter, r *http.Request) {
-	if h.noStore(w) {
-		return
-	}
 	recs, _, err := h.opts.Store.Dead(r.Context(), stores.DeadQuery{ID: r.PathValue("id")})
 	if err != nil {
 		h.storeError(w, err)
@@ -117,9 +114,6 @@ func (h *Handler) getDead(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) requeue(w http.ResponseWriter, r *http.Request) {
-	if h.noStore(w) {
-		return
-	}
 	id := r.PathValue("id")
 	n, err := h.opts.Store.Requeue(r.Context(), id, r.URL.Query().Get("route"))
 	if err != nil {
@@ -131,9 +125,6 @@ func (h *Handler) requeue(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) drop(w http.ResponseWriter, r *http.Request) {
-	if h.noStore(w) {
-		return
-	}
 	id := r.PathValue("id")
 	if err := h.opts.Store.Drop(r.Context(), id); err != nil {
 		h.storeError(w, err)
@@ -148,9 +139,6 @@ func (h *Handler) drop(w http.ResponseWriter, r *http.Request) {
 // R (required) and answers {"done", "failed", "remaining"}; callers repeat
 // while remaining is true.
 func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
-	if h.noStore(w) {
-		return
-	}
 	verb := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
 	route := r.URL.Query().Get("route")
 	if route == "" {

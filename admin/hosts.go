@@ -10,19 +10,6 @@ import (
 // token (the page asks for it).
 const consolePattern = "GET /console"
 
-// allowedHosts returns the host names, lower case and without port, that
-// the Host header may carry besides loopback names and IP literals: the
-// host of listen and the extra names.
-func allowedHosts(listen string, extra []string) map[string]bool {
-	m := map[string]bool{}
-	for _, h := range append([]string{listen}, extra...) {
-		if h = hostOnly(h); h != "" {
-			m[h] = true
-		}
-	}
-	return m
-}
-
 // hostAllowed reports whether a request's Host header names this server:
 // empty (HTTP/1.0), localhost or a *.localhost name (browsers resolve them
 // to loopback themselves), an IP literal (a rebinding attack needs a name

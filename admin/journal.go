@@ -1,7 +1,9 @@
 package admin
 
 import (
-	"sort"
+	"cmp"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -132,7 +134,7 @@ func (j *Journal) Senders() []SenderState {
 	for _, s := range j.senders {
 		out = append(out, s)
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Sender < out[b].Sender })
+	slices.SortFunc(out, func(a, b SenderState) int { return cmp.Compare(a.Sender, b.Sender) })
 	return out
 }
 
@@ -161,10 +163,8 @@ func (j *Journal) route(route string) *routeJournal {
 // Delivered implements drainer.Observer: it records o.
 func (j *Journal) Delivered(o drainer.Outcome) {
 	e := Entry{ID: o.ID, Session: o.Session, Route: o.Route, Outcome: o.Result, Attempt: o.Attempt,
-		Error: truncate(redact.Text(o.Err), maxErrLen), LatencyMS: float64(o.Latency.Microseconds()) / 1000, At: o.At}
-	if e.At.IsZero() {
-		e.At = time.Now()
-	}
+		Error: truncate(redact.Text(o.Err), maxErrLen), LatencyMS: float64(o.Latency.Microseconds()) / 1000,
+		At: cmp.Or(o.At, time.Now())}
 	slot := e.At.UnixNano() / int64(Bucket)
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -228,7 +228,7 @@ func (j *Journal) Entries(route string, limit int) []Entry {
 		out = append(out, r.ring...)
 	}
 	j.mu.Unlock()
-	sort.SliceStable(out, func(a, b int) bool { return out[a].At.After(out[b].At) })
+	slices.SortStableFunc(out, func(a, b Entry) int { return b.At.Compare(a.At) })
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
@@ -244,10 +244,7 @@ func (j *Journal) Routes() []RouteActivity {
 	out := make([]RouteActivity, 0, len(j.routes))
 	for id, r := range j.routes {
 		a := RouteActivity{Route: id, Session: r.session, InFlight: r.inFlight, Limit: r.limit,
-			Totals: make(map[string]int64, len(r.totals)), Throughput: make([]Point, Buckets)}
-		for k, v := range r.totals {
-			a.Totals[k] = v
-		}
+			Totals: maps.Clone(r.totals), Throughput: make([]Point, Buckets)}
 		for i := range Buckets {
 			slot := cur - Buckets + 1 + int64(i)
 			p := Point{Start: time.Unix(0, slot*int64(Bucket)).UTC()}
@@ -269,27 +266,17 @@ func (j *Journal) Routes() []RouteActivity {
 		out = append(out, a)
 	}
 	j.mu.Unlock()
-	sort.Slice(out, func(a, b int) bool {
-		if out[a].Session != out[b].Session {
-			return out[a].Session < out[b].Session
-		}
-		return out[a].Route < out[b].Route
+	slices.SortFunc(out, func(a, b RouteActivity) int {
+		return cmp.Or(cmp.Compare(a.Session, b.Session), cmp.Compare(a.Route, b.Route))
 	})
 	return out
 }
 
-// sessions returns the sessions of the known routes and their last
-// successful send.
-func (j *Journal) sessions() map[string]time.Time {
+// lastSentAt returns the last successful send of every session.
+func (j *Journal) lastSentAt() map[string]time.Time {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	out := map[string]time.Time{}
-	for _, r := range j.routes {
-		if r.session != "" {
-			out[r.session] = j.lastSent[r.session]
-		}
-	}
-	return out
+	return maps.Clone(j.lastSent)
 }
 
 func truncate(s string, n int) string {

@@ -1,6 +1,7 @@
 package stores
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -92,20 +93,13 @@ func PartitionLease(session string, partition int) string {
 // size and SHA-256 of the payload. A truncated dead letter cannot be
 // requeued.
 func Truncate(r Record, reason string, now time.Time) Record {
-	p := r.Envelope.Payload
+	p, n := r.Envelope.Payload, min(len(r.Envelope.Payload), TruncatedPayload)
 	sum := sha256.Sum256(p)
 	r.DeadReason = fmt.Sprintf("%s (payload %d bytes, sha256 %s; first %d bytes kept)",
-		reason, len(p), hex.EncodeToString(sum[:]), min(len(p), TruncatedPayload))
-	r.Envelope.Payload = p[:min(len(p), TruncatedPayload):min(len(p), TruncatedPayload)]
-	r.Envelope.Headers = nil
-	r.Envelope.Key = ""
-	r.CoalesceKey = ""
-	r.Truncated = true
-	r.State = Dead
-	r.Token = 0
-	if r.DeadAt.IsZero() {
-		r.DeadAt = now
-	}
+		reason, len(p), hex.EncodeToString(sum[:]), n)
+	r.Envelope.Payload, r.Envelope.Headers, r.Envelope.Key = p[:n:n], nil, ""
+	r.CoalesceKey, r.Truncated, r.State, r.Token = "", true, Dead, 0
+	r.DeadAt = cmp.Or(r.DeadAt, now)
 	return r
 }
 
@@ -129,22 +123,14 @@ func Requeued(d Record, session string, partitions int, now time.Time) (Record, 
 	}
 	r := d
 	r.Envelope.ID = uuid.NewSHA1(requeueSpace, []byte(d.Envelope.ID+"|"+strconv.FormatInt(d.DeadAt.UnixNano(), 10))).String()
-	r.Session = session
-	key := r.Envelope.Key
-	if key == "" {
-		key = r.Envelope.ID
-	}
-	r.Partition = PartitionOf(key, partitions)
-	r.CoalesceKey = ""
-	r.CausationID = d.Envelope.ID
-	r.State, r.Seq, r.Token = Live, 0, 0
-	r.Attempts = 0
+	r.Session, r.Partition = session, PartitionOf(cmp.Or(r.Envelope.Key, r.Envelope.ID), partitions)
+	r.CoalesceKey, r.CausationID, r.CreatedAt = "", d.Envelope.ID, now
+	r.State, r.Seq, r.Token, r.Attempts = Live, 0, 0, 0
 	r.FirstAttemptAt, r.NextAttemptAt, r.LastError = time.Time{}, time.Time{}, ""
-	r.CreatedAt = now
+	r.DeadAt, r.DeadReason = time.Time{}, ""
 	if !d.ExpiresAt.IsZero() {
 		r.ExpiresAt = d.ExpiresAt.Add(now.Sub(d.CreatedAt))
 	}
-	r.DeadAt, r.DeadReason = time.Time{}, ""
 	return r, nil
 }
 

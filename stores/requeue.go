@@ -1,6 +1,7 @@
 package stores
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -22,9 +23,7 @@ func Requeue(ctx context.Context, s Store, id, route string, place Placer, now t
 		return Record{}, err
 	}
 	d := dead[0]
-	if route != "" {
-		d.Route = route
-	}
+	d.Route = cmp.Or(route, d.Route)
 	session, partitions, err := place(d.Route)
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: requeue %s: %v", ErrInvalid, id, err)
@@ -33,12 +32,9 @@ func Requeue(ctx context.Context, s Store, id, route string, place Placer, now t
 	if err != nil {
 		return Record{}, err
 	}
-	b := Batch{Append: []Record{r}, Settle: []Settlement{{Key: dead[0].Key(), Outcome: Drop}}}
-	if err := s.Write(ctx, &b); err != nil {
-		return Record{}, fmt.Errorf("requeue %s: %w", id, err)
-	}
-	if b.Settle[0].Stale {
-		return Record{}, fmt.Errorf("%w: dead letter %s was requeued or dropped meanwhile", ErrNotFound, id)
+	b, err := dropDead(ctx, s, "requeue", dead[0], r)
+	if err != nil {
+		return Record{}, err
 	}
 	return b.Append[0], nil
 }
@@ -46,15 +42,21 @@ func Requeue(ctx context.Context, s Store, id, route string, place Placer, now t
 // DropDead deletes dead letter id. ErrNotFound when there is none.
 func DropDead(ctx context.Context, s Store, id string) error {
 	dead, _, err := s.Dead(ctx, DeadQuery{ID: id})
-	if err != nil {
-		return err
+	if err == nil {
+		_, err = dropDead(ctx, s, "drop", dead[0])
 	}
-	b := Batch{Settle: []Settlement{{Key: dead[0].Key(), Outcome: Drop}}}
-	if err := s.Write(ctx, &b); err != nil {
-		return fmt.Errorf("drop %s: %w", id, err)
+	return err
+}
+
+// dropDead writes the Drop of dead letter d with the appends rs in one
+// batch, which it returns; verb names the action in errors.
+func dropDead(ctx context.Context, s Store, verb string, d Record, rs ...Record) (*Batch, error) {
+	b := &Batch{Append: rs, Settle: []Settlement{{Key: d.Key(), Outcome: Drop}}}
+	if err := s.Write(ctx, b); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", verb, d.Envelope.ID, err)
 	}
 	if b.Settle[0].Stale {
-		return fmt.Errorf("%w: dead letter %s was requeued or dropped meanwhile", ErrNotFound, id)
+		return nil, fmt.Errorf("%w: dead letter %s was requeued or dropped meanwhile", ErrNotFound, d.Envelope.ID)
 	}
-	return nil
+	return b, nil
 }

@@ -10,8 +10,6 @@ import (
 	"maps"
 	"mime"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/topics"
@@ -148,7 +146,7 @@ func (r *Receiver) serveBatch(ctx context.Context, w http.ResponseWriter, req *h
 		out.Results[i] = p.result()
 		out.Results[i].Line = numbers[i]
 		if out.Results[i].Status == http.StatusServiceUnavailable {
-			w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+			setRetryAfter(w)
 		}
 	}
 	answerJSON(w, http.StatusOK, out)

@@ -57,7 +57,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		defer func() { <-r.slots }()
 	default:
 		r.win.Busy.Add(1)
-		answerBusy(w, fmt.Sprintf("%d requests are already open (max_in_flight)", r.o.MaxInFlight))
+		answerError(w, http.StatusServiceUnavailable, fmt.Sprintf("%d requests are already open (max_in_flight)", r.o.MaxInFlight))
 		return
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), r.o.SettleTimeout)
@@ -103,9 +103,6 @@ func (r *Receiver) servePublish(ctx context.Context, w http.ResponseWriter, req 
 	p := &pending{msg: receivers.Message{Topic: topic, Payload: body, ID: id, Headers: headers}}
 	r.publish(ctx, []*pending{p})
 	res := p.result()
-	if res.Status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
-	}
 	answerJSON(w, res.Status, res)
 }
 
@@ -124,7 +121,7 @@ func (r *Receiver) readBody(ctx context.Context, w http.ResponseWriter, req *htt
 	}
 	if r.win.Hold(ctx, want) != nil {
 		r.win.Busy.Add(1)
-		answerBusy(w, fmt.Sprintf("no room within max_inflight_bytes (%d) in time", r.o.MaxInflightBytes))
+		answerError(w, http.StatusServiceUnavailable, fmt.Sprintf("no room within max_inflight_bytes (%d) in time", r.o.MaxInflightBytes))
 		return nil, nil, false
 	}
 	body, err := readAll(http.MaxBytesReader(w, req.Body, int64(limit)), limit, want)
@@ -291,7 +288,11 @@ func checkKey(key string) error {
 	return nil
 }
 
+// answerJSON answers v with status; a 503 says when to retry.
 func answerJSON(w http.ResponseWriter, status int, v any) {
+	if status == http.StatusServiceUnavailable {
+		setRetryAfter(w)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
@@ -301,7 +302,6 @@ func answerError(w http.ResponseWriter, status int, msg string) {
 	answerJSON(w, status, result{Status: status, Error: msg})
 }
 
-func answerBusy(w http.ResponseWriter, msg string) {
+func setRetryAfter(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
-	answerError(w, http.StatusServiceUnavailable, msg)
 }

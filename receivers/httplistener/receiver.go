@@ -118,7 +118,7 @@ type Receiver struct {
 	ran    atomic.Bool
 	ready  chan struct{}
 	addr   atomic.Pointer[net.Addr]
-	status atomic.Pointer[receivers.Status] // nil: not listening yet
+	status atomic.Pointer[receivers.Status]
 }
 
 // New validates o and builds a receiver that hands messages to sink. It
@@ -126,9 +126,6 @@ type Receiver struct {
 func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error) {
 	if sink == nil {
 		return nil, fmt.Errorf("%w: nil sink", ErrConfig)
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
 	}
 	switch {
 	case o.ID == "" || len(o.Topics) == 0:
@@ -158,11 +155,13 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 	for i, h := range o.Headers {
 		o.Headers[i] = http.CanonicalHeaderKey(h)
 	}
-	return &Receiver{
-		o: o, sink: sink, log: logger.With("component", "receiver", "receiver", o.ID),
+	r := &Receiver{
+		o: o, sink: sink, log: cmp.Or(logger, slog.New(slog.DiscardHandler)).With("component", "receiver", "receiver", o.ID),
 		slots: make(chan struct{}, o.MaxInFlight), win: receivers.NewWindow(o.MaxInflightBytes),
 		ready: make(chan struct{}),
-	}, nil
+	}
+	r.status.Store(&receivers.Status{Reason: "not listening yet"})
+	return r, nil
 }
 
 // Run listens and serves until ctx is done, then stops accepting, gives
@@ -230,12 +229,7 @@ func (r *Receiver) Addr() net.Addr {
 }
 
 // Status reports Connected and Subscribed true while the receiver listens.
-func (r *Receiver) Status() receivers.Status {
-	if s := r.status.Load(); s != nil {
-		return *s
-	}
-	return receivers.Status{Reason: "not listening yet"}
-}
+func (r *Receiver) Status() receivers.Status { return *r.status.Load() }
 
 // Stats returns the receiver's counters: Acked counts messages answered as
 // settled, Abandoned those answered 503 because they were not settled in

@@ -15,18 +15,15 @@ import (
 // it needs: a QoS 1/2 subscription granted QoS 0 may lose messages, so it
 // counts as refused; a QoS 2 subscription granted QoS 1 is only logged.
 func (r *Receiver) onConnect(c paho.Client) {
-	done := make(chan struct{})
-	defer close(done)
-	r.mu.Lock()
-	r.subscribing = done
-	r.mu.Unlock()
 	if r.connects.Add(1) > 1 {
 		r.win.Reconnects.Add(1)
 	}
 	r.failures.Store(0)
-	r.setStatus(func(s *receivers.Status) {
-		*s = receivers.Status{Connected: true, Reason: "subscribing"}
-	})
+	done := make(chan struct{})
+	defer close(done)
+	r.mu.Lock()
+	r.subscribing, r.status = done, receivers.Status{Connected: true, Reason: "subscribing"}
+	r.mu.Unlock()
 	r.log.Info("connected", "broker", r.currentBroker())
 	topics := r.o.Topics
 	if r.o.Adopt {

@@ -14,13 +14,16 @@ import (
 	"github.com/gobridge/gobridge/topics"
 )
 
-// Defaults New applies to zero Options fields.
+// Defaults New applies to zero Options fields, and fixed limits.
 const (
 	DefaultKeepAlive      = 30 * time.Second
 	DefaultConnectTimeout = 10 * time.Second
-	// DefaultMaxInFlight is the hard cap on messages received and not yet
-	// acknowledged, whatever the broker's own in-flight window is.
-	DefaultMaxInFlight = 10_000
+	// MaxInFlight is the hard cap on messages received and not yet
+	// acknowledged, whatever the broker's own in-flight window is. When it
+	// or MaxInflightBytes is reached the receiver stops reading QoS 1/2
+	// messages (the broker's flow control holds them) and drops QoS 0
+	// messages, counted.
+	MaxInFlight = 10_000
 	// MaxReconnectInterval caps paho's exponential reconnect backoff, which
 	// starts at 1s.
 	MaxReconnectInterval = 30 * time.Second
@@ -59,13 +62,9 @@ type Options struct {
 	// receivers.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
 	// MaxInflightBytes bounds the payload bytes received and not yet
-	// acknowledged; defaults to receivers.DefaultMaxInflightBytes.
+	// acknowledged (see MaxInFlight); defaults to
+	// receivers.DefaultMaxInflightBytes.
 	MaxInflightBytes int
-	// MaxInFlight bounds the messages received and not yet acknowledged;
-	// defaults to DefaultMaxInFlight. When either bound is reached the
-	// receiver stops reading QoS 1/2 messages (the broker's flow control
-	// holds them) and drops QoS 0 messages, counted.
-	MaxInFlight int
 	// Window, when set, is shared with other receivers that stand for the
 	// same configured receiver (sessions adopted from other instances): its
 	// counters and MaxInflightBytes cover them all. Nil: a window of its own.
@@ -122,7 +121,6 @@ func (o Options) validate() (Options, []string, error) {
 	o.ConnectTimeout = cmp.Or(o.ConnectTimeout, DefaultConnectTimeout)
 	o.MaxPayloadBytes = cmp.Or(o.MaxPayloadBytes, receivers.DefaultMaxPayloadBytes)
 	o.MaxInflightBytes = cmp.Or(o.MaxInflightBytes, receivers.DefaultMaxInflightBytes)
-	o.MaxInFlight = cmp.Or(o.MaxInFlight, DefaultMaxInFlight)
 	return o, redacted, nil
 }
 

@@ -11,6 +11,7 @@
 package mqtt
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,9 +91,6 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 	if sink == nil {
 		return nil, fmt.Errorf("%w: nil sink", ErrConfig)
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	o, brokers, err := o.validate()
 	if err != nil {
 		return nil, err
@@ -106,10 +104,10 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 		brokers:    brokers,
 		opts:       o.clientOptions(),
 		sink:       sink,
-		log:        logger.With("component", "receiver", "receiver", o.ID),
+		log:        cmp.Or(logger, slog.New(slog.DiscardHandler)).With("component", "receiver", "receiver", o.ID),
 		win:        win,
-		acker:      win.NewAcker(o.MaxInFlight),
-		toDispatch: make(chan delivery, o.MaxInFlight),
+		acker:      win.NewAcker(MaxInFlight),
+		toDispatch: make(chan delivery, MaxInFlight),
 		lost:       make(chan struct{}),
 		status:     receivers.Status{Reason: "not connected yet"},
 	}
@@ -167,12 +165,10 @@ func (r *Receiver) Run(ctx context.Context) error {
 	subscribing := r.subscribing
 	r.mu.Unlock()
 	if subscribing != nil && quiesce > 0 {
-		wait := time.NewTimer(disconnectQuiesce)
 		select {
 		case <-subscribing:
-		case <-wait.C:
+		case <-time.After(disconnectQuiesce):
 		}
-		wait.Stop()
 	}
 	client.Disconnect(quiesce)
 	before := r.win.Stats().Abandoned
@@ -264,13 +260,12 @@ func (r *Receiver) dispatch(ctx context.Context) {
 // drain waits, up to grace, until every message handed to the sink is
 // acknowledged (the acker acknowledges in dispatch order).
 func (r *Receiver) drain(grace time.Duration) {
-	deadline := time.NewTimer(grace)
-	defer deadline.Stop()
+	deadline := time.After(grace)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for r.acked.Load() < r.handed.Load() {
 		select {
-		case <-deadline.C:
+		case <-deadline:
 			return
 		case <-tick.C:
 		}

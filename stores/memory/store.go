@@ -137,15 +137,9 @@ func (s *Store) append(r *stores.Record, now time.Time) {
 		}
 	}
 	s.seq++
-	r.Seq = s.seq
-	if r.CreatedAt.IsZero() {
-		r.CreatedAt = now
-	}
+	r.Seq, r.CreatedAt = s.seq, cmp.Or(r.CreatedAt, now)
 	if r.State == stores.Dead {
-		r.Token = 0
-		if r.DeadAt.IsZero() {
-			r.DeadAt = now
-		}
+		r.Token, r.DeadAt = 0, cmp.Or(r.DeadAt, now)
 	} else {
 		r.State = stores.Live
 		if le, ok := s.leases[stores.PartitionLease(r.Session, r.Partition)]; !ok || le.Token != r.Token {
@@ -168,13 +162,7 @@ func (s *Store) append(r *stores.Record, now time.Time) {
 func (s *Store) remove(r *stores.Record) {
 	k := r.Key()
 	delete(s.byKey, k)
-	if r.CoalesceKey != "" {
-		ck := ckey{r.Session, r.Route, r.CoalesceKey}
-		s.coalesce[ck] = slices.DeleteFunc(s.coalesce[ck], func(o *stores.Record) bool { return o == r })
-		if len(s.coalesce[ck]) == 0 {
-			delete(s.coalesce, ck)
-		}
-	}
+	s.uncoalesce(r)
 	r.State = "" // left in its partition list until compacted there
 	s.tombs = append(s.tombs, k)
 	s.tombSet[k] = true
@@ -184,6 +172,17 @@ func (s *Store) remove(r *stores.Record) {
 			delete(s.tombSet, old)
 		}
 		s.tombs = slices.Clone(s.tombs[drop:])
+	}
+}
+
+// uncoalesce takes r out of the coalescing index (which holds only
+// unclaimed records).
+func (s *Store) uncoalesce(r *stores.Record) {
+	ck := ckey{r.Session, r.Route, r.CoalesceKey}
+	if list := slices.DeleteFunc(s.coalesce[ck], func(o *stores.Record) bool { return o == r }); len(list) > 0 {
+		s.coalesce[ck] = list
+	} else {
+		delete(s.coalesce, ck)
 	}
 }
 
@@ -209,9 +208,8 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 		if r.Token == req.Token {
 			continue
 		}
-		if r.Token == 0 && r.CoalesceKey != "" {
-			ck := ckey{r.Session, r.Route, r.CoalesceKey}
-			s.coalesce[ck] = slices.DeleteFunc(s.coalesce[ck], func(o *stores.Record) bool { return o == r })
+		if r.Token == 0 {
+			s.uncoalesce(r)
 		}
 		r.Token = req.Token
 		out = append(out, *r)

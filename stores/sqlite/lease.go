@@ -47,13 +47,7 @@ func (s *Store) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, n
 		return stores.Lease{}, fmt.Errorf("sqlite: renew lease: %w: ttl %v", stores.ErrInvalid, ttl)
 	}
 	le.Until = now.Add(ttl)
-	err := s.leaseTx(ctx, func() error {
-		n, err := s.exec(ctx, `UPDATE lease SET until = ? WHERE name = ? AND token = ?`, nanos(le.Until), le.Name, le.Token)
-		if n == 0 {
-			return cmp.Or(err, stores.ErrLeaseLost)
-		}
-		return err
-	})
+	err := s.leaseChange(ctx, `UPDATE lease SET until = ? WHERE name = ? AND token = ?`, nanos(le.Until), le.Name, le.Token)
 	if err != nil {
 		return stores.Lease{}, fmt.Errorf("sqlite: renew lease %q: %w", le.Name, err)
 	}
@@ -62,17 +56,22 @@ func (s *Store) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, n
 
 // Release implements stores.Leases.
 func (s *Store) Release(ctx context.Context, le stores.Lease) error {
-	err := s.leaseTx(ctx, func() error {
-		n, err := s.exec(ctx, `DELETE FROM lease WHERE name = ? AND token = ?`, le.Name, le.Token)
+	if err := s.leaseChange(ctx, `DELETE FROM lease WHERE name = ? AND token = ?`, le.Name, le.Token); err != nil {
+		return fmt.Errorf("sqlite: release lease %q: %w", le.Name, err)
+	}
+	return nil
+}
+
+// leaseChange runs query, a change of one lease guarded by its token, in a
+// transaction: stores.ErrLeaseLost when it changes nothing.
+func (s *Store) leaseChange(ctx context.Context, query string, args ...any) error {
+	return s.leaseTx(ctx, func() error {
+		n, err := s.exec(ctx, query, args...)
 		if n == 0 {
 			return cmp.Or(err, stores.ErrLeaseLost)
 		}
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("sqlite: release lease %q: %w", le.Name, err)
-	}
-	return nil
 }
 
 func (s *Store) leaseTx(ctx context.Context, fn func() error) error {

@@ -32,8 +32,9 @@ func own(path string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		le := &LockedError{Path: path}
 		if b, rerr := os.ReadFile(f.Name()); rerr == nil {
-			host, pid, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
-			le.Host, le.PID = host, atoi(pid)
+			var pid string
+			le.Host, pid, _ = strings.Cut(strings.TrimSpace(string(b)), " ")
+			le.PID, _ = strconv.Atoi(pid)
 		}
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -54,11 +55,6 @@ func own(path string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
-}
-
-func atoi(s string) int {
-	n, _ := strconv.Atoi(s)
-	return n
 }
 
 // networkFS names the network filesystem whose statfs magic number is

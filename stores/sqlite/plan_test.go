@@ -76,8 +76,8 @@ func TestStore_QueryPlans(t *testing.T) {
 		{"compact", compactQuery, "outbox_tomb", []any{10}, false}, // the first rows of the index, in order
 		{"oldest", oldestQuery, "outbox_age", []any{"s"}, false},
 		{"lease", leaseQuery, "", []any{"outbox/s/0"}, false},
-		{"dead all", deadQuery(false), "outbox_dead", []any{0, 0, 10}, false},
-		{"dead by route", deadQuery(true), "outbox_dead_route", []any{0, 0, "r", 10}, false},
+		{"dead all", deadList, "outbox_dead", []any{0, 0, 10}, false},
+		{"dead by route", deadListOfRoute, "outbox_dead_route", []any{0, 0, "r", 10}, false},
 		{"dead by ID", deadByID, "outbox_key", []any{"a", 10}, true},
 	}
 	for _, analyze := range []bool{false, true} {

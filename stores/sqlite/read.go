@@ -20,16 +20,14 @@ const (
 	oldestQuery = `SELECT min(created_at) FROM outbox WHERE session=? AND state=0`
 )
 
-// deadQuery lists dead letters after a cursor (dead_at, seq), of a route
-// when asked, one query per index; deadByID lists those of an envelope ID.
-func deadQuery(byRoute bool) string {
-	if byRoute {
-		return `SELECT ` + columns + ` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?) AND route=? ORDER BY dead_at, seq LIMIT ?`
-	}
-	return `SELECT ` + columns + ` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?) ORDER BY dead_at, seq LIMIT ?`
-}
-
-const deadByID = `SELECT ` + columns + ` FROM outbox INDEXED BY outbox_key WHERE state=1 AND id=? ORDER BY dead_at, seq LIMIT ?`
+// deadList lists dead letters after a cursor (dead_at, seq), and
+// deadListOfRoute those of one route (one query per index); deadByID lists
+// those of an envelope ID.
+const (
+	deadList        = `SELECT ` + columns + ` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?) ORDER BY dead_at, seq LIMIT ?`
+	deadListOfRoute = `SELECT ` + columns + ` FROM outbox WHERE state=1 AND (dead_at, seq) > (?, ?) AND route=? ORDER BY dead_at, seq LIMIT ?`
+	deadByID        = `SELECT ` + columns + ` FROM outbox INDEXED BY outbox_key WHERE state=1 AND id=? ORDER BY dead_at, seq LIMIT ?`
+)
 
 // Claim implements stores.Store: one transaction that checks the lease and
 // claims with one statement, from req.After on (Seqs follow commit order).
@@ -69,9 +67,9 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 				return nil, "", err
 			}
 		}
-		query, args = deadQuery(q.Route != ""), []any{at, seq}
+		query, args = deadList, []any{at, seq}
 		if q.Route != "" {
-			args = append(args, q.Route)
+			query, args = deadListOfRoute, append(args, q.Route)
 		}
 	}
 	limit := cmp.Or(max(q.Limit, 0), 100)

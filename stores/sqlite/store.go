@@ -33,6 +33,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -118,9 +119,7 @@ func Open(path string, opts Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("sqlite: open %s: %w: sync %q is not full or normal", path, stores.ErrInvalid, opts.Sync)
 	}
-	if opts.DoneRetention == 0 {
-		opts.DoneRetention = DefaultDoneRetention
-	}
+	opts.DoneRetention = cmp.Or(opts.DoneRetention, DefaultDoneRetention)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
