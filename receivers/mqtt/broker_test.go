@@ -41,12 +41,7 @@ func startMosquitto(t *testing.T, extra ...string) *privateMosquitto {
 		}
 		t.Skipf("mosquitto is not installed (bash scripts/test-services.sh installs it): %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := freePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "mosquitto.conf")
 	body := fmt.Sprintf("user root\nper_listener_settings false\nallow_anonymous true\n"+
@@ -201,4 +196,25 @@ func run(t *testing.T, r *Receiver) runningReceiver {
 func waitSubscribed(t *testing.T, r *Receiver) {
 	t.Helper()
 	testsink.Eventually(t, "subscribed", func() bool { s := r.Status(); return s.Connected && s.Subscribed })
+}
+
+// handedOut holds the ports freePort returned in this process.
+var handedOut sync.Map
+
+// freePort returns a port nothing listened on a moment ago, and never the
+// same one twice in this process: the kernel may give a port that was just
+// closed to the next caller, and these ports are bound later, by mosquitto.
+func freePort(t *testing.T) int {
+	t.Helper()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if _, taken := handedOut.LoadOrStore(port, true); !taken {
+			return port
+		}
+	}
 }

@@ -2,7 +2,6 @@ package mqtt
 
 import (
 	"fmt"
-	"net"
 	"testing"
 
 	"github.com/gobridge/gobridge/receivers/internal/testsink"
@@ -40,15 +39,4 @@ func TestReceiver_WebSockets(t *testing.T) {
 			testsink.Eventually(t, "the ack", func() bool { return r.Stats().Acked == 1 })
 		})
 	}
-}
-
-// freePort returns a port nothing listened on a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
