@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 )
@@ -43,16 +43,11 @@ func (w *tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
+// freeAddr returns a loopback address that was free a moment ago (see
+// testservices.FreeAddr).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
+	return testservices.FreeAddr(t)
 }
 
 // parseConfig loads a YAML config through the real loader (defaults and

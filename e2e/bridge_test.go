@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gobridge/gobridge/internal/testservices"
 )
 
 // binary is the gobridge executable TestMain built, or GOBRIDGE_E2E_BINARY
@@ -64,16 +65,11 @@ func runID(prefix string) string {
 	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), time.Now().UnixNano()%1e9)
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
+// freeAddr returns a loopback address that was free a moment ago (see
+// testservices.FreeAddr).
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
+	return testservices.FreeAddr(t)
 }
 
 // waitFor polls cond until it holds, failing the test after timeout.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 )
@@ -75,4 +76,26 @@ func require(t testing.TB, name, env, def string) string {
 	}
 	conn.Close()
 	return raw
+}
+
+// handedOut holds the ports FreeAddr returned in this process.
+var handedOut sync.Map
+
+// FreeAddr returns a loopback address nothing listened on a moment ago, for
+// a server the test starts later (gobridge's admin API, a listener,
+// mosquitto), and never the same port twice in this process: the kernel may
+// give a port just closed to the next caller before the first binds it.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().(*net.TCPAddr)
+		_ = ln.Close()
+		if _, taken := handedOut.LoadOrStore(addr.Port, true); !taken {
+			return addr.String()
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/receivers/internal/testsink"
 )
 
@@ -198,23 +200,14 @@ func waitSubscribed(t *testing.T, r *Receiver) {
 	testsink.Eventually(t, "subscribed", func() bool { s := r.Status(); return s.Connected && s.Subscribed })
 }
 
-// handedOut holds the ports freePort returned in this process.
-var handedOut sync.Map
-
-// freePort returns a port nothing listened on a moment ago, and never the
-// same one twice in this process: the kernel may give a port that was just
-// closed to the next caller, and these ports are bound later, by mosquitto.
+// freePort returns a port that was free a moment ago (see
+// testservices.FreeAddr).
 func freePort(t *testing.T) int {
 	t.Helper()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if _, taken := handedOut.LoadOrStore(port, true); !taken {
-			return port
-		}
+	_, port, _ := net.SplitHostPort(testservices.FreeAddr(t))
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return n
 }
