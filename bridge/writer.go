@@ -97,7 +97,8 @@ func (w *writer) Settle(s stores.Settlement) {
 }
 
 // Flush implements drainer.Settler: it returns once the batch that will
-// carry everything queued now is written.
+// carry everything queued now is written, or at once when the writer was
+// aborted.
 func (w *writer) Flush(ctx context.Context) error {
 	w.mu.Lock()
 	n := w.queued
@@ -112,10 +113,16 @@ func (w *writer) Flush(ctx context.Context) error {
 	select {
 	case <-ch:
 		return nil
+	case <-w.abortCtx.Done(): // nothing more is written
+		return errWriterAborted
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
+
+// errWriterAborted is Flush's answer once the writer gave up (shutdown
+// passed its timeout, or the bridge failed): the flush cannot happen.
+var errWriterAborted = errors.New("the outbox writer stopped at the shutdown deadline")
 
 func (w *writer) signal() {
 	select {
