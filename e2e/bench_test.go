@@ -165,10 +165,12 @@ func benchBridge(t *testing.T, mode string, n, rate int) {
 	if mode == "direct_or_outbox" {
 		fallback = b.metric("gobridge_delivery_fallback_total")
 	}
+	// Store writes (each one durable commit), appends and settlements alike.
+	writes := b.metric("gobridge_outbox_append_seconds_count")
 	report(t, "e2e", "variant", variantName(mode, rate), "bin", binaryName(), "env", strings.Join(env, ","), "n", n,
 		"msg_s", float64(n)/last.Sub(start).Seconds(), "persisted_msg_s", persisted,
 		"p50_ms", p50, "p99_ms", p99, "cpu_us_msg", float64(cpu.Microseconds())/float64(n),
-		"fallback", fallback, "rss_mib", float64(rss)/mib, "hwm_mib", float64(hwm)/mib, "load", load)
+		"fallback", fallback, "writes_per_msg", writes/float64(n), "rss_mib", float64(rss)/mib, "hwm_mib", float64(hwm)/mib, "load", load)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dups > 0 {
