@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,7 +76,8 @@ func TestBench_Outage(t *testing.T) {
 	}
 	admin := freeAddr(t)
 	s.down.Store(true)
-	b := startBridge(t, dir, "gobridge", admin, benchConfig(run, admin, mqttURL, s.srv.URL, outbox, route))
+	env := strings.Fields(os.Getenv("GOBRIDGE_BENCH_BRIDGE_ENV")) // e.g. GOMEMLIMIT=48MiB
+	b := startBridge(t, dir, "gobridge", admin, benchConfig(run, admin, mqttURL, s.srv.URL, outbox, route), env...)
 	b.waitReady(t, 60*time.Second)
 	pid := b.cmd.Process.Pid
 
