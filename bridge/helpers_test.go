@@ -87,25 +87,7 @@ func runStoppable(t testing.TB, cfg *routes.Config) (*Bridge, func()) {
 // checks that Run returned nil.
 func startRun(t testing.TB, rt *Bridge) func() {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- rt.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-errc:
-				if err != nil {
-					t.Errorf("Run returned %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("Run did not return within 30s of cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return testservices.Start(t, rt.Run, nil)
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -7,6 +7,7 @@
 package testservices
 
 import (
+	"context"
 	"net"
 	"net/url"
 	"os"
@@ -98,4 +99,36 @@ func FreeAddr(t testing.TB) string {
 			return addr.String()
 		}
 	}
+}
+
+// Start runs run(ctx) in a goroutine, as a component's Run(ctx) error. With
+// ready set it waits for ready to close (failing the test if Run returns
+// first). The returned stop, also called at cleanup, cancels ctx and fails
+// the test when Run returns an error or is not back within 30 s.
+func Start(t testing.TB, run func(context.Context) error, ready <-chan struct{}) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx) }()
+	if ready != nil {
+		select {
+		case <-ready:
+		case err := <-errc:
+			cancel()
+			t.Fatalf("Run: %v", err)
+		}
+	}
+	stop = sync.OnceFunc(func() {
+		cancel()
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Errorf("Run returned %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return within 30s of cancel")
+		}
+	})
+	t.Cleanup(stop)
+	return stop
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gobridge/gobridge/internal/testservices"
+
 	"github.com/gobridge/gobridge/receivers"
 )
 
@@ -74,24 +76,7 @@ func setup(t *testing.T, o Options, sink receivers.Sink) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- r.Run(ctx) }()
-	select {
-	case <-r.Ready():
-	case err := <-errc:
-		t.Fatalf("Run: %v", err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-errc; err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop := testservices.Start(t, r.Run, r.Ready())
 	return &bundle{r: r, url: "http://" + r.Addr().String() + publishPath, stop: stop}
 }
 

@@ -2,7 +2,6 @@ package listener
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gobridge/gobridge/internal/testservices"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -85,24 +86,7 @@ func setup(t *testing.T, sink *testsink.Sink, mutate func(*Options)) *bundle {
 
 func start(t *testing.T, l *Listener, sink *testsink.Sink, acks *ackRecorder) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	errc := make(chan error, 1)
-	go func() { errc <- l.Run(ctx) }()
-	select {
-	case <-l.Ready():
-	case err := <-errc:
-		t.Fatalf("Run: %v", err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-errc; err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop := testservices.Start(t, l.Run, l.Ready())
 	scheme := "tcp"
 	if l.o.TLS != nil {
 		scheme = "ssl"
