@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,36 +11,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gobridge/gobridge/internal/testservices"
 
 	"github.com/gobridge/gobridge/bridge"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 )
 
-// lockedBuffer collects the bridge's logs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // runBridge runs a real bridge on the config yaml (through the real loader)
 // and returns its admin address, logs and outbox store.
-func runBridge(t *testing.T, yaml string) (string, *lockedBuffer, stores.Store) {
+func runBridge(t *testing.T, yaml string) (string, *testservices.Buffer, stores.Store) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "bridge.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
@@ -51,7 +33,7 @@ func runBridge(t *testing.T, yaml string) (string, *lockedBuffer, stores.Store) 
 	if err != nil || probs.HasErrors() {
 		t.Fatalf("load config: %v %v", err, probs)
 	}
-	logs := &lockedBuffer{}
+	logs := &testservices.Buffer{}
 	rt, err := bridge.New(cfg, bridge.Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatalf("bridge.New: %v", err)
@@ -123,7 +105,7 @@ routes:
 // secretBridge runs a bridge whose broker URL carries a password and whose
 // target URL an API key; the target answers 400 and echoes the URL. It
 // returns the admin address, the logs and the bridge's outbox store.
-func secretBridge(t *testing.T, admin string) (string, *lockedBuffer, stores.Store) {
+func secretBridge(t *testing.T, admin string) (string, *testservices.Buffer, stores.Store) {
 	t.Helper()
 	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such device in "+r.URL.String(), http.StatusBadRequest)

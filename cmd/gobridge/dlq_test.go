@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gobridge/gobridge/internal/testservices"
+
 	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/bridge"
 	"github.com/gobridge/gobridge/message"
@@ -260,7 +262,7 @@ routes:
 	if err != nil || probs.HasErrors() {
 		t.Fatalf("load: %v %v", err, probs)
 	}
-	var out syncBuffer
+	var out testservices.Buffer
 	b, err := bridge.New(cfg, bridge.Options{Stdout: &out})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@
 package testservices
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/url"
@@ -131,4 +132,23 @@ func Start(t testing.TB, run func(context.Context) error, ready <-chan struct{})
 	})
 	t.Cleanup(stop)
 	return stop
+}
+
+// Buffer is a bytes.Buffer safe for a writer and a reader goroutine, for
+// the logs of a component under test.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

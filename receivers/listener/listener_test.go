@@ -1,7 +1,6 @@
 package listener
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -325,7 +324,7 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 // component=receiver and component=mochi).
 func TestListener_OneComponentKeyPerLogLine(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf testservices.Buffer
 	l, err := New(Options{ID: "edge", Listen: "127.0.0.1:0", Topics: []string{"factory/#"}}, testsink.New(true),
 		slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
@@ -347,22 +346,4 @@ func TestListener_OneComponentKeyPerLogLine(t *testing.T) {
 	if mochiLines == 0 {
 		t.Fatalf("no line of mochi's among %d", len(lines))
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
