@@ -3,7 +3,6 @@ package bridge
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -47,7 +46,6 @@ func TestRun_HTTPIngestAcrossKillsLosesAndDuplicatesNothing(t *testing.T) {
 	dir := t.TempDir()
 	admin, listen := freeAddr(t), freeAddr(t)
 	const token = "producer-token"
-	cfgPath := filepath.Join(dir, "bridge.yaml")
 	cfg := fmt.Sprintf(`version: 1
 bridge: {id: httpkill, admin: {listen: %q}, shutdown_timeout: 5s, log: {level: info, format: text}}
 stores:
@@ -69,16 +67,8 @@ routes:
     session: {id: s}
     policy: {send_timeout: 5s, backoff: {initial_interval: 100ms, max_interval: 1s}}
 `, admin, filepath.Join(dir, "outbox.db"), listen, token, *q.QueueUrl, endpoint)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "bridge.log")
-	defer func() {
-		if t.Failed() {
-			t.Logf("bridge log tail:\n%s", tailFile(logPath, 40))
-		}
-	}()
-	ready := func() bool { c, err := httpStatus("http://" + admin + "/readyz"); return err == nil && c == 200 }
+	cfgPath, logPath := procFiles(t, dir, cfg)
+	ready := procReady(admin)
 	p := startProc(t, bin, cfgPath, logPath)
 	waitFor(t, 20*time.Second, "gobridge ready", ready)
 

@@ -96,6 +96,27 @@ func (p *bridgeProc) kill(t *testing.T) {
 	<-p.done
 }
 
+// procFiles writes a process's config into dir and returns its path and
+// the process's log file; the log's tail is printed if the test fails.
+func procFiles(t *testing.T, dir, cfg string) (cfgPath, logPath string) {
+	t.Helper()
+	cfgPath, logPath = filepath.Join(dir, "bridge.yaml"), filepath.Join(dir, "bridge.log")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("bridge log tail:\n%s", tailFile(logPath, 40))
+		}
+	})
+	return cfgPath, logPath
+}
+
+// procReady reports whether the admin API at addr answers /readyz with 200.
+func procReady(addr string) func() bool {
+	return func() bool { c, err := httpStatus("http://" + addr + "/readyz"); return err == nil && c == 200 }
+}
+
 func tailFile(path string, n int) string {
 	b, _ := os.ReadFile(path)
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
@@ -120,7 +141,6 @@ func TestRun_ZeroLossAcrossKills(t *testing.T) {
 	s := newSink(t)
 	admin := freeAddr(t)
 	run := fmt.Sprintf("crash-%d", time.Now().UnixNano())
-	cfgPath := filepath.Join(dir, "bridge.yaml")
 	cfg := fmt.Sprintf(`version: 1
 bridge:
   id: crash
@@ -150,22 +170,8 @@ routes:
     session: {id: crash, drain_strategy: {type: fixed_poll, interval: 200ms}}
     policy: {send_timeout: 1s, backoff: {initial_interval: 100ms, max_interval: 1s}}
 `, admin, filepath.Join(dir, "outbox.db"), mqttURL, run, run, s.srv.URL, run)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "bridge.log")
-	defer func() {
-		if t.Failed() {
-			t.Logf("bridge log tail:\n%s", tailFile(logPath, 40))
-		}
-	}()
-	waitUp := func() {
-		t.Helper()
-		waitFor(t, 20*time.Second, "bridge ready", func() bool {
-			c, err := httpStatus("http://" + admin + "/readyz")
-			return err == nil && c == 200
-		})
-	}
+	cfgPath, logPath := procFiles(t, dir, cfg)
+	waitUp := func() { t.Helper(); waitFor(t, 20*time.Second, "bridge ready", procReady(admin)) }
 	p := startProc(t, bin, cfgPath, logPath)
 	waitUp()
 
@@ -264,7 +270,6 @@ func TestRun_ClaimsOfAKilledProcessAreDeliveredAtOnce(t *testing.T) {
 	}
 	t.Cleanup(func() { holding.Store(false); close(release) })
 	admin, listen := freeAddr(t), freeAddr(t)
-	cfgPath := filepath.Join(dir, "bridge.yaml")
 	cfg := fmt.Sprintf(`version: 1
 bridge: {id: claims, admin: {listen: %q}, shutdown_timeout: 5s, log: {level: info, format: text}}
 stores:
@@ -282,16 +287,8 @@ routes:
     session: {id: s}
     policy: {send_timeout: 60s, max_in_flight: 10}
 `, admin, filepath.Join(dir, "outbox.db"), listen, s.srv.URL)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "bridge.log")
-	defer func() {
-		if t.Failed() {
-			t.Logf("bridge log tail:\n%s", tailFile(logPath, 40))
-		}
-	}()
-	ready := func() bool { c, err := httpStatus("http://" + admin + "/readyz"); return err == nil && c == 200 }
+	cfgPath, logPath := procFiles(t, dir, cfg)
+	ready := procReady(admin)
 	p := startProc(t, bin, cfgPath, logPath)
 	waitFor(t, 20*time.Second, "the first process ready", ready)
 	const n = 200
