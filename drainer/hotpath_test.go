@@ -14,15 +14,7 @@ func TestGroup_HotPathNeedsNoClaim(t *testing.T) {
 		opts.Poll = Poll{Min: time.Hour, Max: time.Hour}
 		g, w, store := newGroup(t, opts)
 		stop := running(t, g)
-		eventually(t, time.Minute, "the first claim found the store empty", func() bool {
-			p := g.part(0)
-			if p == nil {
-				return false
-			}
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			return !p.backlog
-		})
+		waitCaughtUp(t, g)
 		before := store.claims.Load()
 		for i := range 200 {
 			recs, _ := records(1, nil)
@@ -53,15 +45,7 @@ func TestGroup_ClaimsWhatOtherInstancesAppend(t *testing.T) {
 		g, w, store := newGroup(t, testOptions(t, snd, testPolicy(), nil))
 		other := &writer{t: t, store: store} // no group: appends unclaimed
 		stop := running(t, g)
-		eventually(t, time.Minute, "the first claim found the store empty", func() bool {
-			p := g.part(0)
-			if p == nil {
-				return false
-			}
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			return !p.backlog
-		})
+		waitCaughtUp(t, g)
 		for i := range 30 {
 			recs, _ := records(1, nil)
 			recs[0].Envelope.ID = fmt.Sprintf("other%03d", i)
@@ -78,5 +62,20 @@ func TestGroup_ClaimsWhatOtherInstancesAppend(t *testing.T) {
 		if snd.total() != 60 {
 			t.Errorf("%d sends, want 60", snd.total())
 		}
+	})
+}
+
+// waitCaughtUp waits until partition 0's first claim found the store
+// empty: from then on, what the writer hands it goes through the hot path.
+func waitCaughtUp(t *testing.T, g *Group) {
+	t.Helper()
+	eventually(t, time.Minute, "the first claim found the store empty", func() bool {
+		p := g.part(0)
+		if p == nil {
+			return false
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return !p.backlog
 	})
 }

@@ -34,15 +34,7 @@ func TestGroup_ClaimDoesNotOvertakeHotRecordsOfItsBatch(t *testing.T) {
 		opts.Window, opts.BatchSize = 4, 4
 		g, w, store := newGroup(t, opts)
 		stop := running(t, g)
-		eventually(t, time.Minute, "the first claim found the store empty", func() bool {
-			p := g.part(0)
-			if p == nil {
-				return false
-			}
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			return !p.backlog
-		})
+		waitCaughtUp(t, g)
 		held, _ := records(2, func(int) string { return "a" })
 		held[0].Envelope.ID, held[1].Envelope.ID = "a0", "a1"
 		w.append(held...) // hot, sent, and the sends block
