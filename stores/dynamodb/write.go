@@ -198,7 +198,7 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 // retried reports whether o appends again, at the Seq stamped on it, a
 // record that a failed Write inserted (see Atomicity in the package doc).
 func (s *Store) retried(o *op) bool {
-	return o.rec != nil && o.r.Seq != 0 && !o.skip && s.partial[o.rec.Key()] == o.r.Seq
+	return len(s.partial) > 0 && o.rec != nil && o.r.Seq != 0 && !o.skip && s.partial[o.rec.Key()] == o.r.Seq
 }
 
 // learn raises this process's counter of a partition to the Seq of a
@@ -308,7 +308,9 @@ func (s *Store) finish(c []*op, t *txn) {
 		if o.rec == nil {
 			continue
 		}
-		delete(s.partial, o.rec.Key())
+		if len(s.partial) > 0 { // only after a failed Write
+			delete(s.partial, o.rec.Key())
+		}
 		switch {
 		case o.kept:
 			*o.rec = o.r
