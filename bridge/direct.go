@@ -9,6 +9,7 @@ import (
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/senders"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // holder delivers a direct_hold route's messages: it sends each one while
@@ -26,41 +27,21 @@ import (
 type holder struct {
 	b     *Bridge
 	r     *route
-	sem   chan struct{}
-	turns turns
+	lanes lanes
 
 	mu      sync.Mutex
 	started map[*message.Envelope]time.Time
 }
 
 func newHolder(b *Bridge, r *route) *holder {
-	return &holder{b: b, r: r, sem: make(chan struct{}, r.policy.MaxInFlight), started: map[*message.Envelope]time.Time{}}
+	return &holder{b: b, r: r, lanes: newLanes(r, b.metrics.inFlight.WithLabelValues(r.id)), started: map[*message.Envelope]time.Time{}}
 }
 
 // submit waits for a send slot (or ctx) and starts the delivery of env;
 // settle is called when it has settled. It returns false when ctx ended
 // first.
 func (h *holder) submit(ctx context.Context, env *message.Envelope, received message.Envelope, settle settleFunc) bool {
-	select {
-	case h.sem <- struct{}{}:
-	case <-ctx.Done():
-		return false
-	}
-	turn := h.turns.queue(env.Key)
-	h.r.busy.Add(1)
-	h.b.metrics.inFlight.WithLabelValues(h.r.id).Set(float64(len(h.sem)))
-	go func() {
-		defer h.r.busy.Done()
-		defer func() {
-			<-h.sem
-			h.b.metrics.inFlight.WithLabelValues(h.r.id).Set(float64(len(h.sem)))
-		}()
-		defer h.turns.next(env.Key)
-		select {
-		case <-turn:
-		case <-h.r.quit:
-			return // left unacknowledged
-		}
+	return h.lanes.start(ctx, h.r, env.Key, func() {
 		h.mu.Lock()
 		h.started[env] = time.Now()
 		h.mu.Unlock()
@@ -71,50 +52,88 @@ func (h *holder) submit(ctx context.Context, env *message.Envelope, received mes
 		if outcome != "" {
 			settle(outcome)
 		}
-	}()
-	return true
+	})
 }
 
-// turns lets the messages of one ordering key go one at a time, in arrival
-// order. The zero value is ready to use.
-type turns struct {
+// lanes runs a route's sends, each in a goroutine the route owns
+// (r.busy): at most max_in_flight at once and, per ordering key, one at a
+// time in arrival order.
+type lanes struct {
+	sem   chan struct{}
+	inUse prometheus.Gauge // sends in flight, when this route's to report
+
 	mu   sync.Mutex
 	keys map[string][]chan struct{} // per key: the turns of the messages waiting
 }
 
+func newLanes(r *route, inUse prometheus.Gauge) lanes {
+	return lanes{sem: make(chan struct{}, r.policy.MaxInFlight), inUse: inUse}
+}
+
+// start waits for a slot (or ctx) and then runs fn once no message of key
+// is ahead of it; when r quits first, fn does not run (the message stays
+// unacknowledged). It returns false when ctx ended first.
+func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool {
+	select {
+	case l.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	turn := l.queue(key)
+	r.busy.Add(1)
+	l.count()
+	go func() {
+		defer r.busy.Done()
+		defer func() { <-l.sem; l.count() }()
+		defer l.next(key)
+		select {
+		case <-turn:
+			fn()
+		case <-r.quit:
+		}
+	}()
+	return true
+}
+
+func (l *lanes) count() {
+	if l.inUse != nil {
+		l.inUse.Set(float64(len(l.sem)))
+	}
+}
+
 // queue returns the channel that opens when a message of key may go: at
 // once without a key, or when no message of its key is ahead of it.
-func (t *turns) queue(key string) chan struct{} {
+func (l *lanes) queue(key string) chan struct{} {
 	turn := make(chan struct{})
 	if key == "" {
 		close(turn)
 		return turn
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.keys == nil {
-		t.keys = map[string][]chan struct{}{}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.keys == nil {
+		l.keys = map[string][]chan struct{}{}
 	}
-	if len(t.keys[key]) == 0 {
+	if len(l.keys[key]) == 0 {
 		close(turn)
 	}
-	t.keys[key] = append(t.keys[key], turn)
+	l.keys[key] = append(l.keys[key], turn)
 	return turn
 }
 
 // next ends the turn of the message of key at the head and opens the next.
-func (t *turns) next(key string) {
+func (l *lanes) next(key string) {
 	if key == "" {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	q := t.keys[key][1:]
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.keys[key][1:]
 	if len(q) == 0 {
-		delete(t.keys, key)
+		delete(l.keys, key)
 		return
 	}
-	t.keys[key] = q
+	l.keys[key] = q
 	close(q[0])
 }
 

@@ -27,8 +27,7 @@ import (
 type fallback struct {
 	b     *Bridge
 	r     *route
-	sem   chan struct{}
-	turns turns
+	lanes lanes // no in-flight gauge: the route's drainer reports it
 
 	mu      sync.Mutex
 	sticky  map[string]bool // ordering keys with records in the outbox
@@ -36,29 +35,14 @@ type fallback struct {
 }
 
 func newFallback(b *Bridge, r *route) *fallback {
-	return &fallback{b: b, r: r, sem: make(chan struct{}, r.policy.MaxInFlight), sticky: map[string]bool{}}
+	return &fallback{b: b, r: r, lanes: newLanes(r, nil), sticky: map[string]bool{}}
 }
 
 // submit waits for a slot (or ctx) and starts the delivery of env; settle
 // is called once it is delivered, durable in the outbox, or settled by
 // policy. It returns false when ctx ended first.
 func (f *fallback) submit(ctx context.Context, env *message.Envelope, received message.Envelope, coalesceKey string, settle settleFunc) bool {
-	select {
-	case f.sem <- struct{}{}:
-	case <-ctx.Done():
-		return false
-	}
-	turn := f.turns.queue(env.Key)
-	f.r.busy.Add(1)
-	go func() {
-		defer f.r.busy.Done()
-		defer func() { <-f.sem }()
-		defer f.turns.next(env.Key)
-		select {
-		case <-turn:
-		case <-f.r.quit:
-			return // left unacknowledged
-		}
+	return f.lanes.start(ctx, f.r, env.Key, func() {
 		if f.direct(env, received, settle) {
 			return
 		}
@@ -73,8 +57,7 @@ func (f *fallback) submit(ctx context.Context, env *message.Envelope, received m
 			rec.ExpiresAt = env.ReceivedAt.Add(f.r.ttl)
 		}
 		f.b.persist(ctx, rec, settle) // false at shutdown: left unacknowledged
-	}()
-	return true
+	})
 }
 
 // direct tries the direct send and reports whether it settled the message
