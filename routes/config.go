@@ -43,7 +43,7 @@ type Config struct {
 	Senders   []SenderConfig   `yaml:"senders,omitempty" validate:"required,dive"`
 	Routes    []RouteConfig    `yaml:"routes,omitempty" validate:"required,dive"`
 
-	src *source // where the config came from, for positions; nil if built in code
+	src source // where the config came from, for positions; zero if built in code
 }
 
 // Bridge holds instance-wide settings.

@@ -23,7 +23,7 @@ var (
 // removes the offending key/value pairs, so that the following node.Decode
 // cannot fail and every problem is reported, not only the first.
 type walker struct {
-	src    *source
+	src    source
 	lookup func(string) (string, bool)
 	probs  Problems
 	// template is set while walking a field tagged template:"true": its

@@ -2,6 +2,7 @@ package routes
 
 import (
 	"fmt"
+	"iter"
 	"strings"
 )
 
@@ -11,7 +12,8 @@ type pos struct{ line, col int }
 // source records where a config came from: the file name, the position of
 // every field path that was present, the paths whose values were rejected
 // while decoding (later rules stay quiet about those), and the number and
-// duration fields written as zero ("0", "0s"; null is not a zero).
+// duration fields written as zero ("0", "0s"; null is not a zero). The zero
+// value (a config built in code) has no positions: every lookup misses.
 type source struct {
 	file   string
 	index  map[string]pos
@@ -22,9 +24,6 @@ type source struct {
 // Has reports whether path (e.g. "routes[2].policy.send_timeout") was
 // written in the YAML file.
 func (c *Config) Has(path string) bool {
-	if c.src == nil {
-		return false
-	}
 	_, ok := c.src.index[path]
 	return ok
 }
@@ -33,7 +32,8 @@ func (c *Config) Has(path string) bool {
 // the file as zero ("0", "0.0", "0s", or ${VAR} expanding to one), as
 // opposed to left out (or null), which takes the default.
 func (c *Config) wroteZero(path string) bool {
-	return c.src != nil && c.src.zero[path]
+	_, ok := c.src.zero[path]
+	return ok
 }
 
 // Position returns the line and column of the YAML node at path, such as
@@ -41,27 +41,22 @@ func (c *Config) wroteZero(path string) bool {
 // the nearest present parent ("routes[2].policy", then "routes[2]", ...),
 // and to 1:1 at worst.
 func (c *Config) Position(path string) (line, col int) {
-	if c.src != nil {
-		for p := path; ; p = parentPath(p) {
-			if at, ok := c.src.index[p]; ok && at.line > 0 {
-				return at.line, at.col
-			}
-			if p == "" {
-				break
-			}
+	for p := range lineage(path) {
+		if at, ok := c.src.index[p]; ok && at.line > 0 {
+			return at.line, at.col
 		}
 	}
 	return 1, 1
 }
 
-// parentPath strips the last segment of a field path: "a.b[2]" -> "a.b",
-// "a.b" -> "a", "a" -> "".
-func parentPath(p string) string {
-	i := strings.LastIndexAny(p, ".[")
-	if i < 0 {
-		return ""
+// lineage yields path and then each of its parents, ending with the root
+// "": "a.b[2]", "a.b", "a", "".
+func lineage(path string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for yield(path) && path != "" {
+			path = path[:max(strings.LastIndexAny(path, ".["), 0)]
+		}
 	}
-	return p[:i]
 }
 
 // Errorf returns an error positioned at path, such as
@@ -78,21 +73,15 @@ func (c *Config) Warnf(path, rule, format string, args ...any) Problem {
 }
 
 func (c *Config) problem(path, rule string, sev Severity, format string, args ...any) Problem {
-	p := Problem{Rule: rule, Severity: sev, Message: fmt.Sprintf(format, args...), path: path}
+	p := Problem{File: c.src.file, Rule: rule, Severity: sev, Message: fmt.Sprintf(format, args...), path: path}
 	p.Line, p.Column = c.Position(path)
-	if c.src != nil {
-		p.File = c.src.file
-	}
 	return p
 }
 
 // isBroken reports whether path or one of its parents held a value that was
 // rejected while decoding.
 func (c *Config) isBroken(path string) bool {
-	if c.src == nil || len(c.src.broken) == 0 {
-		return false
-	}
-	for p := path; p != ""; p = parentPath(p) {
+	for p := range lineage(path) {
 		if c.src.broken[p] {
 			return true
 		}

@@ -28,7 +28,7 @@ var senderOptions = map[string][]string{
 }
 
 func (c *Config) checkReceivers(add func(Problem)) {
-	c.checkDuplicateIDs(add, "receivers", c.receiverIDs())
+	c.checkDuplicateIDs(add, "receivers", ids(c.Receivers, receiverID))
 
 	for i, r := range c.Receivers {
 		path := fmt.Sprintf("receivers[%d]", i)
@@ -222,7 +222,7 @@ func (c *Config) routesOf(id string) []RouteConfig {
 }
 
 func (c *Config) checkSenders(add func(Problem)) {
-	c.checkDuplicateIDs(add, "senders", c.senderIDs())
+	c.checkDuplicateIDs(add, "senders", ids(c.Senders, senderID))
 
 	for i, s := range c.Senders {
 		path := fmt.Sprintf("senders[%d]", i)

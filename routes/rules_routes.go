@@ -18,11 +18,8 @@ var processorOptions = map[string][]string{
 }
 
 func (c *Config) checkRoutes(add func(Problem)) {
-	ids := make([]string, len(c.Routes))
-	for i, r := range c.Routes {
-		ids[i] = r.ID
-	}
-	c.checkDuplicateIDs(add, "routes", ids)
+	routeIDs := ids(c.Routes, routeID)
+	c.checkDuplicateIDs(add, "routes", routeIDs)
 
 	var memoryRoutes []string
 	previous := map[string]int{}
@@ -31,7 +28,7 @@ func (c *Config) checkRoutes(add func(Problem)) {
 		for j, old := range r.PreviousIDs {
 			pp := fmt.Sprintf("%s.previous_ids[%d]", path, j)
 			switch k, dup := previous[old]; {
-			case slices.Contains(ids, old):
+			case slices.Contains(routeIDs, old):
 				add(c.Errorf(pp, "previous-id", "%s: %q is the id of a route of this configuration, so it cannot be a previous id", pp, old))
 			case dup:
 				add(c.Errorf(pp, "previous-id", "%s: %q is already a previous id of routes[%d]: the records of one old route go to one route", pp, old, k))
@@ -40,12 +37,12 @@ func (c *Config) checkRoutes(add func(Problem)) {
 			}
 			previous[old] = i
 		}
-		rcv := c.receiver(r.Receiver)
+		rcv := byID(c.Receivers, receiverID, r.Receiver)
 		if r.Receiver != "" && rcv == nil {
-			add(c.Errorf(path+".receiver", "unknown-receiver", "%s.receiver: no receiver has id %q (receivers: %s)", path, r.Receiver, idList(c.receiverIDs())))
+			add(c.Errorf(path+".receiver", "unknown-receiver", "%s.receiver: no receiver has id %q (receivers: %s)", path, r.Receiver, idList(ids(c.Receivers, receiverID))))
 		}
-		if r.Sender != "" && c.sender(r.Sender) == nil {
-			add(c.Errorf(path+".sender", "unknown-sender", "%s.sender: no sender has id %q (senders: %s)", path, r.Sender, idList(c.senderIDs())))
+		if r.Sender != "" && byID(c.Senders, senderID, r.Sender) == nil {
+			add(c.Errorf(path+".sender", "unknown-sender", "%s.sender: no sender has id %q (senders: %s)", path, r.Sender, idList(ids(c.Senders, senderID))))
 		}
 		if r.Topic != "" {
 			if err := topics.ValidateFilter(r.Topic); err != nil {
@@ -89,39 +86,27 @@ func subscriptionList(rcv *ReceiverConfig) string {
 	return "it subscribes to " + strings.Join(ts, ", ")
 }
 
-// receiver returns the (first) receiver with id, nil when there is none.
-func (c *Config) receiver(id string) *ReceiverConfig {
-	i := slices.IndexFunc(c.Receivers, func(r ReceiverConfig) bool { return r.ID == id && id != "" })
-	if i < 0 {
-		return nil
+// ids lists the id (idOf) of every element of list, in order.
+func ids[T any](list []T, idOf func(T) string) []string {
+	out := make([]string, len(list))
+	for i, x := range list {
+		out[i] = idOf(x)
 	}
-	return &c.Receivers[i]
+	return out
 }
 
-// sender returns the (first) sender with id, nil when there is none.
-func (c *Config) sender(id string) *SenderConfig {
-	i := slices.IndexFunc(c.Senders, func(s SenderConfig) bool { return s.ID == id && id != "" })
-	if i < 0 {
-		return nil
+// byID returns the first element of list whose id (idOf) is id, nil when
+// there is none or id is "".
+func byID[T any](list []T, idOf func(T) string, id string) *T {
+	if i := slices.Index(ids(list, idOf), id); i >= 0 && id != "" {
+		return &list[i]
 	}
-	return &c.Senders[i]
+	return nil
 }
 
-func (c *Config) receiverIDs() []string {
-	var ids []string
-	for _, r := range c.Receivers {
-		ids = append(ids, r.ID)
-	}
-	return ids
-}
-
-func (c *Config) senderIDs() []string {
-	var ids []string
-	for _, s := range c.Senders {
-		ids = append(ids, s.ID)
-	}
-	return ids
-}
+func receiverID(r ReceiverConfig) string { return r.ID }
+func senderID(s SenderConfig) string     { return s.ID }
+func routeID(r RouteConfig) string       { return r.ID }
 
 func idList(ids []string) string {
 	var q []string

@@ -29,7 +29,7 @@ func (c *Config) checkTargets(add func(Problem)) {
 				}
 			}
 		}
-		s := c.sender(r.Sender)
+		s := byID(c.Senders, senderID, r.Sender)
 		if s == nil {
 			continue // unknown-sender reports it
 		}
@@ -39,7 +39,7 @@ func (c *Config) checkTargets(add func(Problem)) {
 				"%s: route %q sends to the FIFO queue of sender %q without an ordering_key: records are sent concurrently, so SQS can receive them out of order within a message group; set ordering_key (for example to the message_group_id, %q) to keep each group in order",
 				path, r.ID, s.ID, cmp.Or(s.Options.MessageGroupID, "{topic}")))
 		}
-		if rcv := c.receiver(r.Receiver); hasKey || (rcv != nil && rcv.Type == ReceiverHTTPListener) {
+		if rcv := byID(c.Receivers, receiverID, r.Receiver); hasKey || (rcv != nil && rcv.Type == ReceiverHTTPListener) {
 			continue // http_listener: the producer's Idempotency-Key is the ID
 		}
 		var dedup string

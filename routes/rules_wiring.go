@@ -24,7 +24,7 @@ func (c *Config) checkWiring(add func(Problem)) {
 // topic overlaps it (Overlaps), so "factory/#" is routed by a route on
 // "factory/+/alarms" even though most of what it delivers is not.
 func (c *Config) checkUnroutedSubscriptions(add func(Problem)) {
-	if slices.ContainsFunc(c.Routes, func(r RouteConfig) bool { return c.receiver(r.Receiver) == nil }) {
+	if slices.ContainsFunc(c.Routes, func(r RouteConfig) bool { return byID(c.Receivers, receiverID, r.Receiver) == nil }) {
 		return // a route meant some receiver; do not guess which
 	}
 	for i, r := range c.Receivers {
@@ -71,7 +71,7 @@ func (c *Config) checkUnroutedSubscriptions(add func(Problem)) {
 // checkUnusedSenders warns about a sender no route sends to: it is not
 // even started, which is seldom what its author meant.
 func (c *Config) checkUnusedSenders(add func(Problem)) {
-	if slices.ContainsFunc(c.Routes, func(r RouteConfig) bool { return c.sender(r.Sender) == nil }) {
+	if slices.ContainsFunc(c.Routes, func(r RouteConfig) bool { return byID(c.Senders, senderID, r.Sender) == nil }) {
 		return // a route meant some sender; do not guess which
 	}
 	used := map[string]bool{}

@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"maps"
 	"regexp"
 	"slices"
 )
@@ -61,15 +62,7 @@ var listIndex = regexp.MustCompile(`\[\d+\]`)
 // default, but the config is invalid: what the file says is not what would
 // run.
 func (c *Config) checkExplicitZeros(add func(Problem)) {
-	if c.src == nil {
-		return
-	}
-	paths := make([]string, 0, len(c.src.zero))
-	for p := range c.src.zero {
-		paths = append(paths, p)
-	}
-	slices.Sort(paths)
-	for _, p := range paths {
+	for _, p := range slices.Sorted(maps.Keys(c.src.zero)) {
 		why := zeroFields[listIndex.ReplaceAllString(p, "[]")]
 		if why == "" {
 			continue
