@@ -29,19 +29,19 @@ type ReceiverOptions struct {
 	// KeepAlive (mqtt) is the MQTT keep-alive interval; the broker drops a
 	// connection silent for 1.5 times it. Defaults to 30s; must be > 0 (0
 	// would turn keep-alive off).
-	KeepAlive Duration `yaml:"keep_alive,omitempty"`
+	KeepAlive Duration `yaml:"keep_alive,omitempty" zero:"it turns MQTT keep-alive off, so a dead connection to the broker would go unnoticed"`
 	// ConnectTimeout bounds one connection attempt (mqtt), or how long a
 	// client may take to send its CONNECT (mqtt_listener) or its request
 	// headers (http_listener). Defaults to 10s; must be > 0.
-	ConnectTimeout Duration `yaml:"connect_timeout,omitempty"`
+	ConnectTimeout Duration `yaml:"connect_timeout,omitempty" zero:"a connection attempt to an unresponsive broker would never time out"`
 	// MaxPayloadBytes: a larger payload becomes an ingest dead letter
 	// (payload_too_large) holding its first 1 KiB. 1..268435456; defaults
 	// to 262144.
-	MaxPayloadBytes int `yaml:"max_payload_bytes,omitempty" validate:"min=1,max=268435456"`
+	MaxPayloadBytes int `yaml:"max_payload_bytes,omitempty" validate:"min=1,max=268435456" zero:"every payload would be a dead letter"`
 	// MaxInflightBytes bounds the payload bytes received and not yet
 	// acknowledged (mqtt_listener: across all publishers). Defaults to
 	// 67108864 (64 MiB).
-	MaxInflightBytes int `yaml:"max_inflight_bytes,omitempty" validate:"min=1"`
+	MaxInflightBytes int `yaml:"max_inflight_bytes,omitempty" validate:"min=1" zero:"gobridge could never read a message"`
 	// Listen (mqtt_listener, http_listener) is the TCP address to accept
 	// publishers on. Defaults to 127.0.0.1:1883 (mqtt_listener) or
 	// 127.0.0.1:8080 (http_listener).
@@ -60,35 +60,36 @@ type ReceiverOptions struct {
 	TokenFile string `yaml:"token_file,omitempty"`
 	// MaxInFlight (http_listener) bounds the requests served at once; one
 	// more is answered 503. Defaults to 256.
-	MaxInFlight int `yaml:"max_in_flight,omitempty" validate:"omitempty,min=1"`
+	MaxInFlight int `yaml:"max_in_flight,omitempty" validate:"omitempty,min=1" zero:"no request could ever be served"`
 	// SettleTimeout (http_listener) bounds how long a request waits for
 	// its message to be settled (room in the outbox included) before it is
 	// answered 503. Defaults to 30s.
-	SettleTimeout Duration `yaml:"settle_timeout,omitempty"`
+	SettleTimeout Duration `yaml:"settle_timeout,omitempty" zero:"every request would be answered 503 before its message settled"`
 	// ReadTimeout (http_listener) bounds reading a whole request; defaults
 	// to 30s. WriteTimeout bounds a request from the end of its headers to
 	// the end of its answer; defaults to 60s and must exceed
 	// settle_timeout.
-	ReadTimeout  Duration `yaml:"read_timeout,omitempty"`
-	WriteTimeout Duration `yaml:"write_timeout,omitempty"`
+	ReadTimeout  Duration `yaml:"read_timeout,omitempty" zero:"a slow client could hold a request open forever"`
+	WriteTimeout Duration `yaml:"write_timeout,omitempty" zero:"a slow client could hold a request open forever"`
 	// Headers (http_listener) are request headers carried into the
 	// message's headers, besides Content-Type.
 	Headers []string `yaml:"headers,omitempty"`
 	// MaxBatchLines and MaxBatchBytes (http_listener) bound one NDJSON
 	// batch. Default 1000 and 4194304 (4 MiB).
-	MaxBatchLines int `yaml:"max_batch_lines,omitempty" validate:"omitempty,min=1"`
-	MaxBatchBytes int `yaml:"max_batch_bytes,omitempty" validate:"omitempty,min=1"`
+	MaxBatchLines int `yaml:"max_batch_lines,omitempty" validate:"omitempty,min=1" zero:"no batch could be accepted"`
+	MaxBatchBytes int `yaml:"max_batch_bytes,omitempty" validate:"omitempty,min=1" zero:"no batch could be accepted"`
 	// Anonymous (mqtt_listener) is the ACL of anonymous clients.
 	Anonymous ACL `yaml:"anonymous,omitempty"`
 	// MaxClients (mqtt_listener) bounds the open connections. Defaults to
 	// 1024.
-	MaxClients int `yaml:"max_clients,omitempty" validate:"omitempty,min=1"`
+	MaxClients int `yaml:"max_clients,omitempty" validate:"omitempty,min=1" zero:"no client could ever connect"`
 	// Retain (mqtt_listener) keeps retained messages; false (the default)
 	// strips the retain flag.
 	Retain bool `yaml:"retain,omitempty"`
 	// SessionExpiry (mqtt_listener) caps how long a disconnected persistent
-	// session is kept. Defaults to 1h.
-	SessionExpiry Duration `yaml:"session_expiry,omitempty"`
+	// session is kept. Defaults to 1h; 0 ends a session when its client
+	// disconnects.
+	SessionExpiry Duration `yaml:"session_expiry,omitempty" zero:""`
 	TLS           TLS      `yaml:"tls,omitempty"`
 }
 
@@ -135,7 +136,7 @@ type Subscription struct {
 	Topic string `yaml:"topic,omitempty" validate:"required"`
 	// QoS is 0, 1 or 2. Defaults to 1; after loading it is never nil. 0 is
 	// at most once (a warning when it feeds a route).
-	QoS *int `yaml:"qos,omitempty" validate:"omitnil,min=0,max=2"`
+	QoS *int `yaml:"qos,omitempty" validate:"omitnil,min=0,max=2" zero:""`
 }
 
 // Sender types.
@@ -169,7 +170,7 @@ type SenderOptions struct {
 	Attributes map[string]string `yaml:"attributes,omitempty" template:"true"`
 	// BatchSize (sqs) is the messages per SendMessageBatch, 1..10. Defaults
 	// to 10.
-	BatchSize int `yaml:"batch_size,omitempty" validate:"omitempty,min=1,max=10"`
+	BatchSize int `yaml:"batch_size,omitempty" validate:"omitempty,min=1,max=10" zero:"SendMessageBatch takes 1 to 10 messages"`
 
 	// URL (http) is required (templates allowed).
 	URL string `yaml:"url,omitempty" template:"true"`
@@ -184,6 +185,6 @@ type SenderOptions struct {
 	HeadersFile map[string]string `yaml:"headers_file,omitempty"`
 	// Timeout (http) bounds one request, connecting included. Defaults to
 	// 5s; must be > 0.
-	Timeout Duration `yaml:"timeout,omitempty"`
+	Timeout Duration `yaml:"timeout,omitempty" zero:"a request to a target that never answers would never time out"`
 	TLS     TLS      `yaml:"tls,omitempty"`
 }

@@ -36,7 +36,7 @@ const (
 // Config is a whole blueprint.
 type Config struct {
 	// Version must be 1.
-	Version   int              `yaml:"version"`
+	Version   int              `yaml:"version" zero:""`
 	Bridge    Bridge           `yaml:"bridge,omitempty"`
 	Stores    Stores           `yaml:"stores,omitempty"`
 	Receivers []ReceiverConfig `yaml:"receivers,omitempty" validate:"required,dive"`
@@ -53,11 +53,11 @@ type Bridge struct {
 	Admin Admin  `yaml:"admin,omitempty"`
 	// ShutdownTimeout bounds a graceful shutdown: in-flight sends get this
 	// long to finish, then are cancelled. Defaults to 30s; must be > 0.
-	ShutdownTimeout Duration `yaml:"shutdown_timeout,omitempty"`
+	ShutdownTimeout Duration `yaml:"shutdown_timeout,omitempty" zero:"in-flight sends would get no time at all to finish at shutdown"`
 	// LeaseTTL is how long this instance's leases (instance, drainer
 	// members and partitions, MQTT sessions) last without renewal; they are
 	// renewed every third of it. Defaults to 15s; at least 1s.
-	LeaseTTL Duration `yaml:"lease_ttl,omitempty"`
+	LeaseTTL Duration `yaml:"lease_ttl,omitempty" zero:"every lease would lapse as soon as it was taken"`
 	Log      Log      `yaml:"log,omitempty"`
 }
 
@@ -118,7 +118,7 @@ type StoreOptions struct {
 	// same envelope ID (idempotency_key) is not delivered twice. Defaults to
 	// 100000; 0 keeps none (such a redelivery is delivered again). Not
 	// omitted when 0, so that a marshalled config keeps a written 0.
-	DoneRetention int `yaml:"done_retention" validate:"min=0"`
+	DoneRetention int `yaml:"done_retention" validate:"min=0" zero:""`
 	// Table is the DynamoDB table name. Defaults to gobridge_outbox.
 	Table string `yaml:"table,omitempty"`
 	// Region is the AWS region (DynamoDB); empty uses the default chain.
@@ -192,16 +192,16 @@ type Session struct {
 	ID string `yaml:"id,omitempty"`
 	// Partitions is the number of drainer partitions, 1..1024; records
 	// spread by FNV-1a of the ordering key (or envelope ID). Defaults to 1.
-	Partitions int `yaml:"partitions,omitempty" validate:"min=1,max=1024"`
+	Partitions int `yaml:"partitions,omitempty" validate:"min=1,max=1024" zero:"a session needs at least one partition"`
 	// DrainInterval is shorthand for fixed_poll at that interval (> 0);
 	// never together with DrainStrategy. After loading it is folded into
 	// DrainStrategy and reads 0: the bridge reads DrainStrategy only.
-	DrainInterval Duration `yaml:"drain_interval,omitempty"`
+	DrainInterval Duration `yaml:"drain_interval,omitempty" zero:"the drainer would poll the store in a busy loop"`
 	// DrainStrategy defaults to fixed_poll every 1s. After loading it is
 	// never nil.
 	DrainStrategy *DrainStrategy `yaml:"drain_strategy,omitempty"`
 	// BatchSize is the most records per claim, 1..10000. Defaults to 100.
-	BatchSize int `yaml:"batch_size,omitempty" validate:"min=1,max=10000"`
+	BatchSize int `yaml:"batch_size,omitempty" validate:"min=1,max=10000" zero:"a claim of 0 records would never deliver anything"`
 }
 
 // DrainStrategy says how often an idle drainer polls.
@@ -210,59 +210,59 @@ type DrainStrategy struct {
 	Type string `yaml:"type,omitempty" validate:"required,oneof=fixed_poll adaptive_backoff"`
 	// Interval (fixed_poll) is the wait between claims that found nothing.
 	// Defaults to 1s; must be > 0.
-	Interval Duration `yaml:"interval,omitempty"`
+	Interval Duration `yaml:"interval,omitempty" zero:"the drainer would poll the store in a busy loop"`
 	// MinInterval (adaptive_backoff) is the wait after a claim that found
 	// records. Defaults to 100ms; must be > 0 and <= MaxInterval.
-	MinInterval Duration `yaml:"min_interval,omitempty"`
+	MinInterval Duration `yaml:"min_interval,omitempty" zero:"the drainer would poll the store in a busy loop"`
 	// MaxInterval (adaptive_backoff) caps the wait while idle. Defaults to
 	// 30s; must be > 0.
-	MaxInterval Duration `yaml:"max_interval,omitempty"`
+	MaxInterval Duration `yaml:"max_interval,omitempty" zero:"the drainer would poll the store in a busy loop"`
 	// Multiplier (adaptive_backoff) grows the wait after each claim that
 	// found nothing. Defaults to 2.0; must be > 1.
-	Multiplier float64 `yaml:"multiplier,omitempty"`
+	Multiplier float64 `yaml:"multiplier,omitempty" zero:"the idle interval must grow: multiplier must be greater than 1"`
 }
 
 // Policy holds a route's delivery policy.
 type Policy struct {
 	// MaxInFlight bounds concurrent sends (direct_hold) and is the AIMD
 	// ceiling (shared_outbox). Defaults to 100; must be >= 1.
-	MaxInFlight int `yaml:"max_in_flight,omitempty" validate:"min=1"`
+	MaxInFlight int `yaml:"max_in_flight,omitempty" validate:"min=1" zero:"no send could ever start"`
 	// MaxOutboxDepth is the live records per session at which ingest stops
 	// acknowledging, so the broker's flow control pushes back. Defaults to
 	// 10000000; must be >= 1.
-	MaxOutboxDepth int `yaml:"max_outbox_depth,omitempty" validate:"min=1"`
+	MaxOutboxDepth int `yaml:"max_outbox_depth,omitempty" validate:"min=1" zero:"ingest would never acknowledge a message"`
 	// MaxOutboxBytes is the bytes of live records (payload, topic and
 	// headers) per session at which ingest stops acknowledging; whichever
 	// of the two limits is reached first holds. Defaults to 1073741824
 	// (1 GiB); must be >= 1.
-	MaxOutboxBytes int64 `yaml:"max_outbox_bytes,omitempty" validate:"min=1"`
+	MaxOutboxBytes int64 `yaml:"max_outbox_bytes,omitempty" validate:"min=1" zero:"ingest would never acknowledge a message"`
 	// MaxDeadLetters is the dead letters a route keeps before records that
 	// would die are retried at backoff.max_interval instead and ingest dead
 	// letters push back. Defaults to 100000; must be >= 1.
-	MaxDeadLetters int `yaml:"max_dead_letters,omitempty" validate:"min=1"`
+	MaxDeadLetters int `yaml:"max_dead_letters,omitempty" validate:"min=1" zero:"no record could ever be dead-lettered: every failure would be held"`
 	// StallAfter makes /readyz fail when a session's oldest live record is
 	// older and nothing was sent in that window, or a direct_hold route has
 	// held its source longer. Defaults to 10m; must be > 0.
-	StallAfter Duration `yaml:"stall_after,omitempty"`
+	StallAfter Duration `yaml:"stall_after,omitempty" zero:"/readyz would report a stall whenever anything is pending"`
 	// MaxReplayAttempts: a transiently failing record is poisoned only when
 	// it has been sent more than this many times and ReplayBudget has
 	// passed since its first attempt. Defaults to 5; 0 leaves the decision
 	// to ReplayBudget alone. Not omitted when 0 (a written 0 must survive a
 	// marshal).
-	MaxReplayAttempts int `yaml:"max_replay_attempts" validate:"min=0"`
+	MaxReplayAttempts int `yaml:"max_replay_attempts" validate:"min=0" zero:""`
 	// ReplayBudget is the wall-clock time since a record's first attempt
 	// that must pass before it is poisoned (see MaxReplayAttempts).
 	// Defaults to 15m; 0 leaves the decision to MaxReplayAttempts alone.
-	ReplayBudget Duration `yaml:"replay_budget"`
+	ReplayBudget Duration `yaml:"replay_budget" zero:""`
 	// DirectTimeout bounds the direct attempt of a direct_or_outbox route
 	// before the message falls back to the outbox. Defaults to 2s; must be
 	// > 0.
-	DirectTimeout Duration `yaml:"direct_timeout,omitempty"`
+	DirectTimeout Duration `yaml:"direct_timeout,omitempty" zero:"every direct attempt would time out before it started"`
 	// SendTimeout bounds one send. Defaults to 30s; must be > 0.
-	SendTimeout Duration `yaml:"send_timeout,omitempty"`
+	SendTimeout Duration `yaml:"send_timeout,omitempty" zero:"every send would time out before it started"`
 	// TTL: records older than this (since they were received) are settled
 	// by OnExpired before any send. Defaults to 0: records never expire.
-	TTL Duration `yaml:"ttl,omitempty"`
+	TTL Duration `yaml:"ttl,omitempty" zero:""`
 	// OnExpired is dlq or drop. Defaults to dlq with an outbox store, drop
 	// without one (there is nowhere to keep dead letters).
 	OnExpired string `yaml:"on_expired,omitempty" validate:"oneof=dlq drop"`
@@ -276,12 +276,12 @@ type Policy struct {
 type Backoff struct {
 	// InitialInterval is the ceiling of the first retry delay. Defaults to
 	// 1s; must be > 0 and <= MaxInterval.
-	InitialInterval Duration `yaml:"initial_interval,omitempty"`
+	InitialInterval Duration `yaml:"initial_interval,omitempty" zero:"retries would follow each other without any delay"`
 	// MaxInterval caps the retry delay. Defaults to 30s; must be > 0.
-	MaxInterval Duration `yaml:"max_interval,omitempty"`
+	MaxInterval Duration `yaml:"max_interval,omitempty" zero:"retries would follow each other without any delay"`
 	// Multiplier grows the delay ceiling after each attempt. Defaults to
 	// 2.0; must be >= 1 (1 keeps it constant).
-	Multiplier float64 `yaml:"multiplier,omitempty" validate:"min=1"`
+	Multiplier float64 `yaml:"multiplier,omitempty" validate:"min=1" zero:"the delay would shrink to nothing: multiplier must be at least 1 (1 keeps it constant)"`
 }
 
 // Duration is a time.Duration written in YAML as a string with a unit

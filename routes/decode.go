@@ -26,9 +26,10 @@ type walker struct {
 	src    source
 	lookup func(string) (string, bool)
 	probs  Problems
-	// template is set while walking a field tagged template:"true": its
-	// ${VAR} values are escaped to stay literal text.
-	template bool
+	// tag is the tag of the field being walked (a map's or list's elements
+	// take the field's): template:"true" escapes its ${VAR} values to stay
+	// literal text, and zero says what a 0 written there means.
+	tag reflect.StructTag
 }
 
 func (w *walker) errorf(n *yaml.Node, path, rule, format string, args ...any) {
@@ -101,11 +102,11 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 		}
 		p := joinPath(path, k.Value)
 		var elem reflect.Type
-		template := w.template // a map's values are templates when the map is
+		tag := w.tag // a map's values take the map's tag
 		if fields == nil {
 			elem = t.Elem()
 		} else if f, ok := fields[k.Value]; ok {
-			elem, template = f.Type, f.Tag.Get("template") == "true"
+			elem, tag = f.Type, f.Tag
 		} else {
 			w.errorf(k, "", "unknown-key", "%s: unknown key %q%s", display(path), k.Value, suggest(k.Value, fields))
 			continue
@@ -116,10 +117,10 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 		}
 		seen[k.Value] = k.Line
 		k.Tag, k.Style = "!!str", yaml.DoubleQuotedStyle
-		outer := w.template
-		w.template = template
+		outer := w.tag
+		w.tag = tag
 		ok := w.walk(v, elem, p)
-		w.template = outer
+		w.tag = outer
 		if ok {
 			kept = append(kept, k, v)
 		}
@@ -130,7 +131,7 @@ func (w *walker) mapping(n *yaml.Node, t reflect.Type, path string) bool {
 
 // scalar checks a scalar node for a string, duration, int, bool or float
 // target, expanding ${VAR} first, and records a number or duration written
-// as zero.
+// as zero, with its field's zero tag.
 func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string) bool {
 	if n.Kind != yaml.ScalarNode {
 		want := "a " + t.Kind().String()
@@ -140,7 +141,7 @@ func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string) bool {
 		w.errorf(n, path, "wrong-type", "%s: expected %s, got %s", path, want, kindName(n))
 		return false
 	}
-	v, expanded, err := expandEnv(n.Value, w.lookup, w.template)
+	v, expanded, err := expandEnv(n.Value, w.lookup, w.tag.Get("template") == "true")
 	if err != nil {
 		if ee, ok := err.(*EnvError); ok && ee.Var == "" && t == secretType {
 			err = errors.New("malformed ${...}: use ${NAME} or ${NAME:-default}, or $${ for a literal ${") // never echo a secret
@@ -199,7 +200,7 @@ func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string) bool {
 		return false
 	}
 	if zero {
-		w.src.zero[path] = true
+		w.src.zero[path] = w.tag.Get("zero")
 	}
 	return true
 }

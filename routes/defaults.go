@@ -25,7 +25,7 @@ const (
 // A field written as 0 where 0 is meaningful (done_retention,
 // max_replay_attempts, replay_budget, ttl) keeps it; where 0 is
 // meaningless the default is filled in here and checkExplicitZeros reports
-// the field, so the config is invalid either way (see zeroFields).
+// the field, so the config is invalid either way (see the zero tags).
 func (c *Config) setDefaults() {
 	b := &c.Bridge
 	if b.Admin.Listen == nil {

@@ -1,4 +1,32 @@
 package routes
 
-// ZeroFields exposes zeroFields to the tests of package routes_test.
-func ZeroFields() map[string]string { return zeroFields }
+import "reflect"
+
+// ZeroFields returns the zero tag of every field that has one, by its
+// README path ("[]" for any list index): what an explicit 0 means there.
+func ZeroFields() map[string]string {
+	m := map[string]string{}
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+			if t.Kind() == reflect.Slice {
+				prefix += "[]"
+			}
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			return
+		}
+		for i := range t.NumField() {
+			if f := t.Field(i); f.IsExported() {
+				p := joinPath(prefix, yamlName(f))
+				if why, ok := f.Tag.Lookup("zero"); ok {
+					m[p] = why
+				}
+				walk(f.Type, p)
+			}
+		}
+	}
+	walk(reflect.TypeFor[Config](), "")
+	return m
+}

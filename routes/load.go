@@ -92,7 +92,7 @@ func decode(data []byte, file string, lookup func(string) (string, bool)) (*Conf
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
-	src := source{file: file, index: map[string]pos{}, broken: map[string]bool{}, zero: map[string]bool{}}
+	src := source{file: file, index: map[string]pos{}, broken: map[string]bool{}, zero: map[string]string{}}
 	w := &walker{src: src, lookup: lookup}
 	if root.Kind != yaml.MappingNode {
 		w.errorf(root, "", "wrong-type", "config: expected a mapping of version, bridge, stores, receivers, senders and routes, got %s", kindName(root))

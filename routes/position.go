@@ -12,13 +12,14 @@ type pos struct{ line, col int }
 // source records where a config came from: the file name, the position of
 // every field path that was present, the paths whose values were rejected
 // while decoding (later rules stay quiet about those), and the number and
-// duration fields written as zero ("0", "0s"; null is not a zero). The zero
+// duration fields written as zero ("0", "0s"; null is not a zero) with what
+// 0 means there (their zero tag, see checkExplicitZeros). The zero
 // value (a config built in code) has no positions: every lookup misses.
 type source struct {
 	file   string
 	index  map[string]pos
 	broken map[string]bool
-	zero   map[string]bool
+	zero   map[string]string
 }
 
 // Has reports whether path (e.g. "routes[2].policy.send_timeout") was

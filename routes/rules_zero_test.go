@@ -70,7 +70,7 @@ func TestParse_MeaninglessZeroIsAnError(t *testing.T) {
 }
 
 // TestZeroFields_ClassifiesEveryNumber makes every number and duration field
-// say what an explicit 0 means (zeroFields in rules_zero.go), so that a new field
+// say what an explicit 0 means (its zero tag, read by ZeroFields), so that a new field
 // cannot quietly turn a written 0 into its default.
 func TestZeroFields_ClassifiesEveryNumber(t *testing.T) {
 	numbers := map[string]bool{}
