@@ -153,7 +153,7 @@ func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string) bool {
 		n.Value = v
 		n.Tag, n.Style = "", 0 // re-resolve the expanded text as a plain scalar
 	}
-	tag, zero := n.ShortTag(), false
+	tag := n.ShortTag()
 	switch {
 	case t == durationType && (tag == "!!int" || tag == "!!float"):
 		w.errorf(n, path, "duration", "%s: %q has no unit; write a duration such as \"%ss\"", path, n.Value, n.Value)
@@ -161,45 +161,38 @@ func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string) bool {
 	case t == durationType && tag != "!!str":
 		w.errorf(n, path, "wrong-type", "%s: expected a duration such as \"1s\", got %s", path, kindName(n))
 		return false
-	case t == durationType:
-		d, err := ParseDuration(n.Value)
-		if err != nil {
-			w.errorf(n, path, "duration", "%s: %v", path, err)
-			return false
-		}
-		zero = d == 0
-		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
 	case t.Kind() == reflect.String:
 		if tag == "!!null" && !expanded {
 			n.Value = "" // "~" or "null" written in the file; an expanded value stays as it is
 		}
 		n.Tag, n.Style = "!!str", yaml.DoubleQuotedStyle
+		return true
 	case t.Kind() == reflect.Bool && tag != "!!bool":
 		w.errorf(n, path, "wrong-type", "%s: expected true or false, got %s", path, kindName(n))
 		return false
-	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
-		if tag != "!!int" {
-			w.errorf(n, path, "wrong-type", "%s: expected an integer, got %s", path, kindName(n))
-			return false
-		}
-		i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
-		if err != nil {
-			w.errorf(n, path, "wrong-type", "%s: %s is out of range", path, n.Value)
-			return false
-		}
-		zero = i == 0
-	case t.Kind() == reflect.Float64:
-		var f float64
-		if (tag != "!!float" && tag != "!!int") || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			w.errorf(n, path, "wrong-type", "%s: expected a number, got %s", path, kindName(n))
-			return false
-		}
-		zero = f == 0
-	case t.Kind() != reflect.Bool:
-		w.errorf(n, path, "wrong-type", "%s: unsupported value", path)
+	case (t.Kind() == reflect.Int || t.Kind() == reflect.Int64) && t != durationType && tag != "!!int":
+		w.errorf(n, path, "wrong-type", "%s: expected an integer, got %s", path, kindName(n))
+		return false
+	case t.Kind() == reflect.Float64 && tag != "!!float" && tag != "!!int":
+		w.errorf(n, path, "wrong-type", "%s: expected a number, got %s", path, kindName(n))
 		return false
 	}
-	if zero {
+	// Decode as the final decode will, to find what it would reject.
+	val := reflect.New(t)
+	err = n.Decode(val.Interface())
+	f, isFloat := val.Elem().Interface().(float64)
+	switch {
+	case err != nil && t == durationType:
+		w.errorf(n, path, "duration", "%s: %v", path, err)
+		return false
+	case isFloat && (err != nil || math.IsNaN(f) || math.IsInf(f, 0)):
+		w.errorf(n, path, "wrong-type", "%s: expected a number, got %s", path, kindName(n))
+		return false
+	case err != nil:
+		w.errorf(n, path, "wrong-type", "%s: %s is out of range", path, n.Value)
+		return false
+	}
+	if t.Kind() != reflect.Bool && val.Elem().IsZero() {
 		w.src.zero[path] = w.tag.Get("zero")
 	}
 	return true
