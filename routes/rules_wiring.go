@@ -11,13 +11,6 @@ import (
 // receiver takes in may vanish unrouted, nothing configured may sit unused
 // unnoticed, and one held route must not stall its neighbours.
 
-// checkWiring runs the rules of this file.
-func (c *Config) checkWiring(add func(Problem)) {
-	c.checkUnroutedSubscriptions(add)
-	c.checkUnusedSenders(add)
-	c.checkDirectHoldNeighbours(add)
-}
-
 // checkUnroutedSubscriptions reports every subscription that delivers no
 // topic any route of its receiver takes: the bridge acknowledges such
 // messages and discards them. A subscription is routed when some route

@@ -31,7 +31,9 @@ func (c *Config) Validate() Problems {
 	c.checkRoutes(add)
 	c.checkDivergentSessions(add)
 	c.checkExplicitZeros(add)
-	c.checkWiring(add)
+	c.checkUnroutedSubscriptions(add)
+	c.checkUnusedSenders(add)
+	c.checkDirectHoldNeighbours(add)
 	c.checkTargets(add)
 	return ps
 }
