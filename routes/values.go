@@ -9,30 +9,22 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// ParseDuration parses a duration the way the config does: a Go duration
-// string with a unit ("250ms", "1s", "15m"), not negative. "0" alone is
-// accepted as zero.
-func ParseDuration(s string) (Duration, error) {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("parse duration %q: %w", s, err)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("duration %q: duration must not be negative", s)
-	}
-	return Duration(d), nil
-}
-
 // String returns d in Go's duration notation ("1m30s").
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// UnmarshalYAML parses a duration string with a unit (ParseDuration). The
-// loader has already reported bare numbers and negative values, with their
-// position.
+// UnmarshalYAML parses a Go duration string with a unit ("250ms", "1s",
+// "15m"), not negative; "0" alone is accepted as zero. The loader reports
+// its errors, and bare numbers, with their position.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseDuration(n.Value)
-	*d = v
-	return err
+	v, err := time.ParseDuration(n.Value)
+	switch {
+	case err != nil:
+		return fmt.Errorf("parse duration %q: %w", n.Value, err)
+	case v < 0:
+		return fmt.Errorf("duration %q: duration must not be negative", n.Value)
+	}
+	*d = Duration(v)
+	return nil
 }
 
 // MarshalYAML writes d as a duration string, so a marshalled config loads
