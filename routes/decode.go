@@ -2,7 +2,6 @@ package routes
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -141,11 +140,8 @@ func (w *walker) scalar(n *yaml.Node, t reflect.Type, path string) bool {
 		w.errorf(n, path, "wrong-type", "%s: expected %s, got %s", path, want, kindName(n))
 		return false
 	}
-	v, expanded, err := expandEnv(n.Value, w.lookup, w.tag.Get("template") == "true")
+	v, expanded, err := expandEnv(n.Value, w.lookup, w.tag.Get("template") == "true", t == secretType)
 	if err != nil {
-		if ee, ok := err.(*EnvError); ok && ee.Var == "" && t == secretType {
-			err = errors.New("malformed ${...}: use ${NAME} or ${NAME:-default}, or $${ for a literal ${") // never echo a secret
-		}
 		w.errorf(n, path, "env", "%s: %v", path, err)
 		return false
 	}

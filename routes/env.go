@@ -1,19 +1,11 @@
 package routes
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 )
-
-// EnvError is a ${VAR} expansion that failed: a variable that is not set
-// and has no default, or malformed syntax.
-type EnvError struct {
-	Var string // the variable name; empty for a syntax error
-	Msg string
-}
-
-func (e *EnvError) Error() string { return e.Msg }
 
 // templateLiteral escapes text for a template field: "{" and "}" become
 // "{{" and "}}", so the text renders as itself, never as a placeholder.
@@ -25,11 +17,17 @@ var templateLiteral = strings.NewReplacer("{", "{{", "}", "}}")
 // (so "$share/..." topics need no escaping). A template field passes
 // template true: each expanded value is escaped (templateLiteral), so that
 // it is literal text. It reports whether s contained any expansion. Its
-// errors never quote s whole; a syntax error (Var "") may quote the text
-// between "${" and "}" (the walker hides it for a Secret).
-func expandEnv(s string, lookup func(string) (string, bool), template bool) (string, bool, error) {
+// errors never quote s whole; a syntax error may quote the text between
+// "${" and "}", unless s is a secret.
+func expandEnv(s string, lookup func(string) (string, bool), template, secret bool) (string, bool, error) {
 	if !strings.Contains(s, "${") {
 		return s, false, nil
+	}
+	malformed := func(msg string) error {
+		if secret {
+			msg = "malformed ${...}: use ${NAME} or ${NAME:-default}, or $${ for a literal ${" // never echo a secret
+		}
+		return errors.New(msg)
 	}
 	var b strings.Builder
 	for i := 0; i < len(s); {
@@ -45,19 +43,19 @@ func expandEnv(s string, lookup func(string) (string, bool), template bool) (str
 		}
 		end := strings.IndexByte(s[i:], '}')
 		if end < 0 {
-			return "", true, &EnvError{Msg: "unterminated ${ (write ${NAME}, or $${ for a literal ${)"}
+			return "", true, malformed("unterminated ${ (write ${NAME}, or $${ for a literal ${)")
 		}
 		expr := s[i+2 : i+end]
 		name, def, hasDef := strings.Cut(expr, ":-")
 		if !envName.MatchString(name) {
-			return "", true, &EnvError{Msg: fmt.Sprintf("invalid variable name %q in ${%s}; use ${NAME} or ${NAME:-default}", name, expr)}
+			return "", true, malformed(fmt.Sprintf("invalid variable name %q in ${%s}; use ${NAME} or ${NAME:-default}", name, expr))
 		}
 		v, ok := lookup(name)
 		switch {
 		case hasDef && v == "":
 			v = def
 		case !ok:
-			return "", true, &EnvError{Var: name, Msg: fmt.Sprintf("environment variable %s is not set and has no default (write ${%s:-default} to give one)", name, name)}
+			return "", true, fmt.Errorf("environment variable %s is not set and has no default (write ${%s:-default} to give one)", name, name)
 		}
 		if template {
 			v = templateLiteral.Replace(v)

@@ -284,3 +284,26 @@ func mustRender(t *testing.T, tmpl string, e *message.Envelope) (string, error) 
 	}
 	return tp.Render(e, nil)
 }
+
+// TestParse_MalformedEnvInASecretIsNotEchoed: a malformed ${...} in a
+// secret field is reported without its text, which may be the secret
+// itself; elsewhere the message quotes it to help.
+func TestParse_MalformedEnvInASecretIsNotEchoed(t *testing.T) {
+	for field, echoed := range map[string]bool{"admin: {token: %q}": false, "id: %q": true} {
+		doc := "version: 1\nbridge:\n  " + fmt.Sprintf(field, "${s3cr3t-x}") + "\n"
+		_, probs := load(t, doc, nil)
+		env := 0
+		for _, p := range probs {
+			if p.Rule != "env" {
+				continue
+			}
+			env++
+			if strings.Contains(p.Message, "s3cr3t") != echoed {
+				t.Errorf("%s: %s", field, p)
+			}
+		}
+		if env != 1 {
+			t.Errorf("%s: %d env problems, want 1: %v", field, env, probs)
+		}
+	}
+}
