@@ -156,11 +156,11 @@ type Listener struct {
 	status  atomic.Pointer[receivers.Status]
 	refused atomic.Uint64 // connections refused (authentication, will ACL)
 
-	// hooks counts OnPublish calls in progress and running ackers; Run
-	// waits for them.
-	hooks   sync.WaitGroup
+	// running counts the ackers' Run calls. Run waits for them once the
+	// server closed: no hook starts one then, since closing the server
+	// waits for every connection (see netListener) and its hooks.
+	running sync.WaitGroup
 	mu      sync.Mutex
-	closing bool                        // under mu: no new hook may enter
 	ackers  map[*mochi.Client]*pubAcker // under mu: one per publisher connection
 	srv     *mochi.Server               // set by Run before it serves
 	ctx     context.Context             // Run's ctx, set before the server starts
@@ -301,11 +301,8 @@ func (l *Listener) Run(ctx context.Context) error {
 		"max_packet_bytes", caps.MaximumPacketSize, "max_clients", l.o.MaxClients)
 
 	<-ctx.Done()
-	l.mu.Lock()
-	l.closing = true
-	l.mu.Unlock()
 	srv.Close()
-	l.hooks.Wait()
+	l.running.Wait()
 	l.status.Store(&receivers.Status{Reason: "stopped"})
 	l.log.Info("stopped")
 	return nil
@@ -328,22 +325,16 @@ func (l *Listener) Status() receivers.Status { return *l.status.Load() }
 // Stats returns the listener's counters.
 func (l *Listener) Stats() receivers.Stats { return l.win.Stats() }
 
-// enter registers a hook call in progress (the caller calls hooks.Done)
-// and returns the publisher connection's acker, starting it on first use;
-// nil once Run is stopping.
-func (l *Listener) enter(cl *mochi.Client) *pubAcker {
+// acker returns the publisher connection's acker, starting it on first use.
+func (l *Listener) acker(cl *mochi.Client) *pubAcker {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closing {
-		return nil
-	}
-	l.hooks.Add(1)
 	a, ok := l.ackers[cl]
 	if !ok {
 		a = &pubAcker{Acker: l.win.NewAcker(PublisherWindow)}
 		a.ctx, a.cancel = context.WithCancel(l.ctx)
 		l.ackers[cl] = a
-		l.hooks.Go(func() { a.Run(a.ctx) })
+		l.running.Go(func() { a.Run(a.ctx) })
 	}
 	return a
 }
