@@ -12,9 +12,6 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// maxAcceptBackoff caps the wait between failing Accepts.
-const maxAcceptBackoff = time.Second
-
 // netListener serves mochi on a net.Listener, like mochi's listeners.Net,
 // with the limits mochi lacks:
 //
@@ -80,7 +77,7 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 				return
 			}
 			failures++
-			backoff = min(max(2*backoff, 5*time.Millisecond), maxAcceptBackoff)
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			if failures&(failures-1) == 0 {
 				l.log.Warn("accept failed; retrying", "error", err, "attempt", failures, "retry_in", backoff)
 			}
