@@ -285,7 +285,9 @@ func (l *Listener) Run(ctx context.Context) error {
 	if l.o.TLS != nil {
 		ln = tls.NewListener(ln, l.o.TLS)
 	}
-	nl := &netListener{id: l.o.ID, ln: ln, srv: srv, log: l.log, maxConns: l.o.MaxClients, connectTimeout: l.o.ConnectTimeout}
+	nl := &netListener{
+		id: l.o.ID, ln: ln, srv: srv, log: l.log, maxConns: l.o.MaxClients, connectTimeout: l.o.ConnectTimeout,
+	}
 	if err := srv.AddListener(nl); err != nil {
 		ln.Close()
 		return fmt.Errorf("add listener: %w", err)
