@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"mime"
 	"net/http"
 
@@ -110,7 +109,6 @@ func (r *Receiver) serveBatch(ctx context.Context, w http.ResponseWriter, req *h
 		answerError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%d lines; the limit is %d", len(lines), r.o.MaxBatchLines))
 		return
 	}
-	base := r.headers(req)
 	ps := make([]*pending, len(lines))
 	for i, raw := range lines {
 		p := &pending{}
@@ -128,11 +126,11 @@ func (r *Receiver) serveBatch(ctx context.Context, w http.ResponseWriter, req *h
 			p.failure = &result{Status: http.StatusRequestEntityTooLarge,
 				Error: fmt.Sprintf("the payload has %d bytes; the limit is %d", len(l.Payload), r.o.MaxPayloadBytes)}
 		default:
-			h := maps.Clone(base)
+			contentType := ""
 			if l.JSON {
-				h["Content-Type"] = "application/json"
+				contentType = "application/json"
 			}
-			p.msg = receivers.Message{Topic: l.Topic, Payload: l.Payload, Headers: h}
+			p.msg = receivers.Message{Topic: l.Topic, Payload: l.Payload, Headers: r.headers(req, contentType)}
 			if l.Key != "" {
 				p.msg.ID = EnvelopeID(r.o.ID, l.Topic, l.Key)
 			}

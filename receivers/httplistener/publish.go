@@ -96,10 +96,7 @@ func (r *Receiver) servePublish(ctx context.Context, w http.ResponseWriter, req 
 		return
 	}
 	defer release()
-	headers := r.headers(req)
-	if ct := req.Header.Get("Content-Type"); ct != "" {
-		headers["Content-Type"] = ct
-	}
+	headers := r.headers(req, req.Header.Get("Content-Type"))
 	p := &pending{msg: receivers.Message{Topic: topic, Payload: body, ID: id, Headers: headers}}
 	r.publish(ctx, []*pending{p})
 	res := p.result()
@@ -239,12 +236,17 @@ func (r *Receiver) publish(ctx context.Context, ps []*pending) {
 	}
 }
 
-func (r *Receiver) headers(req *http.Request) map[string]string {
+// headers are a message's headers: those of req named in Options.Headers,
+// and Content-Type when contentType is set.
+func (r *Receiver) headers(req *http.Request, contentType string) map[string]string {
 	h := make(map[string]string, len(r.o.Headers)+1)
 	for _, name := range r.o.Headers {
 		if v := req.Header.Get(name); v != "" {
 			h[name] = v
 		}
+	}
+	if contentType != "" {
+		h["Content-Type"] = contentType
 	}
 	return h
 }

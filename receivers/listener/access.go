@@ -19,16 +19,15 @@ type access struct {
 	anonymous bool             // clients without an identity may connect
 	anon      ACL              // ... under this ACL
 	byCert    ACL              // a certificate's name that is no user
-	certs     bool             // client certificates are required and verified
 	hashing   chan struct{}    // one bcrypt comparison at a time: bounds the CPU a flood of CONNECTs costs
 }
 
 func newAccess(o Options) (*access, error) {
 	a := &access{
 		users:   make(map[string]*User, len(o.Users)),
-		certs:   o.TLS != nil && o.TLS.ClientAuth == tls.RequireAndVerifyClientCert,
 		hashing: make(chan struct{}, 1),
 	}
+	certs := o.TLS != nil && o.TLS.ClientAuth == tls.RequireAndVerifyClientCert // required and verified
 	withDefaults := func(acl ACL, who string) (ACL, error) {
 		if acl.Publish == nil {
 			acl.Publish = o.Topics
@@ -64,8 +63,8 @@ func newAccess(o Options) (*access, error) {
 		return nil, err
 	}
 	a.byCert, _ = withDefaults(ACL{}, "")
-	a.anonymous = o.AllowAnonymous || (len(o.Users) == 0 && !a.certs && isLoopback(o.Listen))
-	if !a.anonymous && len(o.Users) == 0 && !a.certs {
+	a.anonymous = o.AllowAnonymous || (len(o.Users) == 0 && !certs && isLoopback(o.Listen))
+	if !a.anonymous && len(o.Users) == 0 && !certs {
 		return nil, fmt.Errorf("%w: %s is not a loopback address and there are no users or client certificates: set AllowAnonymous to accept anyone", ErrConfig, o.Listen)
 	}
 	return a, nil

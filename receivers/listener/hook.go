@@ -90,12 +90,7 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	if cl.Net.Inline {
 		return pk, nil // the broker's own publications are not ingested again
 	}
-	a := l.enter(cl)
-	if a == nil {
-		cl.Stop(errShutdown)
-		return pk, packets.ErrRejectPacket
-	}
-	defer l.hooks.Done()
+	a := l.acker(cl)
 	pk.FixedHeader.Retain = pk.FixedHeader.Retain && l.o.Retain
 	qos := pk.FixedHeader.Qos
 	m := receivers.Message{

@@ -153,18 +153,17 @@ type Listener struct {
 	ran     atomic.Bool
 	ready   chan struct{}
 	addr    atomic.Pointer[net.Addr]
+	status  atomic.Pointer[receivers.Status]
 	refused atomic.Uint64 // connections refused (authentication, will ACL)
 
-	// hooks counts OnPublish calls in progress and running ackers; Run
-	// waits for them.
-	hooks   sync.WaitGroup
-	closing bool                        // under mu: no new hook may enter
+	// running counts the ackers' Run calls. Run waits for them once the
+	// server closed: no hook starts one then, since closing the server
+	// waits for every connection (see netListener) and its hooks.
+	running sync.WaitGroup
+	mu      sync.Mutex
 	ackers  map[*mochi.Client]*pubAcker // under mu: one per publisher connection
 	srv     *mochi.Server               // set by Run before it serves
 	ctx     context.Context             // Run's ctx, set before the server starts
-
-	mu     sync.Mutex
-	status receivers.Status
 
 	// Tests: extraHooks are added to the server after the listener's own;
 	// wrapListener wraps the TCP listener.
@@ -186,9 +185,6 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Listener, error)
 	if sink == nil {
 		return nil, fmt.Errorf("%w: nil sink", ErrConfig)
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
 	if o.ID == "" || len(o.Topics) == 0 {
 		return nil, fmt.Errorf("%w: receiver %q needs an ID and topics", ErrConfig, o.ID)
 	}
@@ -202,15 +198,15 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Listener, error)
 	if err != nil {
 		return nil, err
 	}
-	base := logger.With("receiver", o.ID)
+	base := cmp.Or(logger, slog.New(slog.DiscardHandler)).With("receiver", o.ID)
 	l := &Listener{
 		o: o, sink: sink, base: base,
-		log:    base.With("component", "receiver"),
-		win:    receivers.NewWindow(o.MaxInflightBytes),
-		ready:  make(chan struct{}),
-		status: receivers.Status{Reason: "not listening yet"},
+		log:   base.With("component", "receiver"),
+		win:   receivers.NewWindow(o.MaxInflightBytes),
+		ready: make(chan struct{}),
 	}
 	l.access.Store(acc)
+	l.status.Store(&receivers.Status{Reason: "not listening yet"})
 	return l, nil
 }
 
@@ -279,7 +275,7 @@ func (l *Listener) Run(ctx context.Context) error {
 
 	ln, err := net.Listen("tcp", l.o.Listen)
 	if err != nil {
-		l.setStatus(receivers.Status{Reason: fmt.Sprintf("listen on %s: %v", l.o.Listen, err)})
+		l.status.Store(&receivers.Status{Reason: fmt.Sprintf("listen on %s: %v", l.o.Listen, err)})
 		return fmt.Errorf("listen on %s: %w", l.o.Listen, err)
 	}
 	addr := ln.Addr()
@@ -290,8 +286,7 @@ func (l *Listener) Run(ctx context.Context) error {
 		ln = tls.NewListener(ln, l.o.TLS)
 	}
 	nl := &netListener{
-		id: l.o.ID, ln: ln, log: l.log, maxConns: l.o.MaxClients, connectTimeout: l.o.ConnectTimeout,
-		disconnect: func(id string) { disconnectClients(srv, id) },
+		id: l.o.ID, ln: ln, srv: srv, log: l.log, maxConns: l.o.MaxClients, connectTimeout: l.o.ConnectTimeout,
 	}
 	if err := srv.AddListener(nl); err != nil {
 		ln.Close()
@@ -302,31 +297,17 @@ func (l *Listener) Run(ctx context.Context) error {
 		return fmt.Errorf("serve mqtt: %w", err)
 	}
 	l.addr.Store(&addr)
-	l.setStatus(receivers.Status{Connected: true, Subscribed: true})
+	l.status.Store(&receivers.Status{Connected: true, Subscribed: true})
 	close(l.ready)
 	l.log.Info("listening", "address", addr.String(), "tls", l.o.TLS != nil, "anonymous", l.access.Load().anonymous,
 		"max_packet_bytes", caps.MaximumPacketSize, "max_clients", l.o.MaxClients)
 
 	<-ctx.Done()
-	l.mu.Lock()
-	l.closing = true
-	l.mu.Unlock()
 	srv.Close()
-	l.hooks.Wait()
-	l.setStatus(receivers.Status{Reason: "stopped"})
+	l.running.Wait()
+	l.status.Store(&receivers.Status{Reason: "stopped"})
 	l.log.Info("stopped")
 	return nil
-}
-
-// disconnectClients tells every live client of listener id that the server is
-// shutting down and closes it, like mochi's closeListenerClients but taking
-// the client map's read lock once (see netListener).
-func disconnectClients(srv *mochi.Server, id string) {
-	for _, cl := range srv.Clients.GetAll() {
-		if cl.Net.Listener == id && !cl.Closed() {
-			_ = srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
-		}
-	}
 }
 
 // Ready is closed once Run listens; Addr is valid from then on.
@@ -341,37 +322,21 @@ func (l *Listener) Addr() net.Addr {
 }
 
 // Status reports Connected and Subscribed true while the listener listens.
-func (l *Listener) Status() receivers.Status {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.status
-}
+func (l *Listener) Status() receivers.Status { return *l.status.Load() }
 
 // Stats returns the listener's counters.
 func (l *Listener) Stats() receivers.Stats { return l.win.Stats() }
 
-func (l *Listener) setStatus(s receivers.Status) {
+// acker returns the publisher connection's acker, starting it on first use.
+func (l *Listener) acker(cl *mochi.Client) *pubAcker {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.status = s
-}
-
-// enter registers a hook call in progress (the caller calls hooks.Done)
-// and returns the publisher connection's acker, starting it on first use;
-// nil once Run is stopping.
-func (l *Listener) enter(cl *mochi.Client) *pubAcker {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closing {
-		return nil
-	}
-	l.hooks.Add(1)
 	a, ok := l.ackers[cl]
 	if !ok {
 		a = &pubAcker{Acker: l.win.NewAcker(PublisherWindow)}
 		a.ctx, a.cancel = context.WithCancel(l.ctx)
 		l.ackers[cl] = a
-		l.hooks.Go(func() { a.Run(a.ctx) })
+		l.running.Go(func() { a.Run(a.ctx) })
 	}
 	return a
 }

@@ -7,11 +7,10 @@ import (
 	"sync"
 	"time"
 
+	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
-
-// maxAcceptBackoff caps the wait between failing Accepts.
-const maxAcceptBackoff = time.Second
 
 // netListener serves mochi on a net.Listener, like mochi's listeners.Net,
 // with the limits mochi lacks:
@@ -37,15 +36,15 @@ const maxAcceptBackoff = time.Second
 // Close also does not call mochi's CloseFn: in v2.7.9 it runs
 // Clients.GetByListener, which read-locks the client map twice (via Len), so a
 // client detaching in between (Clients.Delete waiting for the write lock)
-// deadlocks shutdown for good. disconnect closes the listener's clients with a
-// single read lock instead.
+// deadlocks shutdown for good. Close disconnects the listener's clients
+// itself, taking the client map's read lock once.
 type netListener struct {
 	id             string
 	ln             net.Listener
+	srv            *mochi.Server
 	log            *slog.Logger
 	maxConns       int
 	connectTimeout time.Duration
-	disconnect     func(listenerID string)
 
 	mu      sync.Mutex
 	closed  bool
@@ -78,7 +77,7 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 				return
 			}
 			failures++
-			backoff = min(max(2*backoff, 5*time.Millisecond), maxAcceptBackoff)
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			if failures&(failures-1) == 0 {
 				l.log.Warn("accept failed; retrying", "error", err, "attempt", failures, "retry_in", backoff)
 			}
@@ -123,8 +122,9 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
-// Close stops accepting, disconnects the clients mochi knows, closes the
-// connections it does not know yet, and waits for every establish call.
+// Close stops accepting, tells the clients mochi knows that the server is
+// shutting down and closes them, closes the connections it does not know
+// yet, and waits for every establish call.
 // mochi's CloseFn is not used (see netListener).
 func (l *netListener) Close(listeners.CloseFn) {
 	l.mu.Lock()
@@ -137,7 +137,11 @@ func (l *netListener) Close(listeners.CloseFn) {
 	l.ln.Close()
 	l.mu.Unlock()
 
-	l.disconnect(l.id)
+	for _, cl := range l.srv.Clients.GetAll() {
+		if cl.Net.Listener == l.id && !cl.Closed() {
+			_ = l.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		}
+	}
 	l.mu.Lock()
 	for c := range l.conns {
 		c.Close()
