@@ -23,12 +23,6 @@ type CheckCommand struct {
 	Stdout, Stderr io.Writer
 }
 
-// fileFlags collects a repeated -c FILE.
-type fileFlags []string
-
-func (f *fileFlags) String() string     { return strings.Join(*f, " ") }
-func (f *fileFlags) Set(v string) error { *f = append(*f, v); return nil }
-
 const checkUsage = `Usage: gobridge check [--format text|json|github] [--strict] FILE...
 
 Check loads each FILE exactly as "gobridge run" would and prints every
@@ -49,7 +43,10 @@ Flags:
 func (c *CheckCommand) Run(_ context.Context, args []string) error {
 	fset := newFlags("check", checkUsage, c.Stderr)
 	var targets []string // -c FILEs and FILE arguments, in the order given
-	fset.Var((*fileFlags)(&targets), "c", "config `FILE` to check (may be repeated; the same as a FILE argument)")
+	fset.Func("c", "config `FILE` to check (may be repeated; the same as a FILE argument)", func(f string) error {
+		targets = append(targets, f)
+		return nil
+	})
 	format := formatFlag(fset, "text", "json", "github")
 	strict := fset.Bool("strict", false, "fail (exit 1) on warnings as well as errors")
 	if err := parseArgs(fset, args, &targets); err != nil {

@@ -98,7 +98,7 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	case *since < 0:
 		return usageErr(fs, "dlq list: --since must not be negative")
 	}
-	st, err := c.open(ctx, fs, *path)
+	_, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {
 		return err
 	}
@@ -142,15 +142,6 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	return nil
 }
 
-// open opens the outbox of config path (-c, required).
-func (c *DLQCommand) open(ctx context.Context, fs *flag.FlagSet, path string) (*outbox, error) {
-	if err := needConfig(fs, path); err != nil {
-		return nil, err
-	}
-	_, st, err := openOutbox(ctx, path, c.Stderr)
-	return st, err
-}
-
 // listSince returns one page of f whose records died at or after cutoff
 // (all when zero). Pages wholly older than cutoff are skipped (the list is
 // oldest first, so the rest of the page after the first match matches too).
@@ -182,7 +173,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return usageErr(fs, "dlq show: exactly one ID is required")
 	}
-	st, err := c.open(ctx, fs, *path)
+	_, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {
 		return err
 	}
@@ -254,7 +245,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	case !*all && *route != "":
 		return usageErr(fs, "dlq %s: --route needs --all", verb)
 	}
-	st, err := c.open(ctx, fs, *path)
+	_, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {
 		return err
 	}

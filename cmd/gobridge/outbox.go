@@ -48,10 +48,7 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if err := needConfig(fs, *path); err != nil {
-		return err
-	}
-	cfg, st, err := openOutbox(ctx, *path, c.Stderr)
+	cfg, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,14 +35,14 @@ type outbox struct {
 	via string
 }
 
-// openOutbox loads FILE with the shared loader (refusing a config with
+// openOutbox loads FILE (-c of fs) with the shared loader (refusing a config with
 // errors, as run does) and opens its outbox store (DESIGN.md §11.2): a
 // SQLite file that no bridge owns is taken (its lock); one that a running
 // bridge owns is read through a read-only connection, and requeue and drop
 // go to that bridge's admin API (its address and token from FILE); a
 // DynamoDB table is shared by design and used directly.
-func openOutbox(ctx context.Context, path string, stderr io.Writer) (*routes.Config, *outbox, error) {
-	cfg, err := loadValid(path, stderr)
+func openOutbox(ctx context.Context, fs *flag.FlagSet, path string) (*routes.Config, *outbox, error) {
+	cfg, err := loadValid(fs, path)
 	if err != nil {
 		return nil, nil, err
 	}

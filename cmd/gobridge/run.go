@@ -2,10 +2,11 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os/signal"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,13 +23,7 @@ type RunCommand struct {
 	Stdout, Stderr io.Writer
 }
 
-// Run parses args, loads the config and runs the bridge.
-func (c *RunCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(c.Stderr)
-	path := fs.String("c", "", "config `FILE` to run (required)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: gobridge run -c FILE
+const runUsage = `Usage: gobridge run -c FILE
 
 Run loads FILE (as "gobridge check" does; any error stops it before it
 starts anything), then runs the bridge until SIGINT or SIGTERM, and shuts
@@ -39,26 +34,20 @@ change is refused and logged. Logs go to stderr; stdout senders write to
 stdout.
 
 Flags:
-`)
-		fs.PrintDefaults()
+`
+
+// Run parses args, loads the config and runs the bridge.
+func (c *RunCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlags("run", runUsage, c.Stderr)
+	path := fs.String("c", "", "config `FILE` to run (required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return errUsage
+	if err := needConfig(fs, *path); err != nil {
+		return err
 	}
-	if *path == "" || fs.NArg() > 0 {
-		if *path == "" {
-			fmt.Fprintln(c.Stderr, "run: -c FILE is required")
-		} else {
-			fmt.Fprintf(c.Stderr, "run: unexpected argument %q\n", fs.Arg(0))
-		}
-		fs.Usage()
-		return errUsage
-	}
-	reloads := catchReloads() // SIGHUP from now on reloads, never kills
-	defer reloads.stop()
+	hup := catchHUP() // SIGHUP from now on reloads, never kills
+	defer signal.Stop(hup)
 	cfg, probs, err := loadConfig(*path)
 	if err != nil {
 		return err
@@ -69,7 +58,7 @@ Flags:
 		return errInvalid
 	}
 	level := new(slog.LevelVar)
-	level.Set(logLevel(cfg.Bridge.Log.Level))
+	_ = level.UnmarshalText([]byte(cfg.Bridge.Log.Level)) // routes validated it: debug, info, warn or error
 	log := newLogger(c.Stderr, cfg.Bridge.Log.Format, level)
 	for _, w := range probs.Warnings() {
 		log.Warn("config warning", "problem", w.String())
@@ -95,7 +84,12 @@ Flags:
 	}
 	rl.b = rt
 	rt.HandleMutating("POST /api/reload", rl)
-	reloads.serve(ctx, func(ctx context.Context) { _, _ = rl.reload(ctx) })
+	// The SIGHUP goroutine ends with Run: cancel, then wait for it.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() { onHUP(ctx, hup, func(ctx context.Context) { _, _ = rl.reload(ctx) }) })
 	if err := rt.Run(ctx); err != nil {
 		log.Error("bridge failed", "error", err)
 		return err
@@ -111,17 +105,4 @@ func newLogger(w io.Writer, format string, level slog.Leveler) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
-}
-
-// logLevel maps bridge.log.level to a slog level (default info).
-func logLevel(name string) slog.Level {
-	switch name {
-	case "debug":
-		return slog.LevelDebug
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
 }
