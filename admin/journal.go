@@ -91,8 +91,7 @@ type SenderState struct {
 
 type routeJournal struct {
 	session  string
-	ring     []Entry
-	next     int // where the next entry goes
+	ring     []Entry // the last size entries, oldest first
 	inFlight int
 	limit    int
 	totals   map[string]int64
@@ -130,10 +129,7 @@ func (j *Journal) SenderState(sender string, up bool, lastErr string) {
 func (j *Journal) Senders() []SenderState {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	out := make([]SenderState, 0, len(j.senders))
-	for _, s := range j.senders {
-		out = append(out, s)
-	}
+	out := slices.AppendSeq(make([]SenderState, 0, len(j.senders)), maps.Values(j.senders))
 	slices.SortFunc(out, func(a, b SenderState) int { return cmp.Compare(a.Sender, b.Sender) })
 	return out
 }
@@ -172,12 +168,10 @@ func (j *Journal) Delivered(o drainer.Outcome) {
 	if o.Session != "" {
 		r.session = o.Session
 	}
-	if len(r.ring) < j.size {
-		r.ring = append(r.ring, e)
-	} else {
-		r.ring[r.next] = e
+	r.ring = append(r.ring, e)
+	if len(r.ring) > j.size {
+		r.ring = r.ring[1:]
 	}
-	r.next = (r.next + 1) % j.size
 	r.totals[o.Result]++
 	if e.At.After(r.last) {
 		r.last = e.At

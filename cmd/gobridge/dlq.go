@@ -306,10 +306,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	if verb == "requeue" && n > 0 {
 		fmt.Fprintln(c.Stdout, "a running bridge delivers them (at once when it owns the store, else at its next poll)")
 	}
-	if len(failed) > 0 {
-		return errors.Join(failed...)
-	}
-	return nil
+	return errors.Join(failed...)
 }
 
 // allDeadIDs lists the IDs of every dead letter (of route when set), page by

@@ -17,8 +17,6 @@ import (
 // [--format table|json]`.
 type OutboxCommand struct {
 	Stdout, Stderr io.Writer
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
 }
 
 const outboxUsage = `Usage: gobridge outbox stats -c FILE [--format table|json] [--sample DURATION]
@@ -53,11 +51,7 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.close()
-	now := time.Now
-	if c.Now != nil {
-		now = c.Now
-	}
-	first := now()
+	first := time.Now()
 	all, err := st.Stats(ctx)
 	if err != nil {
 		return fmt.Errorf("outbox stats: %w", err)
@@ -75,7 +69,7 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 			t.Stop()
 			return ctx.Err()
 		}
-		at = now()
+		at = time.Now()
 		if all, err = st.Stats(ctx); err != nil {
 			return fmt.Errorf("outbox stats: %w", err)
 		}

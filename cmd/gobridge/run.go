@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,7 +66,7 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := registerBuildInfo(reg, currentBuild()); err != nil {
+	if err := registerBuildInfo(reg, readBuild(debug.ReadBuildInfo())); err != nil {
 		return fmt.Errorf("register build info: %w", err)
 	}
 	limits, err := registerOutboxLimits(reg)
