@@ -62,11 +62,9 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 	}
 	at := first
 	if *sample > 0 {
-		t := time.NewTimer(*sample)
 		select {
-		case <-t.C:
+		case <-time.After(*sample):
 		case <-ctx.Done():
-			t.Stop()
 			return ctx.Err()
 		}
 		at = time.Now()

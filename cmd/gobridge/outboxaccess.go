@@ -112,21 +112,17 @@ func (o owned) Requeue(ctx context.Context, id, route string) (stores.Record, er
 		Route   string `json:"route"`
 		Session string `json:"session"`
 	}
-	q := url.Values{}
-	if route != "" {
-		q.Set("route", route)
-	}
-	err := o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/requeue?"+q.Encode(), &out)
+	err := o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/requeue?route="+url.QueryEscape(route), &out)
 	r := stores.Record{Route: out.Route, Session: out.Session}
 	r.Envelope.ID = out.ID
 	return r, err
 }
 
 func (o owned) Drop(ctx context.Context, id string) error {
-	return o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/drop", nil)
+	return o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/drop", new(any))
 }
 
-// post sends a mutation and decodes the answer into out (when not nil).
+// post sends a mutation and decodes the answer into out.
 // Admin API errors come back with their message; a 404 is ErrNotFound.
 func (o owned) post(ctx context.Context, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.base+path, http.NoBody)
@@ -142,19 +138,16 @@ func (o owned) post(ctx context.Context, path string, out any) error {
 		return fmt.Errorf("the store is owned by a running bridge, whose admin API did not answer: %w", err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
 			Error string `json:"error"`
 		}
-		_ = json.Unmarshal(body, &e)
+		_ = dec.Decode(&e)
 		if resp.StatusCode == http.StatusNotFound {
 			return fmt.Errorf("%w: %s", stores.ErrNotFound, e.Error)
 		}
 		return fmt.Errorf("admin API: %s: %s", resp.Status, e.Error)
 	}
-	if out != nil {
-		return json.Unmarshal(body, out)
-	}
-	return nil
+	return dec.Decode(out)
 }
