@@ -112,22 +112,15 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("dlq list: %w", err)
 	}
+	page := admin.NewDeadPage(recs, next, now)
 	if *format == "json" {
-		out := struct {
-			DeadLetters []admin.DeadLetter `json:"dead_letters"`
-			Next        string             `json:"next"`
-		}{DeadLetters: make([]admin.DeadLetter, len(recs)), Next: next}
-		for i := range recs {
-			out.DeadLetters[i] = admin.NewDeadLetter(&recs[i], now, false)
-		}
-		return writeJSON(c.Stdout, out)
+		return writeJSON(c.Stdout, page)
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tROUTE\tATTEMPTS\tFIRST ATTEMPT\tDIED\tAGE\tREASON")
-	for i := range recs {
-		r, d := &recs[i], admin.NewDeadLetter(&recs[i], now, false)
+	for _, d := range page.DeadLetters {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", safe(d.ID), safe(d.Route), d.Attempts,
-			stamp(r.FirstAttemptAt), stamp(r.DeadAt), age(now, r.CreatedAt), oneLine(d.Reason, 80))
+			stamp(d.FirstAttemptAt), stamp(d.DeadAt), age(now, d.CreatedAt), oneLine(d.Reason, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -182,8 +175,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("dlq show %s: %w", safe(pos[0]), err)
 	}
-	r := recs[0]
-	d := admin.NewDeadLetter(&r, c.now(), true)
+	d := admin.NewDeadLetter(&recs[0], c.now(), true)
 	if *format == "json" {
 		return writeJSON(c.Stdout, d)
 	}
@@ -203,13 +195,13 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if d.CausationID != "" {
 		line("causation id", d.CausationID)
 	}
-	line("received", stamp(r.Envelope.ReceivedAt))
-	line("created", fmt.Sprintf("%s (age %s)", stamp(r.CreatedAt), age(c.now(), r.CreatedAt)))
+	line("received", stamp(d.ReceivedAt))
+	line("created", fmt.Sprintf("%s (age %s)", stamp(d.CreatedAt), age(c.now(), d.CreatedAt)))
 	line("attempts", fmt.Sprint(d.Attempts))
-	line("first attempt", stamp(r.FirstAttemptAt))
-	line("died", stamp(r.DeadAt))
-	if !r.ExpiresAt.IsZero() {
-		line("expires", stamp(r.ExpiresAt))
+	line("first attempt", stamp(d.FirstAttemptAt))
+	line("died", stamp(d.DeadAt))
+	if !d.ExpiresAt.IsZero() {
+		line("expires", stamp(d.ExpiresAt))
 	}
 	line("reason", d.Reason)
 	if d.LastError != "" && d.LastError != d.Reason {
@@ -219,7 +211,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 		line("header "+k, d.Headers[k])
 	}
 	line("payload encoding", d.PayloadEncoding)
-	line("payload bytes", fmt.Sprint(len(r.Envelope.Payload)))
+	line("payload bytes", fmt.Sprint(d.PayloadBytes))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
