@@ -42,14 +42,15 @@ type reloadResult struct {
 	Problems routes.Problems `json:"problems,omitempty"` // check's problems, warnings included
 }
 
-func newReloader(path string, log *slog.Logger, level *slog.LevelVar, reg prometheus.Registerer, limits func(*routes.Config)) (*reloader, error) {
+func newReloader(path string, b *bridge.Bridge, log *slog.Logger, level *slog.LevelVar, reg prometheus.Registerer, limits func(*routes.Config)) *reloader {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gobridge_config_reloads_total",
 		Help: "Config reloads (SIGHUP, POST /api/reload) by result: ok (applied) or error (invalid or refused: nothing changed).",
 	}, []string{"result"})
 	c.WithLabelValues("ok")
 	c.WithLabelValues("error")
-	return &reloader{path: path, log: log, level: level, limits: limits, reloads: c}, reg.Register(c)
+	reg.MustRegister(c)
+	return &reloader{path: path, b: b, log: log, level: level, limits: limits, reloads: c}
 }
 
 // reload loads, checks and applies the file, logs and counts the result,

@@ -66,24 +66,15 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := registerBuildInfo(reg, readBuild(debug.ReadBuildInfo())); err != nil {
-		return fmt.Errorf("register build info: %w", err)
-	}
-	limits, err := registerOutboxLimits(reg)
-	if err != nil {
-		return fmt.Errorf("register outbox limits: %w", err)
-	}
+	registerBuildInfo(reg, readBuild(debug.ReadBuildInfo()))
+	limits := registerOutboxLimits(reg)
 	limits(cfg)
-	rl, err := newReloader(*path, log, level, reg, limits)
-	if err != nil {
-		return fmt.Errorf("register reload metrics: %w", err)
-	}
 	rt, err := bridge.New(cfg, bridge.Options{Logger: log, Registerer: reg, Stdout: c.Stdout})
 	if err != nil {
 		log.Error("bridge failed to start", "error", err)
 		return err
 	}
-	rl.b = rt
+	rl := newReloader(*path, rt, log, level, reg, limits)
 	rt.HandleMutating("POST /api/reload", rl)
 	// The SIGHUP goroutine ends with Run: cancel, then wait for it.
 	var wg sync.WaitGroup
