@@ -119,22 +119,14 @@ func seconds(s float64) string {
 // withConfiguredRoutes adds a zero row for every shared_outbox route of cfg
 // that the store has no records of, keeping the order by session and route.
 func withConfiguredRoutes(cfg *routes.Config, stats []admin.RouteStats) []admin.RouteStats {
-	have := map[[2]string]bool{}
-	known := map[string]bool{}
-	for _, r := range cfg.Routes {
-		known[r.ID] = true
-	}
 	for i, s := range stats {
-		have[[2]string{s.Session, s.Route}] = true
-		if !known[s.Route] {
+		if !slices.ContainsFunc(cfg.Routes, func(r routes.RouteConfig) bool { return r.ID == s.Route }) {
 			stats[i].Note = "orphan: route not in the config"
 		}
 	}
 	for _, r := range cfg.Routes {
-		if !r.UsesOutbox() || r.Session.ID == "" {
-			continue
-		}
-		if !have[[2]string{r.Session.ID, r.ID}] {
+		has := func(s admin.RouteStats) bool { return s.Session == r.Session.ID && s.Route == r.ID }
+		if r.UsesOutbox() && r.Session.ID != "" && !slices.ContainsFunc(stats, has) {
 			stats = append(stats, admin.RouteStats{Session: r.Session.ID, Route: r.ID})
 		}
 	}
