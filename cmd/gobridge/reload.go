@@ -28,8 +28,7 @@ type reloader struct {
 	path    string
 	b       *bridge.Bridge
 	log     *slog.Logger
-	level   *slog.LevelVar       // bridge.log.level applies live
-	limits  func(*routes.Config) // gobridge_outbox_pending_limit follows the config
+	follow  func(*routes.Config, routes.Problems) // the log level and gauges follow the config
 	reloads *prometheus.CounterVec
 
 	mu sync.Mutex // one reload at a time, file read included
@@ -42,7 +41,7 @@ type reloadResult struct {
 	Problems routes.Problems `json:"problems,omitempty"` // check's problems, warnings included
 }
 
-func newReloader(path string, b *bridge.Bridge, log *slog.Logger, level *slog.LevelVar, reg prometheus.Registerer, limits func(*routes.Config)) *reloader {
+func newReloader(path string, b *bridge.Bridge, log *slog.Logger, reg prometheus.Registerer, follow func(*routes.Config, routes.Problems)) *reloader {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gobridge_config_reloads_total",
 		Help: "Config reloads (SIGHUP, POST /api/reload) by result: ok (applied) or error (invalid or refused: nothing changed).",
@@ -50,7 +49,7 @@ func newReloader(path string, b *bridge.Bridge, log *slog.Logger, level *slog.Le
 	c.WithLabelValues("ok")
 	c.WithLabelValues("error")
 	reg.MustRegister(c)
-	return &reloader{path: path, b: b, log: log, level: level, limits: limits, reloads: c}
+	return &reloader{path: path, b: b, log: log, follow: follow, reloads: c}
 }
 
 // reload loads, checks and applies the file, logs and counts the result,
@@ -75,11 +74,7 @@ func (r *reloader) reload(ctx context.Context) (reloadResult, error) {
 		return reloadResult{Result: "error", Error: err.Error(), Problems: probs}, err
 	}
 	r.reloads.WithLabelValues("ok").Inc()
-	_ = r.level.UnmarshalText([]byte(cfg.Bridge.Log.Level)) // validated, as in run
-	r.limits(cfg)
-	for _, w := range probs {
-		r.log.Warn("config warning", "problem", w.String())
-	}
+	r.follow(cfg, probs)
 	return reloadResult{Result: "ok", Problems: probs}, nil
 }
 

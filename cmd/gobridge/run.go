@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/gobridge/gobridge/bridge"
+	"github.com/gobridge/gobridge/routes"
 )
 
 // RunCommand runs the bridge: `gobridge run -c FILE`. It loads the config
@@ -59,22 +60,27 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 		return errInvalid
 	}
 	level := new(slog.LevelVar)
-	_ = level.UnmarshalText([]byte(cfg.Bridge.Log.Level)) // routes validated it: debug, info, warn or error
 	log := newLogger(c.Stderr, cfg.Bridge.Log.Format, level)
-	for _, w := range probs.Warnings() {
-		log.Warn("config warning", "problem", w.String())
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerBuildInfo(reg, readBuild(debug.ReadBuildInfo()))
 	limits := registerOutboxLimits(reg)
-	limits(cfg)
+	// follow applies what of a valid config lives outside the bridge, and
+	// logs its warnings: at start and after each reload.
+	follow := func(cfg *routes.Config, probs routes.Problems) {
+		_ = level.UnmarshalText([]byte(cfg.Bridge.Log.Level)) // routes validated it: debug, info, warn or error
+		limits(cfg)
+		for _, w := range probs.Warnings() {
+			log.Warn("config warning", "problem", w.String())
+		}
+	}
+	follow(cfg, probs)
 	rt, err := bridge.New(cfg, bridge.Options{Logger: log, Registerer: reg, Stdout: c.Stdout})
 	if err != nil {
 		log.Error("bridge failed to start", "error", err)
 		return err
 	}
-	rl := newReloader(*path, rt, log, level, reg, limits)
+	rl := newReloader(*path, rt, log, reg, follow)
 	rt.HandleMutating("POST /api/reload", rl)
 	// The SIGHUP goroutine ends with Run: cancel, then wait for it.
 	var wg sync.WaitGroup
