@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gobridge/gobridge/processors"
@@ -77,10 +78,8 @@ func (c *CheckCommand) Run(_ context.Context, args []string) error {
 func expandTargets(targets []string) ([]string, routes.Problems) {
 	var paths []string
 	var probs routes.Problems
-	seen := map[string]bool{}
 	add := func(p string) {
-		if !seen[p] {
-			seen[p] = true
+		if !slices.Contains(paths, p) {
 			paths = append(paths, p)
 		}
 	}

@@ -144,10 +144,8 @@ func listSince(ctx context.Context, st admin.Outbox, f stores.DeadQuery, cutoff 
 		if err != nil || cutoff.IsZero() {
 			return recs, next, err
 		}
-		for i := range recs {
-			if !recs[i].DeadAt.Before(cutoff) {
-				return recs[i:], next, nil
-			}
+		if i := slices.IndexFunc(recs, func(r stores.Record) bool { return !r.DeadAt.Before(cutoff) }); i >= 0 {
+			return recs[i:], next, nil
 		}
 		if next == "" {
 			return nil, "", nil
