@@ -42,11 +42,15 @@ Flags:
 func (c *RunCommand) Run(ctx context.Context, args []string) error {
 	fs := newFlags("run", runUsage, c.Stderr)
 	path := fs.String("c", "", "config `FILE` to run (required)")
-	if err := parseFlags(fs, args); err != nil {
+	var pos []string
+	if err := parseArgs(fs, args, &pos); err != nil {
 		return err
 	}
 	if err := needConfig(fs, *path); err != nil {
-		return err
+		return err // reported before a stray argument, as run always did
+	}
+	if len(pos) > 0 {
+		return usageErr(fs, "run: unexpected argument %q", pos[0])
 	}
 	hup := catchHUP() // SIGHUP from now on reloads, never kills
 	defer signal.Stop(hup)
