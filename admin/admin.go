@@ -192,21 +192,9 @@ func (h *Handler) listRoutes(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"routes": h.journal.Routes()})
 }
 
-// sessions derives the sessions from the journal's routes and the store's
-// Stats.
+// sessions derives the sessions, sorted by ID, from the journal's routes
+// (sorted by session) and the store's Stats.
 func (h *Handler) sessions(ctx context.Context) []SessionInfo {
-	byID := map[string]*SessionInfo{}
-	for _, a := range h.journal.Routes() {
-		if a.Session == "" {
-			continue
-		}
-		if byID[a.Session] == nil {
-			byID[a.Session] = &SessionInfo{ID: a.Session}
-		}
-		byID[a.Session].Routes = append(byID[a.Session].Routes, a.Route)
-	}
-	lastSent := h.journal.lastSentAt()
-	now := time.Now()
 	stats := map[string]stores.SessionStats{}
 	if h.opts.Store != nil {
 		all, _ := h.opts.Store.Stats(ctx)
@@ -214,20 +202,26 @@ func (h *Handler) sessions(ctx context.Context) []SessionInfo {
 			stats[st.Session] = st
 		}
 	}
-	out := make([]SessionInfo, 0, len(byID))
-	for id, si := range byID {
-		if t := lastSent[id]; !t.IsZero() {
-			si.LastSentAt = &t
-		}
-		if st, ok := stats[id]; ok {
-			si.Pending = st.Live
-			if st.Live > 0 && !st.Oldest.IsZero() {
-				si.OldestAgeSeconds = now.Sub(st.Oldest).Seconds()
+	lastSent := h.journal.lastSentAt()
+	out := []SessionInfo{}
+	for _, a := range h.journal.Routes() {
+		n := len(out)
+		switch {
+		case a.Session == "":
+		case n > 0 && out[n-1].ID == a.Session:
+			out[n-1].Routes = append(out[n-1].Routes, a.Route)
+		default:
+			st := stats[a.Session]
+			si := SessionInfo{ID: a.Session, Pending: st.Live, Routes: []string{a.Route}}
+			if t := lastSent[a.Session]; !t.IsZero() {
+				si.LastSentAt = &t
 			}
+			if st.Live > 0 && !st.Oldest.IsZero() {
+				si.OldestAgeSeconds = time.Since(st.Oldest).Seconds()
+			}
+			out = append(out, si)
 		}
-		out = append(out, *si)
 	}
-	slices.SortFunc(out, func(a, b SessionInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 

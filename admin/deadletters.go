@@ -71,6 +71,23 @@ func NewDeadLetter(r *stores.Record, now time.Time, withPayload bool) DeadLetter
 	return d
 }
 
+// DeadPage is one page of dead letters without payloads, oldest first, as
+// GET /api/dead-letters and `gobridge dlq list --format json` show it.
+// Next is the cursor of the next page ("" at the end).
+type DeadPage struct {
+	DeadLetters []DeadLetter `json:"dead_letters"`
+	Next        string       `json:"next"`
+}
+
+// NewDeadPage converts a page of dead records (Outbox.Dead) at now.
+func NewDeadPage(recs []stores.Record, next string, now time.Time) DeadPage {
+	p := DeadPage{DeadLetters: make([]DeadLetter, len(recs)), Next: next}
+	for i := range recs {
+		p.DeadLetters[i] = NewDeadLetter(&recs[i], now, false)
+	}
+	return p
+}
+
 // withStore returns next, or, when the bridge has no outbox store, a
 // handler that answers 404 with an explanation.
 func (h *Handler) withStore(next http.HandlerFunc) http.HandlerFunc {
@@ -83,8 +100,7 @@ func (h *Handler) withStore(next http.HandlerFunc) http.HandlerFunc {
 }
 
 // listDead serves GET /api/dead-letters?route=R&after=CURSOR&limit=N: one
-// page, oldest first, without payloads; "next" is the cursor of the next
-// page ("" at the end).
+// DeadPage.
 func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) {
 	limit, ok := intParam(w, r, "limit", DefaultPage, 1, MaxPage)
 	if !ok {
@@ -96,12 +112,7 @@ func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) {
 		h.storeError(w, err)
 		return
 	}
-	now := time.Now()
-	out := make([]DeadLetter, len(recs))
-	for i := range recs {
-		out[i] = NewDeadLetter(&recs[i], now, false)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out, "next": next})
+	writeJSON(w, http.StatusOK, NewDeadPage(recs, next, time.Now()))
 }
 
 func (h *Handler) getDead(w http.ResponseWriter, r *http.Request) {

@@ -35,10 +35,6 @@ func hostOnly(host string) string {
 
 // loopback reports whether addr (host:port) is a loopback address.
 func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	ap, err := netip.ParseAddrPort(addr)
+	return err == nil && ap.Addr().IsLoopback()
 }

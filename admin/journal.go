@@ -91,18 +91,12 @@ type SenderState struct {
 
 type routeJournal struct {
 	session  string
-	ring     []Entry
-	next     int // where the next entry goes
+	ring     []Entry // the last size entries, oldest first
 	inFlight int
 	limit    int
 	totals   map[string]int64
-	buckets  [Buckets]bucket
+	buckets  [Buckets]Point // by slot % Buckets (slot: unix time / Bucket)
 	last     time.Time
-}
-
-type bucket struct {
-	slot       int64 // unix time / Bucket; identifies the bucket
-	ok, failed int
 }
 
 var _ drainer.Observer = (*Journal)(nil)
@@ -130,10 +124,7 @@ func (j *Journal) SenderState(sender string, up bool, lastErr string) {
 func (j *Journal) Senders() []SenderState {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	out := make([]SenderState, 0, len(j.senders))
-	for _, s := range j.senders {
-		out = append(out, s)
-	}
+	out := slices.AppendSeq(make([]SenderState, 0, len(j.senders)), maps.Values(j.senders))
 	slices.SortFunc(out, func(a, b SenderState) int { return cmp.Compare(a.Sender, b.Sender) })
 	return out
 }
@@ -172,24 +163,22 @@ func (j *Journal) Delivered(o drainer.Outcome) {
 	if o.Session != "" {
 		r.session = o.Session
 	}
-	if len(r.ring) < j.size {
-		r.ring = append(r.ring, e)
-	} else {
-		r.ring[r.next] = e
+	r.ring = append(r.ring, e)
+	if len(r.ring) > j.size {
+		r.ring = r.ring[1:]
 	}
-	r.next = (r.next + 1) % j.size
 	r.totals[o.Result]++
 	if e.At.After(r.last) {
 		r.last = e.At
 	}
 	b := &r.buckets[slot%Buckets]
-	if b.slot != slot {
-		*b = bucket{slot: slot}
+	if start := slotStart(slot); !b.Start.Equal(start) {
+		*b = Point{Start: start}
 	}
 	if o.Result == drainer.ResultOK {
-		b.ok++
+		b.OK++
 	} else {
-		b.failed++
+		b.Failed++
 	}
 }
 
@@ -247,11 +236,10 @@ func (j *Journal) Routes() []RouteActivity {
 			Totals: maps.Clone(r.totals), Throughput: make([]Point, Buckets)}
 		for i := range Buckets {
 			slot := cur - Buckets + 1 + int64(i)
-			p := Point{Start: time.Unix(0, slot*int64(Bucket)).UTC()}
-			if b := r.buckets[slot%Buckets]; b.slot == slot {
-				p.OK, p.Failed = b.ok, b.failed
+			a.Throughput[i] = Point{Start: slotStart(slot)}
+			if b := r.buckets[slot%Buckets]; b.Start.Equal(a.Throughput[i].Start) {
+				a.Throughput[i] = b
 			}
-			a.Throughput[i] = p
 		}
 		// The last minute: the current bucket and the five before it.
 		var ok, failed int
@@ -278,6 +266,9 @@ func (j *Journal) lastSentAt() map[string]time.Time {
 	defer j.mu.Unlock()
 	return maps.Clone(j.lastSent)
 }
+
+// slotStart is the start of throughput bucket slot (unix time / Bucket).
+func slotStart(slot int64) time.Time { return time.Unix(0, slot*int64(Bucket)).UTC() }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

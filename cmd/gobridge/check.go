@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gobridge/gobridge/processors"
@@ -22,12 +23,6 @@ import (
 type CheckCommand struct {
 	Stdout, Stderr io.Writer
 }
-
-// fileFlags collects a repeated -c FILE.
-type fileFlags []string
-
-func (f *fileFlags) String() string     { return strings.Join(*f, " ") }
-func (f *fileFlags) Set(v string) error { *f = append(*f, v); return nil }
 
 const checkUsage = `Usage: gobridge check [--format text|json|github] [--strict] FILE...
 
@@ -49,7 +44,10 @@ Flags:
 func (c *CheckCommand) Run(_ context.Context, args []string) error {
 	fset := newFlags("check", checkUsage, c.Stderr)
 	var targets []string // -c FILEs and FILE arguments, in the order given
-	fset.Var((*fileFlags)(&targets), "c", "config `FILE` to check (may be repeated; the same as a FILE argument)")
+	fset.Func("c", "config `FILE` to check (may be repeated; the same as a FILE argument)", func(f string) error {
+		targets = append(targets, f)
+		return nil
+	})
 	format := formatFlag(fset, "text", "json", "github")
 	strict := fset.Bool("strict", false, "fail (exit 1) on warnings as well as errors")
 	if err := parseArgs(fset, args, &targets); err != nil {
@@ -80,10 +78,8 @@ func (c *CheckCommand) Run(_ context.Context, args []string) error {
 func expandTargets(targets []string) ([]string, routes.Problems) {
 	var paths []string
 	var probs routes.Problems
-	seen := map[string]bool{}
 	add := func(p string) {
-		if !seen[p] {
-			seen[p] = true
+		if !slices.Contains(paths, p) {
 			paths = append(paths, p)
 		}
 	}

@@ -125,16 +125,19 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// loadValid loads the config at path (loadConfig) and refuses one with
-// errors, as run does, printing them.
-func loadValid(path string, stderr io.Writer) (*routes.Config, error) {
+// loadValid loads the config at path, the -c FILE of fs (required), with
+// loadConfig and refuses one with errors, as run does, printing them.
+func loadValid(fs *flag.FlagSet, path string) (*routes.Config, error) {
+	if err := needConfig(fs, path); err != nil {
+		return nil, err
+	}
 	cfg, probs, err := loadConfig(path)
 	if err != nil {
 		return nil, err
 	}
 	if errs := probs.Errors(); len(errs) > 0 {
-		_ = errs.WriteText(stderr)
-		fmt.Fprintf(stderr, "config invalid: %d errors\n", len(errs))
+		_ = errs.WriteText(fs.Output())
+		fmt.Fprintf(fs.Output(), "config invalid: %d errors\n", len(errs))
 		return nil, errInvalid
 	}
 	return cfg, nil

@@ -98,7 +98,7 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	case *since < 0:
 		return usageErr(fs, "dlq list: --since must not be negative")
 	}
-	st, err := c.open(ctx, fs, *path)
+	_, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {
 		return err
 	}
@@ -112,22 +112,15 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("dlq list: %w", err)
 	}
+	page := admin.NewDeadPage(recs, next, now)
 	if *format == "json" {
-		out := struct {
-			DeadLetters []admin.DeadLetter `json:"dead_letters"`
-			Next        string             `json:"next"`
-		}{DeadLetters: make([]admin.DeadLetter, len(recs)), Next: next}
-		for i := range recs {
-			out.DeadLetters[i] = admin.NewDeadLetter(&recs[i], now, false)
-		}
-		return writeJSON(c.Stdout, out)
+		return writeJSON(c.Stdout, page)
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tROUTE\tATTEMPTS\tFIRST ATTEMPT\tDIED\tAGE\tREASON")
-	for i := range recs {
-		r, d := &recs[i], admin.NewDeadLetter(&recs[i], now, false)
+	for _, d := range page.DeadLetters {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", safe(d.ID), safe(d.Route), d.Attempts,
-			stamp(r.FirstAttemptAt), stamp(r.DeadAt), age(now, r.CreatedAt), oneLine(d.Reason, 80))
+			stamp(d.FirstAttemptAt), stamp(d.DeadAt), age(now, d.CreatedAt), oneLine(d.Reason, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -142,15 +135,6 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	return nil
 }
 
-// open opens the outbox of config path (-c, required).
-func (c *DLQCommand) open(ctx context.Context, fs *flag.FlagSet, path string) (*outbox, error) {
-	if err := needConfig(fs, path); err != nil {
-		return nil, err
-	}
-	_, st, err := openOutbox(ctx, path, c.Stderr)
-	return st, err
-}
-
 // listSince returns one page of f whose records died at or after cutoff
 // (all when zero). Pages wholly older than cutoff are skipped (the list is
 // oldest first, so the rest of the page after the first match matches too).
@@ -160,10 +144,8 @@ func listSince(ctx context.Context, st admin.Outbox, f stores.DeadQuery, cutoff 
 		if err != nil || cutoff.IsZero() {
 			return recs, next, err
 		}
-		for i := range recs {
-			if !recs[i].DeadAt.Before(cutoff) {
-				return recs[i:], next, nil
-			}
+		if i := slices.IndexFunc(recs, func(r stores.Record) bool { return !r.DeadAt.Before(cutoff) }); i >= 0 {
+			return recs[i:], next, nil
 		}
 		if next == "" {
 			return nil, "", nil
@@ -182,7 +164,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return usageErr(fs, "dlq show: exactly one ID is required")
 	}
-	st, err := c.open(ctx, fs, *path)
+	_, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {
 		return err
 	}
@@ -191,8 +173,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("dlq show %s: %w", safe(pos[0]), err)
 	}
-	r := recs[0]
-	d := admin.NewDeadLetter(&r, c.now(), true)
+	d := admin.NewDeadLetter(&recs[0], c.now(), true)
 	if *format == "json" {
 		return writeJSON(c.Stdout, d)
 	}
@@ -212,13 +193,13 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if d.CausationID != "" {
 		line("causation id", d.CausationID)
 	}
-	line("received", stamp(r.Envelope.ReceivedAt))
-	line("created", fmt.Sprintf("%s (age %s)", stamp(r.CreatedAt), age(c.now(), r.CreatedAt)))
+	line("received", stamp(d.ReceivedAt))
+	line("created", fmt.Sprintf("%s (age %s)", stamp(d.CreatedAt), age(c.now(), d.CreatedAt)))
 	line("attempts", fmt.Sprint(d.Attempts))
-	line("first attempt", stamp(r.FirstAttemptAt))
-	line("died", stamp(r.DeadAt))
-	if !r.ExpiresAt.IsZero() {
-		line("expires", stamp(r.ExpiresAt))
+	line("first attempt", stamp(d.FirstAttemptAt))
+	line("died", stamp(d.DeadAt))
+	if !d.ExpiresAt.IsZero() {
+		line("expires", stamp(d.ExpiresAt))
 	}
 	line("reason", d.Reason)
 	if d.LastError != "" && d.LastError != d.Reason {
@@ -228,7 +209,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 		line("header "+k, d.Headers[k])
 	}
 	line("payload encoding", d.PayloadEncoding)
-	line("payload bytes", fmt.Sprint(len(r.Envelope.Payload)))
+	line("payload bytes", fmt.Sprint(d.PayloadBytes))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -254,7 +235,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	case !*all && *route != "":
 		return usageErr(fs, "dlq %s: --route needs --all", verb)
 	}
-	st, err := c.open(ctx, fs, *path)
+	_, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {
 		return err
 	}
@@ -315,10 +296,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	if verb == "requeue" && n > 0 {
 		fmt.Fprintln(c.Stdout, "a running bridge delivers them (at once when it owns the store, else at its next poll)")
 	}
-	if len(failed) > 0 {
-		return errors.Join(failed...)
-	}
-	return nil
+	return errors.Join(failed...)
 }
 
 // allDeadIDs lists the IDs of every dead letter (of route when set), page by

@@ -41,10 +41,7 @@ func (c *DynamoDBCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if err := needConfig(fs, *path); err != nil {
-		return err
-	}
-	cfg, err := loadValid(*path, c.Stderr)
+	cfg, err := loadValid(fs, *path)
 	if err != nil {
 		return err
 	}

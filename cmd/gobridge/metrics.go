@@ -7,12 +7,14 @@ import (
 )
 
 // Process-level metrics, registered by `gobridge run` on the registry the
-// runtime serves on /metrics, beside the runtime's own.
+// runtime serves on /metrics, beside the runtime's own. The registry is new
+// for each run, so a registration can only fail on a programmer error: it
+// panics (MustRegister), as for the Go and process collectors.
 
 // registerBuildInfo registers gobridge_build_info{version,commit,date,
 // goversion}, a gauge that is always 1. Dashboards show it to say what is
 // running.
-func registerBuildInfo(reg prometheus.Registerer, b buildInfo) error {
+func registerBuildInfo(reg prometheus.Registerer, b buildInfo) {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "gobridge_build_info",
 		Help: "Always 1; the labels say which gobridge build is running.",
@@ -21,7 +23,7 @@ func registerBuildInfo(reg prometheus.Registerer, b buildInfo) error {
 		},
 	})
 	g.Set(1)
-	return reg.Register(g)
+	reg.MustRegister(g)
 }
 
 // registerOutboxLimits registers gobridge_outbox_pending_limit{session}:
@@ -30,12 +32,13 @@ func registerBuildInfo(reg prometheus.Registerer, b buildInfo) error {
 // acknowledging. Alerts divide gobridge_outbox_pending by it ("outbox near
 // full"). The returned func sets it from a config (defaults applied): at
 // start and after each reload.
-func registerOutboxLimits(reg prometheus.Registerer) (func(*routes.Config), error) {
+func registerOutboxLimits(reg prometheus.Registerer) func(*routes.Config) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "gobridge_outbox_pending_limit",
 		Help: "Pending records at which ingest into the session pushes back (the smallest max_outbox_depth of its routes).",
 	}, []string{"session"})
-	set := func(cfg *routes.Config) {
+	reg.MustRegister(g)
+	return func(cfg *routes.Config) {
 		limits := map[string]int{}
 		for _, r := range cfg.Routes {
 			if r.DeliveryMode != routes.SharedOutbox || r.Session.ID == "" {
@@ -50,5 +53,4 @@ func registerOutboxLimits(reg prometheus.Registerer) (func(*routes.Config), erro
 			g.WithLabelValues(s).Set(float64(l))
 		}
 	}
-	return set, reg.Register(g)
 }

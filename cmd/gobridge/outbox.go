@@ -17,8 +17,6 @@ import (
 // [--format table|json]`.
 type OutboxCommand struct {
 	Stdout, Stderr io.Writer
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
 }
 
 const outboxUsage = `Usage: gobridge outbox stats -c FILE [--format table|json] [--sample DURATION]
@@ -48,19 +46,12 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if err := needConfig(fs, *path); err != nil {
-		return err
-	}
-	cfg, st, err := openOutbox(ctx, *path, c.Stderr)
+	cfg, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {
 		return err
 	}
 	defer st.close()
-	now := time.Now
-	if c.Now != nil {
-		now = c.Now
-	}
-	first := now()
+	first := time.Now()
 	all, err := st.Stats(ctx)
 	if err != nil {
 		return fmt.Errorf("outbox stats: %w", err)
@@ -71,14 +62,12 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 	}
 	at := first
 	if *sample > 0 {
-		t := time.NewTimer(*sample)
 		select {
-		case <-t.C:
+		case <-time.After(*sample):
 		case <-ctx.Done():
-			t.Stop()
 			return ctx.Err()
 		}
-		at = now()
+		at = time.Now()
 		if all, err = st.Stats(ctx); err != nil {
 			return fmt.Errorf("outbox stats: %w", err)
 		}
@@ -130,22 +119,14 @@ func seconds(s float64) string {
 // withConfiguredRoutes adds a zero row for every shared_outbox route of cfg
 // that the store has no records of, keeping the order by session and route.
 func withConfiguredRoutes(cfg *routes.Config, stats []admin.RouteStats) []admin.RouteStats {
-	have := map[[2]string]bool{}
-	known := map[string]bool{}
-	for _, r := range cfg.Routes {
-		known[r.ID] = true
-	}
 	for i, s := range stats {
-		have[[2]string{s.Session, s.Route}] = true
-		if !known[s.Route] {
+		if !slices.ContainsFunc(cfg.Routes, func(r routes.RouteConfig) bool { return r.ID == s.Route }) {
 			stats[i].Note = "orphan: route not in the config"
 		}
 	}
 	for _, r := range cfg.Routes {
-		if !r.UsesOutbox() || r.Session.ID == "" {
-			continue
-		}
-		if !have[[2]string{r.Session.ID, r.ID}] {
+		has := func(s admin.RouteStats) bool { return s.Session == r.Session.ID && s.Route == r.ID }
+		if r.UsesOutbox() && r.Session.ID != "" && !slices.ContainsFunc(stats, has) {
 			stats = append(stats, admin.RouteStats{Session: r.Session.ID, Route: r.ID})
 		}
 	}

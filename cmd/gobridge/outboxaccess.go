@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,14 +35,14 @@ type outbox struct {
 	via string
 }
 
-// openOutbox loads FILE with the shared loader (refusing a config with
+// openOutbox loads FILE (-c of fs) with the shared loader (refusing a config with
 // errors, as run does) and opens its outbox store (DESIGN.md §11.2): a
 // SQLite file that no bridge owns is taken (its lock); one that a running
 // bridge owns is read through a read-only connection, and requeue and drop
 // go to that bridge's admin API (its address and token from FILE); a
 // DynamoDB table is shared by design and used directly.
-func openOutbox(ctx context.Context, path string, stderr io.Writer) (*routes.Config, *outbox, error) {
-	cfg, err := loadValid(path, stderr)
+func openOutbox(ctx context.Context, fs *flag.FlagSet, path string) (*routes.Config, *outbox, error) {
+	cfg, err := loadValid(fs, path)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -111,21 +112,17 @@ func (o owned) Requeue(ctx context.Context, id, route string) (stores.Record, er
 		Route   string `json:"route"`
 		Session string `json:"session"`
 	}
-	q := url.Values{}
-	if route != "" {
-		q.Set("route", route)
-	}
-	err := o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/requeue?"+q.Encode(), &out)
+	err := o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/requeue?route="+url.QueryEscape(route), &out)
 	r := stores.Record{Route: out.Route, Session: out.Session}
 	r.Envelope.ID = out.ID
 	return r, err
 }
 
 func (o owned) Drop(ctx context.Context, id string) error {
-	return o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/drop", nil)
+	return o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/drop", new(any))
 }
 
-// post sends a mutation and decodes the answer into out (when not nil).
+// post sends a mutation and decodes the answer into out.
 // Admin API errors come back with their message; a 404 is ErrNotFound.
 func (o owned) post(ctx context.Context, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.base+path, http.NoBody)
@@ -141,19 +138,16 @@ func (o owned) post(ctx context.Context, path string, out any) error {
 		return fmt.Errorf("the store is owned by a running bridge, whose admin API did not answer: %w", err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
 			Error string `json:"error"`
 		}
-		_ = json.Unmarshal(body, &e)
+		_ = dec.Decode(&e)
 		if resp.StatusCode == http.StatusNotFound {
 			return fmt.Errorf("%w: %s", stores.ErrNotFound, e.Error)
 		}
 		return fmt.Errorf("admin API: %s: %s", resp.Status, e.Error)
 	}
-	if out != nil {
-		return json.Unmarshal(body, out)
-	}
-	return nil
+	return dec.Decode(out)
 }

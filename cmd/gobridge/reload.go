@@ -28,8 +28,7 @@ type reloader struct {
 	path    string
 	b       *bridge.Bridge
 	log     *slog.Logger
-	level   *slog.LevelVar       // bridge.log.level applies live
-	limits  func(*routes.Config) // gobridge_outbox_pending_limit follows the config
+	follow  func(*routes.Config, routes.Problems) // the log level and gauges follow the config
 	reloads *prometheus.CounterVec
 
 	mu sync.Mutex // one reload at a time, file read included
@@ -42,14 +41,15 @@ type reloadResult struct {
 	Problems routes.Problems `json:"problems,omitempty"` // check's problems, warnings included
 }
 
-func newReloader(path string, log *slog.Logger, level *slog.LevelVar, reg prometheus.Registerer, limits func(*routes.Config)) (*reloader, error) {
+func newReloader(path string, b *bridge.Bridge, log *slog.Logger, reg prometheus.Registerer, follow func(*routes.Config, routes.Problems)) *reloader {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gobridge_config_reloads_total",
 		Help: "Config reloads (SIGHUP, POST /api/reload) by result: ok (applied) or error (invalid or refused: nothing changed).",
 	}, []string{"result"})
 	c.WithLabelValues("ok")
 	c.WithLabelValues("error")
-	return &reloader{path: path, log: log, level: level, limits: limits, reloads: c}, reg.Register(c)
+	reg.MustRegister(c)
+	return &reloader{path: path, b: b, log: log, follow: follow, reloads: c}
 }
 
 // reload loads, checks and applies the file, logs and counts the result,
@@ -74,11 +74,7 @@ func (r *reloader) reload(ctx context.Context) (reloadResult, error) {
 		return reloadResult{Result: "error", Error: err.Error(), Problems: probs}, err
 	}
 	r.reloads.WithLabelValues("ok").Inc()
-	r.level.Set(logLevel(cfg.Bridge.Log.Level))
-	r.limits(cfg)
-	for _, w := range probs {
-		r.log.Warn("config warning", "problem", w.String())
-	}
+	r.follow(cfg, probs)
 	return reloadResult{Result: "ok", Problems: probs}, nil
 }
 
@@ -102,52 +98,26 @@ func (r *reloader) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	_ = json.NewEncoder(w).Encode(res)
 }
 
-// reloadSignals catches SIGHUP for `gobridge run`, so that `systemctl
-// reload gobridge` (ExecReload sends SIGHUP) reloads the config instead of
-// ending the process (by default SIGHUP ends a Go program with status 129
-// and no log line).
-type reloadSignals struct {
-	ch     chan os.Signal
-	done   chan struct{} // closed when serve's goroutine returns
-	served bool
+// catchHUP starts catching SIGHUP for `gobridge run`, before the config is
+// loaded, so that `systemctl reload gobridge` (ExecReload sends SIGHUP)
+// reloads the config instead of ending the process (by default SIGHUP ends
+// a Go program with status 129 and no log line). A signal that arrives
+// before onHUP runs is kept (one). The caller calls signal.Stop on the
+// channel when done; SIGHUP then has its default effect again.
+func catchHUP() chan os.Signal {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	return hup
 }
 
-// catchReloads starts catching SIGHUP, before the config is loaded. A
-// signal that arrives before serve is kept (one) and handled by serve.
-// Call stop when done.
-func catchReloads() *reloadSignals {
-	r := &reloadSignals{ch: make(chan os.Signal, 1), done: make(chan struct{})}
-	signal.Notify(r.ch, syscall.SIGHUP)
-	return r
-}
-
-// serve calls reload for every SIGHUP, in a goroutine, until ctx is done or
-// stop is called; stop waits for it.
-func (r *reloadSignals) serve(ctx context.Context, reload func(context.Context)) {
-	r.served = true
-	go func() {
-		defer close(r.done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case _, ok := <-r.ch:
-				if !ok {
-					return
-				}
-				reload(ctx)
-			}
+// onHUP calls reload for every signal on hup until ctx is done; it blocks.
+func onHUP(ctx context.Context, hup <-chan os.Signal, reload func(context.Context)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			reload(ctx)
 		}
-	}()
-}
-
-// stop stops catching SIGHUP and waits for serve's goroutine, if serve was
-// called. After stop, SIGHUP has its default effect again. serve and stop
-// are called from one goroutine.
-func (r *reloadSignals) stop() {
-	signal.Stop(r.ch)
-	close(r.ch) // no signal is sent on it after signal.Stop returns
-	if r.served {
-		<-r.done
 	}
 }

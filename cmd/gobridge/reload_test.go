@@ -2,27 +2,37 @@ package main
 
 import (
 	"context"
+	"os/signal"
 	"syscall"
 	"testing"
 	"time"
 )
 
 // TestReloadSignals_ReloadsOnSIGHUP sends this test process a real SIGHUP
-// while reloadSignals catches it: the process lives on and the reload runs,
-// also for a signal that arrived before serve started.
+// while catchHUP catches it: the process lives on and the reload runs,
+// also for a signal that arrived before onHUP started.
 func TestReloadSignals_ReloadsOnSIGHUP(t *testing.T) {
 	reloaded := make(chan struct{}, 2)
-	r := catchReloads()
+	hup := catchHUP()
+	defer signal.Stop(hup)
 	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	r.serve(t.Context(), func(context.Context) { reloaded <- struct{}{} })
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		onHUP(ctx, hup, func(context.Context) { reloaded <- struct{}{} })
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
 	wait := func(n int) {
 		t.Helper()
 		select {
 		case <-reloaded:
 		case <-time.After(10 * time.Second):
-			r.stop()
 			t.Fatalf("no reload %d after SIGHUP", n)
 		}
 	}
@@ -31,5 +41,4 @@ func TestReloadSignals_ReloadsOnSIGHUP(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait(2)
-	r.stop()
 }

@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os/signal"
+	"runtime/debug"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/gobridge/gobridge/bridge"
+	"github.com/gobridge/gobridge/routes"
 )
 
 // RunCommand runs the bridge: `gobridge run -c FILE`. It loads the config
@@ -22,13 +25,7 @@ type RunCommand struct {
 	Stdout, Stderr io.Writer
 }
 
-// Run parses args, loads the config and runs the bridge.
-func (c *RunCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(c.Stderr)
-	path := fs.String("c", "", "config `FILE` to run (required)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: gobridge run -c FILE
+const runUsage = `Usage: gobridge run -c FILE
 
 Run loads FILE (as "gobridge check" does; any error stops it before it
 starts anything), then runs the bridge until SIGINT or SIGTERM, and shuts
@@ -39,26 +36,24 @@ change is refused and logged. Logs go to stderr; stdout senders write to
 stdout.
 
 Flags:
-`)
-		fs.PrintDefaults()
+`
+
+// Run parses args, loads the config and runs the bridge.
+func (c *RunCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlags("run", runUsage, c.Stderr)
+	path := fs.String("c", "", "config `FILE` to run (required)")
+	var pos []string
+	if err := parseArgs(fs, args, &pos); err != nil {
+		return err
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return errUsage
+	if err := needConfig(fs, *path); err != nil {
+		return err // reported before a stray argument, as run always did
 	}
-	if *path == "" || fs.NArg() > 0 {
-		if *path == "" {
-			fmt.Fprintln(c.Stderr, "run: -c FILE is required")
-		} else {
-			fmt.Fprintf(c.Stderr, "run: unexpected argument %q\n", fs.Arg(0))
-		}
-		fs.Usage()
-		return errUsage
+	if len(pos) > 0 {
+		return usageErr(fs, "run: unexpected argument %q", pos[0])
 	}
-	reloads := catchReloads() // SIGHUP from now on reloads, never kills
-	defer reloads.stop()
+	hup := catchHUP() // SIGHUP from now on reloads, never kills
+	defer signal.Stop(hup)
 	cfg, probs, err := loadConfig(*path)
 	if err != nil {
 		return err
@@ -69,33 +64,34 @@ Flags:
 		return errInvalid
 	}
 	level := new(slog.LevelVar)
-	level.Set(logLevel(cfg.Bridge.Log.Level))
 	log := newLogger(c.Stderr, cfg.Bridge.Log.Format, level)
-	for _, w := range probs.Warnings() {
-		log.Warn("config warning", "problem", w.String())
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := registerBuildInfo(reg, currentBuild()); err != nil {
-		return fmt.Errorf("register build info: %w", err)
+	registerBuildInfo(reg, readBuild(debug.ReadBuildInfo()))
+	limits := registerOutboxLimits(reg)
+	// follow applies what of a valid config lives outside the bridge, and
+	// logs its warnings: at start and after each reload.
+	follow := func(cfg *routes.Config, probs routes.Problems) {
+		_ = level.UnmarshalText([]byte(cfg.Bridge.Log.Level)) // routes validated it: debug, info, warn or error
+		limits(cfg)
+		for _, w := range probs.Warnings() {
+			log.Warn("config warning", "problem", w.String())
+		}
 	}
-	limits, err := registerOutboxLimits(reg)
-	if err != nil {
-		return fmt.Errorf("register outbox limits: %w", err)
-	}
-	limits(cfg)
-	rl, err := newReloader(*path, log, level, reg, limits)
-	if err != nil {
-		return fmt.Errorf("register reload metrics: %w", err)
-	}
+	follow(cfg, probs)
 	rt, err := bridge.New(cfg, bridge.Options{Logger: log, Registerer: reg, Stdout: c.Stdout})
 	if err != nil {
 		log.Error("bridge failed to start", "error", err)
 		return err
 	}
-	rl.b = rt
+	rl := newReloader(*path, rt, log, reg, follow)
 	rt.HandleMutating("POST /api/reload", rl)
-	reloads.serve(ctx, func(ctx context.Context) { _, _ = rl.reload(ctx) })
+	// The SIGHUP goroutine ends with Run: cancel, then wait for it.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() { onHUP(ctx, hup, func(ctx context.Context) { _, _ = rl.reload(ctx) }) })
 	if err := rt.Run(ctx); err != nil {
 		log.Error("bridge failed", "error", err)
 		return err
@@ -111,17 +107,4 @@ func newLogger(w io.Writer, format string, level slog.Leveler) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
-}
-
-// logLevel maps bridge.log.level to a slog level (default info).
-func logLevel(name string) slog.Level {
-	switch name {
-	case "debug":
-		return slog.LevelDebug
-	case "warn":
-		return slog.LevelWarn
-	case "error":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
 }

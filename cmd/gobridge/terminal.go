@@ -26,9 +26,9 @@ func escape(s string, block bool) string {
 	for i := 0; i < len(s); {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case r == utf8.RuneError && n <= 1:
+		case r == utf8.RuneError && n <= 1: // a byte of invalid UTF-8
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case !unsafeRune(r, block):
+		case block && (r == '\n' || r == '\t'):
 			b.WriteString(s[i : i+n])
 		case r == '\t':
 			b.WriteString(`\t`)
@@ -36,32 +36,21 @@ func escape(s string, block bool) string {
 			b.WriteString(`\n`)
 		case r == '\r':
 			b.WriteString(`\r`)
-		case r < 0x80:
+		case r < 0x20, r == 0x7f:
 			fmt.Fprintf(&b, `\x%02x`, r)
-		default:
+		// C1 controls; bidirectional controls, which reorder what the
+		// operator reads; line separators; and U+FFFD, which would pass
+		// for invalid UTF-8.
+		case r >= 0x80 && r <= 0x9f,
+			r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069,
+			r == 0x2028, r == 0x2029, r == utf8.RuneError:
 			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+n])
 		}
 		i += n
 	}
 	return b.String()
-}
-
-// unsafeRune reports whether r must be escaped. utf8.RuneError stands for
-// invalid UTF-8 when ranging over a string, so U+FFFD is escaped too.
-func unsafeRune(r rune, block bool) bool {
-	switch {
-	case block && (r == '\n' || r == '\t'):
-		return false
-	case r < 0x20, r >= 0x7f && r <= 0x9f:
-		return true
-	case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
-		return true // bidirectional controls: they reorder what the operator reads
-	case r == 0x2028, r == 0x2029:
-		return true
-	case r == utf8.RuneError:
-		return true
-	}
-	return false
 }
 
 func stamp(t time.Time) string {

@@ -27,14 +27,8 @@ type buildInfo struct {
 	Platform  string // "linux/amd64"
 }
 
-// currentBuild describes this binary.
-func currentBuild() buildInfo {
-	info, ok := debug.ReadBuildInfo()
-	return readBuild(info, ok)
-}
-
-// readBuild combines the -X stamps with build info; ok is false when there
-// is none.
+// readBuild combines the -X stamps with build info (debug.ReadBuildInfo);
+// ok is false when there is none.
 func readBuild(info *debug.BuildInfo, ok bool) buildInfo {
 	b := buildInfo{Version: version, Commit: commit, Date: date,
 		GoVersion: goruntime.Version(), Platform: goruntime.GOOS + "/" + goruntime.GOARCH}
@@ -84,6 +78,6 @@ func (c *VersionCommand) Run(_ context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(c.Stdout, currentBuild())
+	_, err := fmt.Fprintln(c.Stdout, readBuild(debug.ReadBuildInfo()))
 	return err
 }
