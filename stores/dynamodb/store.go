@@ -266,28 +266,28 @@ func retry(ctx context.Context, f func() error) error {
 
 // tw builds a transaction item on the item at k: a Put of k as the whole
 // item (upd "put"), a Delete ("delete"), a ConditionCheck (""), or an
-// Update with upd (returning the item when cond fails), under cond (none
-// when empty), with kv as expr takes them.
+// Update with upd, under cond (none when empty), with kv as expr takes
+// them. When cond fails, the cancellation returns the item as it was.
 func (s *Store) tw(k item, upd, cond string, kv ...any) types.TransactWriteItem {
 	var c *string
 	if cond != "" {
 		c = aws.String(cond)
 	}
 	n, v := expr(kv, upd, cond)
+	old := types.ReturnValuesOnConditionCheckFailureAllOld
 	switch upd {
 	case "put":
 		return types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: k, ConditionExpression: c,
-			ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
+			ExpressionAttributeNames: n, ExpressionAttributeValues: v, ReturnValuesOnConditionCheckFailure: old}}
 	case "delete":
 		return types.TransactWriteItem{Delete: &types.Delete{TableName: s.table, Key: k, ConditionExpression: c,
-			ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
+			ExpressionAttributeNames: n, ExpressionAttributeValues: v, ReturnValuesOnConditionCheckFailure: old}}
 	case "":
 		return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: s.table, Key: k,
-			ConditionExpression: c, ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
+			ConditionExpression: c, ExpressionAttributeNames: n, ExpressionAttributeValues: v, ReturnValuesOnConditionCheckFailure: old}}
 	}
 	return types.TransactWriteItem{Update: &types.Update{TableName: s.table, Key: k, UpdateExpression: aws.String(upd),
-		ConditionExpression: c, ExpressionAttributeNames: n, ExpressionAttributeValues: v,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}
+		ConditionExpression: c, ExpressionAttributeNames: n, ExpressionAttributeValues: v, ReturnValuesOnConditionCheckFailure: old}}
 }
 
 // transact runs one TransactWriteItems, retrying it while it only

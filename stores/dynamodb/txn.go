@@ -16,13 +16,12 @@ import (
 // plan when the condition of one fails, the stats deltas, and what to
 // remember once it has committed.
 type txn struct {
-	s       *Store
-	items   []types.TransactWriteItem
-	replan  []func(old item) // by item; nil for items without a condition
-	after   []func()
-	stats   map[string]*delta // by session
-	refetch []*group          // set by replan: pointers another process moved
-	busy    bool              // set by replan: another process appended to a partition first
+	s      *Store
+	items  []types.TransactWriteItem
+	replan []func(old item) // by item; nil for items without a condition
+	after  []func()
+	stats  map[string]*delta // by session
+	busy   bool              // set by replan: another process appended to a partition first
 }
 
 // delta is a transaction's change to one session's stats.

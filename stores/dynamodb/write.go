@@ -288,9 +288,6 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 		if !fixed {
 			return err
 		}
-		if err := s.refetch(ctx, t.refetch); err != nil {
-			return err
-		}
 		if t.busy && attempt > 0 {
 			// Several processes keep appending to one partition: spread
 			// them out.
