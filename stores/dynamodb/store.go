@@ -76,10 +76,10 @@ var _ stores.Store = (*Store)(nil)
 // DefaultTable is the table name when Options.Table is empty.
 const DefaultTable = "gobridge_outbox"
 
-// DefaultDoneRetention is how long the key of a delivered or dropped record
-// is remembered (a tombstone), so that the same envelope appended again
-// within that time is a no-op. DynamoDB's TTL deletes it afterwards.
-const DefaultDoneRetention = 7 * 24 * time.Hour
+// doneRetention is how long the key of a delivered or dropped record is
+// remembered (a tombstone), so that the same envelope appended again within
+// that time is a no-op. DynamoDB's TTL deletes it afterwards.
+const doneRetention = 7 * 24 * time.Hour
 
 // Options configures Open.
 type Options struct {
@@ -94,9 +94,6 @@ type Options struct {
 	// CreateTables creates the table (and enables its TTL) when it does not
 	// exist. Meant for tests, emulators and a first deployment.
 	CreateTables bool
-	// DoneRetention is how long tombstones are kept. Defaults to
-	// DefaultDoneRetention.
-	DoneRetention time.Duration
 	// Client, when set, is used instead of one built from Region and
 	// Endpoint.
 	Client *dynamodb.Client
@@ -105,10 +102,9 @@ type Options struct {
 // Store is a stores.Store on one DynamoDB table, safe for concurrent use by
 // many goroutines and many processes. Create it with Open.
 type Store struct {
-	db        *dynamodb.Client
-	table     *string
-	retention time.Duration
-	closed    atomic.Bool
+	db     *dynamodb.Client
+	table  *string
+	closed atomic.Bool
 
 	wmu  sync.Mutex       // one Write at a time: a process's writes never conflict with each other
 	seqs map[string]int64 // under wmu: partition pk → the highest counter this process knows committed
@@ -145,9 +141,6 @@ func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
 // DescribeTable) and fails with ErrLayout when it does not match.
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	opts.Table = cmp.Or(opts.Table, DefaultTable)
-	if opts.DoneRetention <= 0 {
-		opts.DoneRetention = DefaultDoneRetention
-	}
 	db := opts.Client
 	if db == nil {
 		var err error
@@ -163,8 +156,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := checkLayout(ctx, db, opts.Table); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, table: aws.String(opts.Table), retention: opts.DoneRetention,
-		seqs: map[string]int64{}, partial: map[stores.Key]int64{}}, nil
+	return &Store{db: db, table: aws.String(opts.Table), seqs: map[string]int64{}, partial: map[stores.Key]int64{}}, nil
 }
 
 // Close marks the store closed; later calls fail. It is idempotent.
