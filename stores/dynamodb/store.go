@@ -52,7 +52,6 @@
 package dynamodb
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,9 +72,6 @@ import (
 // Interface guard.
 var _ stores.Store = (*Store)(nil)
 
-// DefaultTable is the table name when Options.Table is empty.
-const DefaultTable = "gobridge_outbox"
-
 // doneRetention is how long the key of a delivered or dropped record is
 // remembered (a tombstone), so that the same envelope appended again within
 // that time is a no-op. DynamoDB's TTL deletes it afterwards.
@@ -83,7 +79,8 @@ const doneRetention = 7 * 24 * time.Hour
 
 // Options configures Open.
 type Options struct {
-	// Table is the table. Defaults to DefaultTable.
+	// Table is the table. Required: the configuration (routes) defaults
+	// it to gobridge_outbox.
 	Table string
 	// Region is the AWS region. Empty uses the default chain (AWS_REGION,
 	// the shared config file).
@@ -115,38 +112,25 @@ type Store struct {
 
 var errClosed = errors.New("dynamodb: store closed")
 
-// NewClient builds a DynamoDB client from the default credential chain, with
-// opts.Region and opts.Endpoint applied.
-func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
-	var lo []func(*config.LoadOptions) error
-	if opts.Region != "" {
-		lo = append(lo, config.WithRegion(opts.Region))
-	}
-	cfg, err := config.LoadDefaultConfig(ctx, lo...)
-	if err != nil {
-		return nil, fmt.Errorf("dynamodb: load aws config: %w", err)
-	}
-	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
-		if opts.Endpoint != "" {
-			o.BaseEndpoint = aws.String(opts.Endpoint)
-			// DynamoDB Local's x-amz-crc32 does not match what the SDK
-			// computes; the check guards transport corruption only.
-			o.DisableValidateResponseChecksum = true
-		}
-	}), nil
-}
-
 // Open returns the store on opts.Table, creating the table first when
 // opts.CreateTables is set. It checks the table's layout (one
 // DescribeTable) and fails with ErrLayout when it does not match.
 func Open(ctx context.Context, opts Options) (*Store, error) {
-	opts.Table = cmp.Or(opts.Table, DefaultTable)
 	db := opts.Client
 	if db == nil {
-		var err error
-		if db, err = NewClient(ctx, opts); err != nil {
-			return nil, err
+		// The default credential chain; an empty region is the chain's too.
+		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(opts.Region))
+		if err != nil {
+			return nil, fmt.Errorf("dynamodb: load aws config: %w", err)
 		}
+		db = dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			if opts.Endpoint != "" {
+				o.BaseEndpoint = aws.String(opts.Endpoint)
+				// DynamoDB Local's x-amz-crc32 does not match what the SDK
+				// computes; the check guards transport corruption only.
+				o.DisableValidateResponseChecksum = true
+			}
+		})
 	}
 	if opts.CreateTables {
 		if err := CreateTable(ctx, db, opts.Table); err != nil {
