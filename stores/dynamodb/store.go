@@ -56,6 +56,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -304,10 +305,8 @@ func (s *Store) getItems(ctx context.Context, keys []item) (map[string]item, err
 			todo = append(todo, k)
 		}
 	}
-	for len(todo) > 0 {
-		n := min(len(todo), 100)
-		req := map[string]types.KeysAndAttributes{*s.table: {Keys: todo[:n], ConsistentRead: aws.Bool(true)}}
-		todo = todo[n:]
+	for keys := range slices.Chunk(todo, 100) {
+		req := map[string]types.KeysAndAttributes{*s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
 		for attempt := 0; len(req) > 0; attempt++ {
 			if attempt > 0 {
 				if err := backoff(ctx, attempt); err != nil {

@@ -265,11 +265,10 @@ func (o *op) weight(shared map[string]bool) (items, size int) {
 func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 	for attempt := 0; ; attempt++ {
 		t := s.build(c, now)
-		if len(t.items) == 0 {
-			s.finish(c, t)
-			return nil
+		var err error
+		if len(t.items) > 0 {
+			err = s.transact(ctx, t.items)
 		}
-		err := s.transact(ctx, t.items)
 		if err == nil {
 			s.finish(c, t)
 			return nil
