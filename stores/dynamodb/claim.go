@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -78,17 +79,15 @@ func (s *Store) claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 		return nil, err
 	}
 	var out []stores.Record
-	for len(found) > 0 {
-		n := min(len(found), 99)
-		if err := s.take(ctx, lease, req.Token, found[:n]); err != nil {
+	for chunk := range slices.Chunk(found, 99) {
+		if err := s.take(ctx, lease, req.Token, chunk); err != nil {
 			return out, err
 		}
-		for _, it := range found[:n] {
+		for _, it := range chunk {
 			r := decode(it, stores.Live)
 			r.Token = req.Token
 			out = append(out, r)
 		}
-		found = found[n:]
 	}
 	return out, nil
 }

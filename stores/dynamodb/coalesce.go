@@ -1,7 +1,6 @@
 package dynamodb
 
 import (
-	"context"
 	"slices"
 
 	"github.com/gobridge/gobridge/stores"
@@ -100,23 +99,10 @@ func (t *txn) pointer(g *group, ttl int64) {
 	if g.ptr != nil {
 		cond, kv = "#id = :id", []any{":id", getS(g.ptr, "id")}
 	}
-	t.add(func(item) { t.refetch = append(t.refetch, g) }, s.tw(ptr, "put", cond, kv...)) // moved by another process
+	// Moved by another process: take it as the cancellation returned it.
+	t.add(func(old item) {
+		g.ptr, g.ignore = old, false
+		s.learn(old)
+	}, s.tw(ptr, "put", cond, kv...))
 	t.after = append(t.after, func() { g.ptr, g.ignore = ptr, false })
-}
-
-// refetch reads the pointers of gs again after another process moved them.
-func (s *Store) refetch(ctx context.Context, gs []*group) error {
-	var keys []item
-	for _, g := range gs {
-		keys = append(keys, key(g.pk, ptrSK))
-	}
-	items, err := s.getItems(ctx, keys)
-	if err != nil {
-		return err
-	}
-	for _, g := range gs {
-		g.ptr, g.ignore = items[itemID(key(g.pk, ptrSK))], false
-		s.learn(g.ptr)
-	}
-	return nil
 }

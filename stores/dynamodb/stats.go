@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -47,7 +49,8 @@ func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
 			if st.Live == 0 {
 				break
 			}
-			if err := s.oldest(ctx, &st, p); err != nil {
+			n, _ := strconv.Atoi(p)
+			if err := s.oldest(ctx, &st, n); err != nil {
 				return nil, fmt.Errorf("dynamodb: stats of session %q: %w", session, err)
 			}
 		}
@@ -59,10 +62,61 @@ func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
 	return out, nil
 }
 
-// counts are one session's stats, summed over its shards.
+// statNames prefix the route attributes of a stats item: live records,
+// their bytes, dead letters.
+var statNames = [3]string{"l#", "b#", "d#"}
+
+// counts are one session's stats: by route, live records, their bytes and
+// dead letters, and the partitions used. A transaction collects its
+// changes in them; Stats sums the session's shards in them.
 type counts struct {
-	routes map[string]*[3]int64 // live, bytes, dead
-	parts  map[int]bool
+	routes map[string]*[3]int64
+	parts  map[string]bool
+}
+
+// sessionCounts returns the counts of session in all, adding them when
+// missing.
+func sessionCounts(all map[string]*counts, session string) *counts {
+	c := all[session]
+	if c == nil {
+		c = &counts{routes: map[string]*[3]int64{}, parts: map[string]bool{}}
+		all[session] = c
+	}
+	return c
+}
+
+// add adds n to count j (see statNames) of route.
+func (c *counts) add(route string, j int, n int64) {
+	if c.routes[route] == nil {
+		c.routes[route] = &[3]int64{}
+	}
+	c.routes[route][j] += n
+}
+
+// addStats adds, per session, one update of a random stats shard: the
+// session's name, the partitions appended to, and the counts by route.
+func (t *txn) addStats() {
+	shard := strconv.Itoa(rand.N(statsShards))
+	for session, d := range t.stats {
+		var terms []string
+		kv := []any{":name", session}
+		if len(d.parts) > 0 {
+			terms = append(terms, "#parts :parts")
+			kv = append(kv, ":parts", &types.AttributeValueMemberNS{Value: slices.Collect(maps.Keys(d.parts))})
+		}
+		for route, c := range d.routes {
+			for j, prefix := range statNames {
+				if c[j] != 0 {
+					n := strconv.Itoa(len(terms))
+					terms = append(terms, "#c"+n+" :c"+n)
+					kv = append(kv, "#c"+n, prefix+route, ":c"+n, c[j])
+				}
+			}
+		}
+		if len(terms) > 0 {
+			t.add(nil, t.s.tw(key(statsPK, bound(session)+"#"+shard), "SET #name = :name ADD "+strings.Join(terms, ", "), "", kv...))
+		}
+	}
 }
 
 // counters reads every session's stats items.
@@ -70,24 +124,16 @@ func (s *Store) counters(ctx context.Context) (map[string]*counts, error) {
 	all := map[string]*counts{}
 	err := s.query(ctx, &dynamodb.QueryInput{KeyConditionExpression: aws.String("#pk = :pk")}, []any{":pk", statsPK},
 		func(it item) bool {
-			c := all[getS(it, "name")]
-			if c == nil {
-				c = &counts{routes: map[string]*[3]int64{}, parts: map[int]bool{}}
-				all[getS(it, "name")] = c
-			}
+			c := sessionCounts(all, getS(it, "name"))
 			if ns, ok := it["parts"].(*types.AttributeValueMemberNS); ok {
 				for _, p := range ns.Value {
-					n, _ := strconv.Atoi(p)
-					c.parts[n] = true
+					c.parts[p] = true
 				}
 			}
 			for name := range it {
-				for j, prefix := range []string{"l#", "b#", "d#"} {
+				for j, prefix := range statNames {
 					if route, ok := strings.CutPrefix(name, prefix); ok {
-						if c.routes[route] == nil {
-							c.routes[route] = &[3]int64{}
-						}
-						c.routes[route][j] += getN(it, name)
+						c.add(route, j, getN(it, name))
 					}
 				}
 			}

@@ -52,11 +52,11 @@
 package dynamodb
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,17 +73,15 @@ import (
 // Interface guard.
 var _ stores.Store = (*Store)(nil)
 
-// DefaultTable is the table name when Options.Table is empty.
-const DefaultTable = "gobridge_outbox"
-
-// DefaultDoneRetention is how long the key of a delivered or dropped record
-// is remembered (a tombstone), so that the same envelope appended again
-// within that time is a no-op. DynamoDB's TTL deletes it afterwards.
-const DefaultDoneRetention = 7 * 24 * time.Hour
+// doneRetention is how long the key of a delivered or dropped record is
+// remembered (a tombstone), so that the same envelope appended again within
+// that time is a no-op. DynamoDB's TTL deletes it afterwards.
+const doneRetention = 7 * 24 * time.Hour
 
 // Options configures Open.
 type Options struct {
-	// Table is the table. Defaults to DefaultTable.
+	// Table is the table. Required: the configuration (routes) defaults
+	// it to gobridge_outbox.
 	Table string
 	// Region is the AWS region. Empty uses the default chain (AWS_REGION,
 	// the shared config file).
@@ -94,9 +92,6 @@ type Options struct {
 	// CreateTables creates the table (and enables its TTL) when it does not
 	// exist. Meant for tests, emulators and a first deployment.
 	CreateTables bool
-	// DoneRetention is how long tombstones are kept. Defaults to
-	// DefaultDoneRetention.
-	DoneRetention time.Duration
 	// Client, when set, is used instead of one built from Region and
 	// Endpoint.
 	Client *dynamodb.Client
@@ -105,10 +100,9 @@ type Options struct {
 // Store is a stores.Store on one DynamoDB table, safe for concurrent use by
 // many goroutines and many processes. Create it with Open.
 type Store struct {
-	db        *dynamodb.Client
-	table     *string
-	retention time.Duration
-	closed    atomic.Bool
+	db     *dynamodb.Client
+	table  *string
+	closed atomic.Bool
 
 	wmu  sync.Mutex       // one Write at a time: a process's writes never conflict with each other
 	seqs map[string]int64 // under wmu: partition pk → the highest counter this process knows committed
@@ -120,13 +114,9 @@ type Store struct {
 var errClosed = errors.New("dynamodb: store closed")
 
 // NewClient builds a DynamoDB client from the default credential chain, with
-// opts.Region and opts.Endpoint applied.
+// opts.Region (empty: the chain's) and opts.Endpoint applied.
 func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
-	var lo []func(*config.LoadOptions) error
-	if opts.Region != "" {
-		lo = append(lo, config.WithRegion(opts.Region))
-	}
-	cfg, err := config.LoadDefaultConfig(ctx, lo...)
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(opts.Region))
 	if err != nil {
 		return nil, fmt.Errorf("dynamodb: load aws config: %w", err)
 	}
@@ -144,10 +134,6 @@ func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
 // opts.CreateTables is set. It checks the table's layout (one
 // DescribeTable) and fails with ErrLayout when it does not match.
 func Open(ctx context.Context, opts Options) (*Store, error) {
-	opts.Table = cmp.Or(opts.Table, DefaultTable)
-	if opts.DoneRetention <= 0 {
-		opts.DoneRetention = DefaultDoneRetention
-	}
 	db := opts.Client
 	if db == nil {
 		var err error
@@ -163,8 +149,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := checkLayout(ctx, db, opts.Table); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, table: aws.String(opts.Table), retention: opts.DoneRetention,
-		seqs: map[string]int64{}, partial: map[stores.Key]int64{}}, nil
+	return &Store{db: db, table: aws.String(opts.Table), seqs: map[string]int64{}, partial: map[stores.Key]int64{}}, nil
 }
 
 // Close marks the store closed; later calls fail. It is idempotent.
@@ -266,28 +251,28 @@ func retry(ctx context.Context, f func() error) error {
 
 // tw builds a transaction item on the item at k: a Put of k as the whole
 // item (upd "put"), a Delete ("delete"), a ConditionCheck (""), or an
-// Update with upd (returning the item when cond fails), under cond (none
-// when empty), with kv as expr takes them.
+// Update with upd, under cond (none when empty), with kv as expr takes
+// them. When cond fails, the cancellation returns the item as it was.
 func (s *Store) tw(k item, upd, cond string, kv ...any) types.TransactWriteItem {
 	var c *string
 	if cond != "" {
 		c = aws.String(cond)
 	}
 	n, v := expr(kv, upd, cond)
+	old := types.ReturnValuesOnConditionCheckFailureAllOld
 	switch upd {
 	case "put":
 		return types.TransactWriteItem{Put: &types.Put{TableName: s.table, Item: k, ConditionExpression: c,
-			ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
+			ExpressionAttributeNames: n, ExpressionAttributeValues: v, ReturnValuesOnConditionCheckFailure: old}}
 	case "delete":
 		return types.TransactWriteItem{Delete: &types.Delete{TableName: s.table, Key: k, ConditionExpression: c,
-			ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
+			ExpressionAttributeNames: n, ExpressionAttributeValues: v, ReturnValuesOnConditionCheckFailure: old}}
 	case "":
 		return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: s.table, Key: k,
-			ConditionExpression: c, ExpressionAttributeNames: n, ExpressionAttributeValues: v}}
+			ConditionExpression: c, ExpressionAttributeNames: n, ExpressionAttributeValues: v, ReturnValuesOnConditionCheckFailure: old}}
 	}
 	return types.TransactWriteItem{Update: &types.Update{TableName: s.table, Key: k, UpdateExpression: aws.String(upd),
-		ConditionExpression: c, ExpressionAttributeNames: n, ExpressionAttributeValues: v,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}}
+		ConditionExpression: c, ExpressionAttributeNames: n, ExpressionAttributeValues: v, ReturnValuesOnConditionCheckFailure: old}}
 }
 
 // transact runs one TransactWriteItems, retrying it while it only
@@ -328,10 +313,8 @@ func (s *Store) getItems(ctx context.Context, keys []item) (map[string]item, err
 			todo = append(todo, k)
 		}
 	}
-	for len(todo) > 0 {
-		n := min(len(todo), 100)
-		req := map[string]types.KeysAndAttributes{*s.table: {Keys: todo[:n], ConsistentRead: aws.Bool(true)}}
-		todo = todo[n:]
+	for keys := range slices.Chunk(todo, 100) {
+		req := map[string]types.KeysAndAttributes{*s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
 		for attempt := 0; len(req) > 0; attempt++ {
 			if attempt > 0 {
 				if err := backoff(ctx, attempt); err != nil {

@@ -2,9 +2,7 @@ package dynamodb
 
 import (
 	"cmp"
-	"math/rand/v2"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -16,19 +14,12 @@ import (
 // plan when the condition of one fails, the stats deltas, and what to
 // remember once it has committed.
 type txn struct {
-	s       *Store
-	items   []types.TransactWriteItem
-	replan  []func(old item) // by item; nil for items without a condition
-	after   []func()
-	stats   map[string]*delta // by session
-	refetch []*group          // set by replan: pointers another process moved
-	busy    bool              // set by replan: another process appended to a partition first
-}
-
-// delta is a transaction's change to one session's stats.
-type delta struct {
-	routes map[string]*[3]int64 // live, bytes, dead
-	parts  []string             // partitions appended to
+	s      *Store
+	items  []types.TransactWriteItem
+	replan []func(old item) // by item; nil for items without a condition
+	after  []func()
+	stats  map[string]*counts // by session: the changes
+	busy   bool               // set by replan: another process appended to a partition first
 }
 
 func (t *txn) add(replan func(old item), it types.TransactWriteItem) {
@@ -36,23 +27,11 @@ func (t *txn) add(replan func(old item), it types.TransactWriteItem) {
 	t.replan = append(t.replan, replan)
 }
 
-func (t *txn) delta(session string) *delta {
-	d := t.stats[session]
-	if d == nil {
-		d = &delta{routes: map[string]*[3]int64{}}
-		t.stats[session] = d
-	}
-	return d
-}
-
 func (t *txn) count(session, route string, live, bytes, dead int64) {
-	d := t.delta(session)
-	c := d.routes[route]
-	if c == nil {
-		c = &[3]int64{}
-		d.routes[route] = c
+	c := sessionCounts(t.stats, session)
+	for j, n := range [3]int64{live, bytes, dead} {
+		c.add(route, j, n)
 	}
-	c[0], c[1], c[2] = c[0]+live, c[1]+bytes, c[2]+dead
 }
 
 // tombstone turns the key item k from state from into done, kept until ttl.
@@ -71,8 +50,8 @@ func (o *op) at() (pk, sk string) {
 
 // build makes the transaction of chunk c from the ops' current state.
 func (s *Store) build(c []*op, now time.Time) *txn {
-	t := &txn{s: s, stats: map[string]*delta{}}
-	ttl := now.Add(s.retention).Unix()
+	t := &txn{s: s, stats: map[string]*counts{}}
+	ttl := now.Add(doneRetention).Unix()
 	// Appends claimed: one token per partition, the largest, is checked
 	// against the partition's lease; the others are appended unclaimed.
 	tokens := map[string]int64{}
@@ -150,39 +129,12 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 				}
 			}, s.leaseCheck(stores.PartitionLease(p.session, p.num), p.token))
 		}
-		d := t.delta(p.session)
-		d.parts = append(d.parts, strconv.Itoa(p.num))
+		sessionCounts(t.stats, p.session).parts[strconv.Itoa(p.num)] = true
 		n := p.n
 		t.after = append(t.after, func() { s.seqs[pk] = n })
 	}
 	t.addStats()
 	return t
-}
-
-// addStats adds, per session, one update of a random stats shard: the
-// session's name, the partitions appended to, and the counts by route.
-func (t *txn) addStats() {
-	shard := strconv.Itoa(rand.N(statsShards))
-	for session, d := range t.stats {
-		var terms []string
-		kv := []any{":name", session}
-		if len(d.parts) > 0 {
-			terms = append(terms, "#parts :parts")
-			kv = append(kv, ":parts", &types.AttributeValueMemberNS{Value: d.parts})
-		}
-		for route, c := range d.routes {
-			for j, prefix := range []string{"l#", "b#", "d#"} {
-				if c[j] != 0 {
-					n := strconv.Itoa(len(terms))
-					terms = append(terms, "#c"+n+" :c"+n)
-					kv = append(kv, "#c"+n, prefix+route, ":c"+n, c[j])
-				}
-			}
-		}
-		if len(terms) > 0 {
-			t.add(nil, t.s.tw(key(statsPK, bound(session)+"#"+shard), "SET #name = :name ADD "+strings.Join(terms, ", "), "", kv...))
-		}
-	}
 }
 
 // settle adds the items of one settlement.

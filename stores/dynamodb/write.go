@@ -265,11 +265,10 @@ func (o *op) weight(shared map[string]bool) (items, size int) {
 func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 	for attempt := 0; ; attempt++ {
 		t := s.build(c, now)
-		if len(t.items) == 0 {
-			s.finish(c, t)
-			return nil
+		var err error
+		if len(t.items) > 0 {
+			err = s.transact(ctx, t.items)
 		}
-		err := s.transact(ctx, t.items)
 		if err == nil {
 			s.finish(c, t)
 			return nil
@@ -286,9 +285,6 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 			}
 		}
 		if !fixed {
-			return err
-		}
-		if err := s.refetch(ctx, t.refetch); err != nil {
 			return err
 		}
 		if t.busy && attempt > 0 {

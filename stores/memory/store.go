@@ -43,7 +43,7 @@ type Store struct {
 	seq      int64
 	byKey    map[stores.Key]*stores.Record // live and dead records
 	parts    map[part][]*stores.Record     // live records per partition, by Seq (with removed ones until compacted)
-	coalesce map[ckey][]*stores.Record     // live unclaimed records with a coalesce key
+	coalesce map[ckey]*stores.Record       // the waiting (live, unclaimed) record of each coalesce key
 	tombs    []stores.Key                  // tombstones, oldest first
 	tombSet  map[stores.Key]bool
 	token    int64
@@ -64,7 +64,7 @@ func New(opts Options) *Store {
 	}
 	return &Store{
 		opts: opts, byKey: map[stores.Key]*stores.Record{}, parts: map[part][]*stores.Record{},
-		coalesce: map[ckey][]*stores.Record{}, tombSet: map[stores.Key]bool{}, leases: map[string]stores.Lease{},
+		coalesce: map[ckey]*stores.Record{}, tombSet: map[stores.Key]bool{}, leases: map[string]stores.Lease{},
 	}
 }
 
@@ -124,16 +124,11 @@ func (s *Store) append(r *stores.Record, now time.Time) {
 		return
 	}
 	if r.State != stores.Dead && r.CoalesceKey != "" {
-		ck := ckey{r.Session, r.Route, r.CoalesceKey}
-		for _, old := range s.coalesce[ck] {
+		if old := s.coalesce[ckey{r.Session, r.Route, r.CoalesceKey}]; old != nil {
 			if !stores.Supersedes(r, old) {
 				return // a newer message is already waiting: absorb this one
 			}
-		}
-		for _, old := range s.coalesce[ck] {
-			if old.Token == 0 {
-				s.remove(old)
-			}
+			s.remove(old)
 		}
 	}
 	s.seq++
@@ -152,8 +147,7 @@ func (s *Store) append(r *stores.Record, now time.Time) {
 		p := part{c.Session, c.Partition}
 		s.parts[p] = append(s.parts[p], &c)
 		if c.CoalesceKey != "" && c.Token == 0 {
-			ck := ckey{c.Session, c.Route, c.CoalesceKey}
-			s.coalesce[ck] = append(s.coalesce[ck], &c)
+			s.coalesce[ckey{c.Session, c.Route, c.CoalesceKey}] = &c
 		}
 	}
 }
@@ -178,10 +172,7 @@ func (s *Store) remove(r *stores.Record) {
 // uncoalesce takes r out of the coalescing index (which holds only
 // unclaimed records).
 func (s *Store) uncoalesce(r *stores.Record) {
-	ck := ckey{r.Session, r.Route, r.CoalesceKey}
-	if list := slices.DeleteFunc(s.coalesce[ck], func(o *stores.Record) bool { return o == r }); len(list) > 0 {
-		s.coalesce[ck] = list
-	} else {
+	if ck := (ckey{r.Session, r.Route, r.CoalesceKey}); s.coalesce[ck] == r {
 		delete(s.coalesce, ck)
 	}
 }
