@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,7 +81,7 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 		seqs: make([]int64, len(b.Append)), tokens: make([]int64, len(b.Append)), stale: make([]bool, len(b.Settle))}
 	seq, tombs := s.seq, s.tombs
 	s.tomb++
-	if err := s.tx(ctx, func() error { return w.batch(b) }); err != nil {
+	if err := s.tx(ctx, durable(b), func() error { return w.batch(b) }); err != nil {
 		s.seq, s.tombs = seq, tombs
 		return fmt.Errorf("sqlite: write: %w", mapErr(err))
 	}
@@ -99,6 +100,15 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 		}
 	}
 	return nil
+}
+
+// durable reports whether b's commit must be durable when Write returns:
+// it appends (the caller acknowledges the source on it) or drops a dead
+// letter (an operator's request). Settlements of claimed records alone may
+// be undone by a power loss: their records are then sent again, which
+// at-least-once delivery allows.
+func durable(b *stores.Batch) bool {
+	return len(b.Append) > 0 || slices.ContainsFunc(b.Settle, func(s stores.Settlement) bool { return s.Outcome == stores.Drop })
 }
 
 // write is one Write in progress, with what it stamps on the batch once
