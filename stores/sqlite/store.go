@@ -22,7 +22,7 @@
 // then a compaction step; runs of Done settlements and of appends go in
 // multi-row statements. Claim is one transaction too: the lease check, then
 // one UPDATE ... RETURNING. The counts Stats reports are a small table that
-// triggers keep in the same transactions.
+// Write keeps in the same transaction (one upsert per session and route).
 //
 // Single ownership: Open takes an exclusive flock on <path>.lock (holding
 // the owner's host name and pid) for the life of the Store; a second Open of
