@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,21 +19,15 @@ const (
 	writeMaxAppends = 512
 	// writeLinger is how long a write waits for more records when the
 	// previous one carried several (under load); a lone record never waits.
+	// writeLinger is how long a write waits for more records when the
+	// previous one carried several (under load); a lone record never waits.
+	writeLinger = 500 * time.Microsecond
 	// settleLinger is how long settlements wait for the next append to
 	// share its commit before they are written on their own: nothing waits
 	// on them (the drainer has moved on, the source was acknowledged long
 	// ago), and a commit costs the same for one row as for hundreds.
 	settleLinger = 20 * time.Millisecond
 )
-
-var writeLinger = func() time.Duration {
-	d, err := time.ParseDuration(os.Getenv("GOBRIDGE_EXP_LINGER"))
-	if err != nil {
-		return 500 * time.Microsecond
-	}
-	return d
-}()
-var lingerAlways = os.Getenv("GOBRIDGE_EXP_ALWAYS") != ""
 
 // appendReq is one record waiting for the group commit. done is called
 // once, from the writer goroutine: with nil when the record is durable (or
@@ -180,7 +173,7 @@ func (w *writer) run() {
 			continue
 		}
 		linger.Stop()
-		if (last > 1 || lingerAlways) && writeLinger > 0 {
+		if last > 1 && writeLinger > 0 {
 			t := time.NewTimer(writeLinger)
 			select {
 			case <-t.C:
