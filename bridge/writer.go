@@ -19,8 +19,6 @@ const (
 	writeMaxAppends = 512
 	// writeLinger is how long a write waits for more records when the
 	// previous one carried several (under load); a lone record never waits.
-	// writeLinger is how long a write waits for more records when the
-	// previous one carried several (under load); a lone record never waits.
 	writeLinger = 500 * time.Microsecond
 	// settleLinger is how long settlements wait for the next append to
 	// share its commit before they are written on their own: nothing waits
