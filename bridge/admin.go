@@ -35,7 +35,7 @@ func newAdminServer(b *Bridge) (*adminServer, error) {
 		_, _ = fmt.Fprintln(w, "ok")
 	})
 	a.mux.HandleFunc("GET /readyz", a.readyz)
-	a.mux.Handle("GET /metrics", promhttp.HandlerFor(b.gather, promhttp.HandlerOpts{}))
+	a.mux.Handle("GET /metrics", promhttp.HandlerFor(b.gather, promhttp.HandlerOpts{DisableCompression: true}))
 	listen := *b.cfg.Bridge.Admin.Listen
 	if listen == "" {
 		return a, nil

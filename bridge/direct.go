@@ -2,8 +2,10 @@ package bridge
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobridge/gobridge/message"
@@ -28,13 +30,18 @@ type holder struct {
 	b     *Bridge
 	r     *route
 	lanes lanes
+	// The route's metrics, looked up once rather than per message.
+	sent    prometheus.Counter
+	seconds prometheus.Observer
 
 	mu      sync.Mutex
 	started map[*message.Envelope]time.Time
 }
 
 func newHolder(b *Bridge, r *route) *holder {
-	return &holder{b: b, r: r, lanes: newLanes(r, b.metrics.inFlight.WithLabelValues(r.id)), started: map[*message.Envelope]time.Time{}}
+	mt := b.metrics
+	return &holder{b: b, r: r, lanes: newLanes(r, mt.inFlight.WithLabelValues(r.id)), started: map[*message.Envelope]time.Time{},
+		sent: mt.sent.WithLabelValues(r.id), seconds: mt.sendSeconds.WithLabelValues(r.id)}
 }
 
 // submit waits for a send slot (or ctx) and starts the delivery of env;
@@ -55,11 +62,15 @@ func (h *holder) submit(ctx context.Context, env *message.Envelope, received mes
 	})
 }
 
-// lanes runs a route's sends, each in a goroutine the route owns
-// (r.busy): at most max_in_flight at once and, per ordering key, one at a
-// time in arrival order.
+// lanes runs a route's sends in goroutines the route owns: at most
+// max_in_flight at once and, per ordering key, one at a time in arrival
+// order. A goroutine that has run a send waits for the next one until the
+// route quits (r.busy counts the sends): a goroutine per message cost its
+// start and the growth of its stack every time.
 type lanes struct {
-	sem   chan struct{}
+	sem   chan struct{}    // one per goroutine
+	idle  chan chan func() // a goroutine waiting for its next send
+	sends atomic.Int64     // in flight
 	inUse prometheus.Gauge // sends in flight, when this route's to report
 
 	mu   sync.Mutex
@@ -67,37 +78,64 @@ type lanes struct {
 }
 
 func newLanes(r *route, inUse prometheus.Gauge) lanes {
-	return lanes{sem: make(chan struct{}, r.policy.MaxInFlight), inUse: inUse}
+	return lanes{sem: make(chan struct{}, r.policy.MaxInFlight), idle: make(chan chan func()), inUse: inUse}
 }
 
-// start waits for a slot (or ctx) and then runs fn once no message of key
-// is ahead of it; when r quits first, fn does not run (the message stays
-// unacknowledged). It returns false when ctx ended first.
+// start waits for a goroutine (or ctx) and then runs fn once no message of
+// key is ahead of it; when r quits first, fn does not run (the message
+// stays unacknowledged). It returns false when ctx ended first.
 func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool {
+	var w chan func() // an idle goroutine's; nil: start one
 	select {
-	case l.sem <- struct{}{}:
-	case <-ctx.Done():
-		return false
+	case w = <-l.idle:
+	default:
+		select {
+		case w = <-l.idle:
+		case l.sem <- struct{}{}:
+		case <-ctx.Done():
+			return false
+		}
 	}
 	turn := l.queue(key)
 	r.busy.Add(1)
-	l.count()
-	go func() {
+	l.count(1)
+	send := func() {
 		defer r.busy.Done()
-		defer func() { <-l.sem; l.count() }()
+		defer l.count(-1)
 		defer l.next(key)
 		select {
 		case <-turn:
 			fn()
 		case <-r.quit:
 		}
-	}()
+	}
+	if w != nil {
+		w <- send
+	} else {
+		go l.work(r, send)
+	}
 	return true
 }
 
-func (l *lanes) count() {
+// work runs send, then the sends handed to it, until r quits.
+func (l *lanes) work(r *route, send func()) {
+	defer func() { <-l.sem }()
+	mine := make(chan func(), 1)
+	for {
+		send()
+		select {
+		case l.idle <- mine:
+			send = <-mine
+		case <-r.quit:
+			return
+		}
+	}
+}
+
+func (l *lanes) count(d int64) {
+	n := l.sends.Add(d)
 	if l.inUse != nil {
-		l.inUse.Set(float64(len(l.sem)))
+		l.inUse.Set(float64(n))
 	}
 }
 
@@ -155,24 +193,26 @@ func (h *holder) heldSince() time.Time {
 // stays unacknowledged).
 func (h *holder) deliver(env *message.Envelope, received message.Envelope) string {
 	b, r, mt := h.b, h.r, h.b.metrics
-	log := b.log.With("route", r.id, "record_id", env.ID)
+	// No logger With per message: it costs a message that is sent the first
+	// time.
+	log := func() *slog.Logger { return b.log.With("route", r.id, "record_id", env.ID) }
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	envs := []*message.Envelope{env}
 	for attempt := 1; ; attempt++ {
 		if !h.waitProbe() {
-			log.Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
+			log().Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
 			return ""
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, r.policy.SendTimeout)
 		start := time.Now()
 		err := r.sender.Send(ctx, envs)[0]
 		cancel()
-		mt.sendSeconds.WithLabelValues(r.id).Observe(time.Since(start).Seconds())
+		h.seconds.Observe(time.Since(start).Seconds())
 		r.health.Record(env.ID, err, time.Now(), r.policy.Backoff.Ceiling)
 		class, retryAfter := senders.Classify(err)
 		switch class {
 		case senders.OK:
-			mt.sent.WithLabelValues(r.id).Inc()
+			h.sent.Inc()
 			b.noteSent(r.home, time.Now())
 			return receivers.OutcomeDelivered
 		case senders.Fatal:
@@ -190,9 +230,9 @@ func (h *holder) deliver(env *message.Envelope, received message.Envelope) strin
 		}
 		mt.retried.WithLabelValues(r.id, class.String()).Inc()
 		wait := time.Until(r.policy.Backoff.Next(time.Now(), attempt, retryAfter, rnd))
-		log.Debug("send failed; retrying while holding the source", "attempt", attempt, "error", err, "retry_in", wait)
+		log().Debug("send failed; retrying while holding the source", "attempt", attempt, "error", err, "retry_in", wait)
 		if !sleep(r.quit, wait) {
-			log.Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
+			log().Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
 			return ""
 		}
 	}

@@ -20,6 +20,11 @@ const (
 	// writeLinger is how long a write waits for more records when the
 	// previous one carried several (under load); a lone record never waits.
 	writeLinger = 500 * time.Microsecond
+	// settleLinger is how long settlements wait for the next append to
+	// share its commit before they are written on their own: nothing waits
+	// on them (the drainer has moved on, the source was acknowledged long
+	// ago), and a commit costs the same for one row as for hundreds.
+	settleLinger = 20 * time.Millisecond
 )
 
 // appendReq is one record waiting for the group commit. done is called
@@ -145,9 +150,13 @@ func (w *writer) failingFor() time.Duration {
 // The bridge owns the goroutine that calls it.
 func (w *writer) run() {
 	last := 0
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	var settleBy time.Time // when the queued settlements are written even without an append
 	for {
 		select {
 		case <-w.kick:
+		case <-linger.C:
 		case <-w.quit:
 			for w.writeOnce(false) > 0 {
 			}
@@ -155,6 +164,13 @@ func (w *writer) run() {
 		case <-w.abortCtx.Done():
 			return
 		}
+		if wait := w.due(&settleBy); wait != 0 {
+			if wait > 0 {
+				linger.Reset(wait)
+			}
+			continue
+		}
+		linger.Stop()
 		if last > 1 && writeLinger > 0 {
 			t := time.NewTimer(writeLinger)
 			select {
@@ -171,6 +187,29 @@ func (w *writer) run() {
 			}
 		}
 	}
+}
+
+// due reports how long the queue may wait before the next write: 0 when
+// records wait (or a Flush, or a full batch of settlements), else until
+// *settleBy, which it sets when settlements alone wait; -1 when nothing
+// does.
+func (w *writer) due(settleBy *time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case len(w.appends) > 0 || len(w.waiters) > 0 || len(w.settles) >= writeMaxAppends:
+	case len(w.settles) == 0:
+		return -1
+	case settleBy.IsZero():
+		*settleBy = time.Now().Add(settleLinger)
+		return settleLinger
+	default:
+		if wait := time.Until(*settleBy); wait > 0 {
+			return wait
+		}
+	}
+	*settleBy = time.Time{}
+	return 0
 }
 
 // stop makes run write what is queued and return.

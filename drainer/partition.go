@@ -210,12 +210,16 @@ func (p *partition) run(exited chan<- *partition) {
 // wantClaim reports whether the loop should claim from the store now: it
 // has room, and a poll is due or the store holds a backlog of the
 // partition that the last claim did not exhaust (it filled its limit, or
-// the writer appended unclaimed records since it started).
+// the writer appended unclaimed records since it started). A backlog is
+// claimed a batch at a time: once a batch has room, or when what the loop
+// holds runs below one; not a record for each one settled.
 func (p *partition) wantClaim(now, nextPoll time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	room := p.g.opts.Window - p.held - p.reserved
-	return room > 0 && (!now.Before(nextPoll) || (p.backlog && (p.full || p.unclaimed != p.seen)))
+	o := p.g.opts
+	room := o.Window - p.held - p.reserved
+	batch := room >= o.BatchSize || p.held+p.reserved < o.BatchSize
+	return room > 0 && (!now.Before(nextPoll) || (batch && p.backlog && (p.full || p.unclaimed != p.seen)))
 }
 
 // claim takes what the store holds for the partition beyond what the loop

@@ -168,8 +168,7 @@ type Settlement struct {
 	Stale bool
 }
 
-// Batch is one atomic write: Write commits all of it with one durable
-// commit, or nothing.
+// Batch is one atomic write: Write commits all of it, or nothing.
 type Batch struct {
 	// Settle is applied first, each settlement on its own: a stale one is
 	// skipped (Stale set) and does not fail the batch.
@@ -241,8 +240,12 @@ type RouteCounts struct {
 // leases that fence its partitions. Implementations are safe for concurrent
 // use.
 type Store interface {
-	// Write commits b atomically with one durable commit (see Batch). It
-	// fails with ErrInvalid when a record or settlement is malformed or a
+	// Write commits b atomically (see Batch), durably when it returns if b
+	// appends a record or drops a dead letter. Settlements of claimed
+	// records alone may become durable only with a later commit: a power
+	// loss (never a process crash) may undo them, and their records are
+	// then sent again, which at-least-once delivery allows. It fails with
+	// ErrInvalid when a record or settlement is malformed or a
 	// record is too large for the backend, and with ErrFull when the
 	// backend is out of space; nothing is written then.
 	Write(ctx context.Context, b *Batch) error

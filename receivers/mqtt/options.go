@@ -23,7 +23,7 @@ const (
 	// or MaxInflightBytes is reached the receiver stops reading QoS 1/2
 	// messages (the broker's flow control holds them) and drops QoS 0
 	// messages, counted.
-	MaxInFlight = 10_000
+	MaxInFlight = 2048
 	// MaxReconnectInterval caps paho's exponential reconnect backoff, which
 	// starts at 1s.
 	MaxReconnectInterval = 30 * time.Second

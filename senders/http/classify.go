@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	nethttp "net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -61,14 +62,14 @@ func (e *StatusError) Error() string {
 //	  other 4xx, 5xx)            transient: the target is down or misconfigured
 //
 // The first 512 body bytes go into the error.
-func classify(resp *nethttp.Response, now time.Time, method, url string, perMessageURL bool) error {
+func classify(resp *nethttp.Response, now time.Time, method string, u *url.URL, perMessageURL bool) error {
 	defer resp.Body.Close()
 	code := resp.StatusCode
 	if code >= 200 && code <= 299 {
 		drain(resp.Body)
 		return nil
 	}
-	se := &StatusError{Method: method, URL: url, Status: code}
+	se := &StatusError{Method: method, URL: redact.URL(u.String()), Status: code}
 	head := make([]byte, BodyInReason)
 	n, _ := io.ReadFull(resp.Body, head)
 	se.Body = redact.Text(printable(head[:n])) // a target may echo the request URL

@@ -41,6 +41,7 @@ type header struct {
 type Sender struct {
 	method  string
 	url     *urlTemplate
+	fixed   string // the url, when it has no placeholders: rendered once
 	headers []header
 	client  *nethttp.Client
 	log     *slog.Logger
@@ -63,10 +64,13 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 	if err != nil {
 		return nil, fmt.Errorf("http sender %q: url %s: %w", cfg.ID, redact.URL(o.URL), err)
 	}
+	var fixed string
 	if !u.perMessage() {
-		if _, err := u.render(&message.Envelope{}, nil); err != nil {
+		f, err := u.render(&message.Envelope{}, nil)
+		if err != nil {
 			return nil, fmt.Errorf("http sender %q: %w", cfg.ID, err)
 		}
+		fixed = f.String()
 	}
 	method := strings.ToUpper(cmp.Or(o.Method, DefaultMethod))
 	if _, err := nethttp.NewRequest(method, "http://localhost/", nil); err != nil {
@@ -75,6 +79,7 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 	s := &Sender{
 		method: method,
 		url:    u,
+		fixed:  fixed,
 		log:    cmp.Or(logger, slog.New(slog.DiscardHandler)).With("component", "sender", "sender", cfg.ID),
 	}
 	for name, v := range o.Headers {
@@ -140,7 +145,6 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 	if err != nil {
 		return senders.Permanent(fmt.Errorf("http: message %s: %w", e.ID, err))
 	}
-	target := redact.URL(req.URL.String())
 	resp, err := s.client.Do(req)
 	if err != nil {
 		// Connection refused or reset, DNS, TLS handshake, timeouts and a
@@ -153,9 +157,9 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return fmt.Errorf("http: %s %s: %w", s.method, target, err)
+		return fmt.Errorf("http: %s %s: %w", s.method, redact.URL(req.URL.String()), err)
 	}
-	err = classify(resp, time.Now(), s.method, target, s.url.perMessage())
+	err = classify(resp, time.Now(), s.method, req.URL, s.url.perMessage())
 	if err != nil {
 		s.log.Debug("send failed", "record_id", e.ID, "error", err)
 	}
@@ -167,13 +171,17 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 // would leave its target).
 func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Request, error) {
 	var p message.ParsedPayload
-	u, err := s.url.render(e, &p)
-	if err != nil {
-		return nil, fmt.Errorf("url: %w", err)
+	raw := s.fixed
+	if raw == "" {
+		u, err := s.url.render(e, &p)
+		if err != nil {
+			return nil, fmt.Errorf("url: %w", err)
+		}
+		raw = u.String()
 	}
-	req, err := nethttp.NewRequestWithContext(ctx, s.method, u.String(), bytes.NewReader(e.Payload))
+	req, err := nethttp.NewRequestWithContext(ctx, s.method, raw, bytes.NewReader(e.Payload))
 	if err != nil {
-		return nil, fmt.Errorf("build request for %s: %w", redact.URL(u.String()), errBadURL)
+		return nil, fmt.Errorf("build request for %s: %w", redact.URL(raw), errBadURL)
 	}
 	req.Header.Set("Content-Type", DefaultContentType) // unless a header sets it
 	for _, h := range s.headers {

@@ -79,7 +79,7 @@ func (s *Store) leaseTx(ctx context.Context, fn func() error) error {
 		return err
 	}
 	defer s.mu.Unlock()
-	return mapErr(s.tx(ctx, fn))
+	return mapErr(s.tx(ctx, true, fn))
 }
 
 // List implements stores.Leases; leases come sorted by name.

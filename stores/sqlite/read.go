@@ -40,7 +40,7 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	}
 	defer s.mu.Unlock()
 	var out []stores.Record
-	err := s.tx(ctx, func() error {
+	err := s.tx(ctx, false, func() error { // a lost claim is void anyway
 		var cur int64
 		name := stores.PartitionLease(req.Session, req.Partition)
 		if _, err := s.queryRow(ctx, leaseQuery, []any{name}, &cur); err != nil || cur != req.Token {

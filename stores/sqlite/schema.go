@@ -10,9 +10,9 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// schemaVersion is PRAGMA user_version of this layout; 1 to 5 were the
+// schemaVersion is PRAGMA user_version of this layout; 1 to 6 were the
 // layouts before it, which nothing reads any more.
-const schemaVersion = 6
+const schemaVersion = 7
 
 const schema = `
 CREATE TABLE outbox (
@@ -54,7 +54,7 @@ CREATE INDEX outbox_dead ON outbox (dead_at, seq) WHERE state=1;
 CREATE INDEX outbox_dead_route ON outbox (route, dead_at, seq) WHERE state=1;
 CREATE INDEX outbox_tomb ON outbox (tomb) WHERE state=2;
 -- The live and dead records and live bytes of each session and route,
--- kept by triggers in the transaction that changes them (only inserts and
+-- kept by Write in the transaction that changes them (only inserts and
 -- changes of state move them: tombstones are deleted, never records).
 CREATE TABLE counts (
 	session TEXT    NOT NULL,
@@ -64,15 +64,6 @@ CREATE TABLE counts (
 	bytes   INTEGER NOT NULL,
 	PRIMARY KEY (session, route)
 ) WITHOUT ROWID;
-CREATE TRIGGER count_insert AFTER INSERT ON outbox BEGIN
-	INSERT INTO counts VALUES (new.session, new.route, new.state=0, new.state=1, iif(new.state=0, new.size, 0))
-	ON CONFLICT DO UPDATE SET live=live+excluded.live, dead=dead+excluded.dead, bytes=bytes+excluded.bytes;
-END;
-CREATE TRIGGER count_state AFTER UPDATE OF state ON outbox BEGIN
-	UPDATE counts SET live=live-(old.state=0)+(new.state=0), dead=dead-(old.state=1)+(new.state=1),
-		bytes=bytes-iif(old.state=0, old.size, 0)+iif(new.state=0, new.size, 0)
-	WHERE session=new.session AND route=new.route;
-END;
 CREATE TABLE lease (
 	name  TEXT PRIMARY KEY,
 	owner TEXT    NOT NULL,

@@ -15,12 +15,14 @@
 // row (the fencing-token counter, the seq counter and the epoch).
 //
 // Each Write is one BEGIN IMMEDIATE transaction on the store's single
-// connection, with one durable commit: the settlements, then the appends (a
+// connection, with one commit, fsynced when it appends or drops (a claim,
+// or settlements alone, are not worth an fsync: see Store.Write): the
+// settlements, then the appends (a
 // claimed append is checked against the lease table in that transaction),
 // then a compaction step; runs of Done settlements and of appends go in
 // multi-row statements. Claim is one transaction too: the lease check, then
 // one UPDATE ... RETURNING. The counts Stats reports are a small table that
-// triggers keep in the same transactions.
+// Write keeps in the same transaction (one upsert per session and route).
 //
 // Single ownership: Open takes an exclusive flock on <path>.lock (holding
 // the owner's host name and pid) for the life of the Store; a second Open of
@@ -105,6 +107,7 @@ type Store struct {
 	seq    int64 // the last Seq given
 	tombs  int64 // tombstones in the file
 	tomb   int64 // the number of the last Write that made tombstones
+	synced bool  // the connection's synchronous pragma is opts.Sync (else normal)
 }
 
 // Open opens the store at path, creating it (and its directory, 0700; the
@@ -171,7 +174,8 @@ func (s *Store) open() error {
 	if s.opts.ReadOnly {
 		return nil
 	}
-	return s.tx(ctx, func() error {
+	s.synced = true
+	return s.tx(ctx, true, func() error {
 		if version == 0 {
 			if _, err := s.conn.ExecContext(ctx, schema+fmt.Sprintf(`; PRAGMA user_version = %d`, schemaVersion)); err != nil {
 				return err
@@ -236,10 +240,21 @@ func (s *Store) enter(ctx context.Context, write bool) error {
 	return nil
 }
 
-// tx runs fn in a transaction on s.conn: BEGIN IMMEDIATE, then COMMIT (one
-// durable commit) when fn returns nil, else ROLLBACK. ctx may interrupt fn,
-// never the COMMIT: its result must be what happened.
-func (s *Store) tx(ctx context.Context, fn func() error) error {
+// tx runs fn in a transaction on s.conn: BEGIN IMMEDIATE, then COMMIT when
+// fn returns nil, else ROLLBACK. ctx may interrupt fn, never the COMMIT: its
+// result must be what happened. A durable commit fsyncs (with Sync "full");
+// one that is not is written to the WAL without an fsync and becomes
+// durable with the next fsync (the next durable commit or a checkpoint): a
+// power loss may undo it, a process crash cannot, and the file stays
+// consistent either way (what survives is a prefix of the commits).
+func (s *Store) tx(ctx context.Context, durable bool, fn func() error) error {
+	if want := durable || s.opts.Sync != "full"; want != s.synced {
+		mode := map[bool]string{true: s.opts.Sync, false: "normal"}[want]
+		if _, err := s.conn.ExecContext(ctx, `PRAGMA synchronous = `+mode); err != nil {
+			return err
+		}
+		s.synced = want
+	}
 	if _, err := s.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,16 +31,18 @@ const (
 	retryQuery = `UPDATE outbox SET attempts=?1, first_at=?5, next_at=?6, last_error=?7
 		WHERE ` + byKey + ` AND state=0 AND token=?8`
 	deadLetterQuery = `UPDATE outbox SET state=1, token=0, attempts=?1, first_at=?5, last_error=?6, dead_reason=?6,
-		dead_at=?7 WHERE ` + byKey + ` AND state=0 AND token=?8`
+		dead_at=?7 WHERE ` + byKey + ` AND state=0 AND token=?8 RETURNING size`
 	// absorbQuery finds a reason not to append a record (key ?2 to ?4)
 	// with coalesce key ?5 received at ?6: its key is present, or an
 	// unclaimed record of its coalesce key received later waits.
 	absorbQuery = `SELECT 1 FROM outbox WHERE ` + byKey + ` UNION ALL SELECT 1 FROM outbox WHERE ` + byCoalesce +
 		` AND received_at>?6`
 	// replaceQuery makes tombstones of the unclaimed records of a coalesce key.
-	replaceQuery = `UPDATE outbox SET ` + tombstone + ` WHERE ` + byCoalesce
+	replaceQuery = `UPDATE outbox SET ` + tombstone + ` WHERE ` + byCoalesce + ` RETURNING size`
 	byCoalesce   = `session=?4 AND route=?3 AND ckey=?5 AND state=0 AND token=0 AND ckey<>''`
 	leaseQuery   = `SELECT token FROM lease WHERE name = ?`
+	countsQuery  = `INSERT INTO counts VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE
+		SET live=live+excluded.live, dead=dead+excluded.dead, bytes=bytes+excluded.bytes`
 	compactQuery = `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state=2 ORDER BY tomb LIMIT ?)`
 	insertCols   = `seq, session, part, route, id, state, token, size, created_at, ckey, received_at, topic,
 		payload, headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error,
@@ -51,7 +54,7 @@ const (
 func doneQuery(n int) string {
 	return `UPDATE outbox SET ` + tombstone + ` FROM (VALUES ` + tuples(4, n) + `) AS d
 		WHERE outbox.id=d.column1 AND outbox.route=d.column2 AND outbox.session=d.column3 AND outbox.state=0
-		AND outbox.token=d.column4 RETURNING outbox.id, outbox.route, outbox.session`
+		AND outbox.token=d.column4 RETURNING outbox.id, outbox.route, outbox.session, outbox.size`
 }
 
 // insertQuery inserts n records (insertCols), skipping those whose key is
@@ -76,11 +79,11 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 		return fmt.Errorf("sqlite: write: %w", err)
 	}
 	defer s.mu.Unlock()
-	w := &write{s: s, ctx: ctx, now: s.opts.Now(), leases: map[string]int64{},
+	w := &write{s: s, ctx: ctx, now: s.opts.Now(), leases: map[string]int64{}, counts: map[[2]string]*[3]int64{},
 		seqs: make([]int64, len(b.Append)), tokens: make([]int64, len(b.Append)), stale: make([]bool, len(b.Settle))}
 	seq, tombs := s.seq, s.tombs
 	s.tomb++
-	if err := s.tx(ctx, func() error { return w.batch(b) }); err != nil {
+	if err := s.tx(ctx, durable(b), func() error { return w.batch(b) }); err != nil {
 		s.seq, s.tombs = seq, tombs
 		return fmt.Errorf("sqlite: write: %w", mapErr(err))
 	}
@@ -101,13 +104,23 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	return nil
 }
 
+// durable reports whether b's commit must be durable when Write returns:
+// it appends (the caller acknowledges the source on it) or drops a dead
+// letter (an operator's request). Settlements of claimed records alone may
+// be undone by a power loss: their records are then sent again, which
+// at-least-once delivery allows.
+func durable(b *stores.Batch) bool {
+	return len(b.Append) > 0 || slices.ContainsFunc(b.Settle, func(s stores.Settlement) bool { return s.Outcome == stores.Drop })
+}
+
 // write is one Write in progress, with what it stamps on the batch once
 // committed.
 type write struct {
 	s      *Store
 	ctx    context.Context
 	now    time.Time
-	leases map[string]int64 // partition lease name -> current token (0: none)
+	leases map[string]int64        // partition lease name -> current token (0: none)
+	counts map[[2]string]*[3]int64 // session, route -> changes of live, dead, live bytes
 	seqs   []int64
 	tokens []int64
 	stale  []bool
@@ -161,8 +174,24 @@ func (w *write) batch(b *stores.Batch) error {
 		}
 		s.tombs -= n
 	}
+	for k, c := range w.counts {
+		if _, err := s.exec(w.ctx, countsQuery, k[0], k[1], c[0], c[1], c[2]); err != nil {
+			return err
+		}
+	}
 	_, err := s.exec(w.ctx, `UPDATE meta SET seq = ?`, s.seq)
 	return err
+}
+
+// count records a change of the live and dead records and live bytes of a
+// session and route, written to the counts table at the end of the Write.
+func (w *write) count(session, route string, live, dead, bytes int64) {
+	c := w.counts[[2]string{session, route}]
+	if c == nil {
+		c = new([3]int64)
+		w.counts[[2]string{session, route}] = c
+	}
+	c[0], c[1], c[2] = c[0]+live, c[1]+dead, c[2]+bytes
 }
 
 // runs calls fn(i, n) on [i, j) cut into chunks.
@@ -186,12 +215,16 @@ func (w *write) done(st []stores.Settlement, stale []bool) error {
 		at[st[i].Key], stale[i] = i, true
 	}
 	return w.s.each(w.ctx, doneQuery(len(st)), args, func(rs *sql.Rows) error {
-		var k stores.Key
-		if err := rs.Scan(&k.ID, &k.Route, &k.Session); err != nil {
+		var (
+			k    stores.Key
+			size int64
+		)
+		if err := rs.Scan(&k.ID, &k.Route, &k.Session, &size); err != nil {
 			return err
 		}
 		stale[at[k]] = false
 		w.s.tombs++
+		w.count(k.Session, k.Route, -1, 0, -size)
 		return nil
 	})
 }
@@ -207,13 +240,20 @@ func (w *write) settle(i int, st *stores.Settlement) error {
 	case stores.Drop:
 		if n, err = s.exec(ctx, dropQuery, s.tomb, st.ID, st.Route, st.Session); n == 1 {
 			s.tombs++
+			w.count(st.Session, st.Route, 0, -1, 0)
 		}
 	case stores.Retry:
 		n, err = s.exec(ctx, retryQuery, st.Attempts, st.ID, st.Route, st.Session,
 			nanos(st.FirstAttemptAt), nanos(st.NextAttemptAt), st.Reason, st.Token)
 	case stores.DeadLetter:
-		n, err = s.exec(ctx, deadLetterQuery, st.Attempts, st.ID, st.Route, st.Session,
-			nanos(st.FirstAttemptAt), st.Reason, nanos(cmp.Or(st.At, w.now)), st.Token)
+		var size int64
+		var ok bool
+		ok, err = s.queryRow(ctx, deadLetterQuery, []any{st.Attempts, st.ID, st.Route, st.Session,
+			nanos(st.FirstAttemptAt), st.Reason, nanos(cmp.Or(st.At, w.now)), st.Token}, &size)
+		if ok {
+			n = 1
+			w.count(st.Session, st.Route, -1, 1, -size)
+		}
 	}
 	w.stale[i] = n != 1
 	return err
@@ -252,6 +292,11 @@ func (w *write) insert(rs []stores.Record, at int) error {
 			return err
 		}
 		w.seqs[at+int(seq-first)] = seq
+		if r := &rs[seq-first]; r.State == stores.Dead {
+			w.count(r.Session, r.Route, 0, 1, 0)
+		} else {
+			w.count(r.Session, r.Route, 1, 0, r.Size())
+		}
 		return nil
 	})
 }
@@ -286,7 +331,11 @@ func (w *write) coalesce(r *stores.Record) (absorbed bool, err error) {
 	if absorbed, err = s.queryRow(w.ctx, absorbQuery, args, &one); absorbed || err != nil {
 		return true, err
 	}
-	n, err := s.exec(w.ctx, replaceQuery, args[:5]...)
-	s.tombs += n
-	return false, err
+	return false, s.each(w.ctx, replaceQuery, args[:5], func(rs *sql.Rows) error {
+		var size int64
+		err := rs.Scan(&size)
+		s.tombs++
+		w.count(r.Session, r.Route, -1, 0, -size)
+		return err
+	})
 }

@@ -131,3 +131,62 @@ func TestStore_CompactsInBoundedSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestStore_DurableCommits: a Write that appends or drops commits with the
+// store's Sync (an fsync with "full"), also right after a claim or a Write
+// of settlements alone, which commit without one.
+func TestStore_DurableCommits(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "outbox.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	l, err := s.Acquire(ctx, stores.PartitionLease("s", 0), "me", time.Minute, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	synchronous := func(step string, want int) {
+		t.Helper()
+		var got int
+		if err := s.conn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&got); err != nil || got != want {
+			t.Fatalf("after %s: synchronous = %d (%v), want %d", step, got, err, want)
+		}
+	}
+	const full, normal = 2, 1
+	a, b := durableRec("a"), durableRec("b")
+	for _, r := range []*stores.Record{&a, &b} {
+		r.Session, r.Token = "s", l.Token
+	}
+	if err := s.Write(ctx, &stores.Batch{Append: []stores.Record{a}}); err != nil {
+		t.Fatal(err)
+	}
+	synchronous("an append", full)
+	if _, err := s.Claim(ctx, stores.ClaimRequest{Session: "s", Token: l.Token, Limit: 10}); err != nil {
+		t.Fatal(err)
+	}
+	synchronous("a claim", normal)
+	if err := s.Write(ctx, &stores.Batch{Append: []stores.Record{b}}); err != nil {
+		t.Fatal(err)
+	}
+	synchronous("an append after a claim", full)
+	done := stores.Batch{Settle: []stores.Settlement{{Key: a.Key(), Token: l.Token, Outcome: stores.Done}}}
+	if err := s.Write(ctx, &done); err != nil || done.Settle[0].Stale {
+		t.Fatalf("settle: %v, stale %v", err, done.Settle[0].Stale)
+	}
+	synchronous("settlements alone", normal)
+	dead := durableRec("c")
+	dead.State, dead.DeadReason = stores.Dead, "x"
+	if err := s.Write(ctx, &stores.Batch{Append: []stores.Record{dead}}); err != nil {
+		t.Fatal(err)
+	}
+	synchronous("a dead letter", full)
+	if err := s.Write(ctx, &stores.Batch{Settle: []stores.Settlement{{Key: dead.Key(), Outcome: stores.Drop}}}); err != nil {
+		t.Fatal(err)
+	}
+	synchronous("a drop", full)
+}
+
+func durableRec(id string) stores.Record {
+	return stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{ID: id, Topic: "t", Payload: []byte("p")}}
+}
