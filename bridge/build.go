@@ -230,7 +230,7 @@ func (b *Bridge) newGroup(s *session) {
 		Session: s.id, Partitions: s.partitions, BatchSize: s.batch,
 		Window: max(4*s.batch, 1024), Poll: s.poll, Routes: s.routes,
 		Owner: b.owner, LeaseTTL: b.leaseTTL(), ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
-		AbandonGrace: 2 * time.Second, Logger: b.base, Observer: b.drainObserver(),
+		AbandonGrace: 2 * time.Second, Logger: b.base, Observer: &observer{b: b},
 	}, b.store, b.writer)
 }
 

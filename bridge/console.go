@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/admin"
-	"github.com/gobridge/gobridge/drainer"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 )
@@ -14,38 +13,6 @@ import (
 // This file wires the operator tools (package admin): the delivery journal
 // that the drainers report to, and the admin API (/api/) and console
 // (/console) on the admin server, over the bridge's outbox (Outbox).
-
-// journalObserver reports drainer events to the bridge's observer
-// (metrics, stall detection) and to the delivery journal.
-type journalObserver struct {
-	*observer
-	j *admin.Journal
-}
-
-func (o journalObserver) Delivered(out drainer.Outcome) {
-	o.observer.Delivered(out)
-	o.j.Delivered(out)
-}
-
-func (o journalObserver) Limit(route string, n int) {
-	o.observer.Limit(route, n)
-	o.j.Limit(route, n)
-}
-
-func (o journalObserver) InFlight(route string, n int) {
-	o.observer.InFlight(route, n)
-	o.j.InFlight(route, n)
-}
-
-func (o journalObserver) Sent(session string, at time.Time) {
-	o.observer.Sent(session, at)
-	o.j.Sent(session, at)
-}
-
-// drainObserver is the observer every drainer group reports to.
-func (b *Bridge) drainObserver() drainer.Observer {
-	return journalObserver{observer: &observer{b: b}, j: b.journal}
-}
 
 // mountOperatorTools mounts the admin API and console on the admin server.
 // With bridge.admin.token every /api/ call needs it; without, reads are open
@@ -86,7 +53,7 @@ func (o *Outbox) Stats(ctx context.Context) ([]stores.SessionStats, error) { ret
 // Requeue implements admin.Outbox.
 func (o *Outbox) Requeue(ctx context.Context, id, route string) (stores.Record, error) {
 	b := (*Bridge)(o)
-	r, err := stores.Requeue(ctx, b.store, id, route, b.place, time.Now())
+	r, err := stores.Requeue(ctx, b.store, id, route, Placer(b.cur.Load().cfg), time.Now())
 	if err != nil {
 		return r, err
 	}
@@ -106,9 +73,6 @@ func (o *Outbox) Drop(ctx context.Context, id string) error {
 	}
 	return err
 }
-
-// place says where a route's records go in this configuration.
-func (b *Bridge) place(route string) (string, int, error) { return Placer(b.cur.Load().cfg)(route) }
 
 // Placer says where each route of cfg keeps its records: a shared_outbox
 // route in its session, a direct_hold route's ingest dead letters in the

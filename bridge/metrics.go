@@ -208,7 +208,8 @@ func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// observer turns drainer events into metrics and stall-detection state.
+// observer turns drainer events into metrics, stall-detection state and
+// the delivery journal's entries.
 type observer struct{ b *Bridge }
 
 var _ drainer.Observer = (*observer)(nil)
@@ -235,20 +236,26 @@ func (o *observer) Delivered(out drainer.Outcome) {
 	if out.Latency > 0 {
 		m.sendSeconds.WithLabelValues(out.Route).Observe(out.Latency.Seconds())
 	}
+	o.b.journal.Delivered(out)
 }
 
 // Limit implements drainer.Observer.
 func (o *observer) Limit(route string, n int) {
 	o.b.metrics.limit.WithLabelValues(route).Set(float64(n))
+	o.b.journal.Limit(route, n)
 }
 
 // InFlight implements drainer.Observer.
 func (o *observer) InFlight(route string, n int) {
 	o.b.metrics.inFlight.WithLabelValues(route).Set(float64(n))
+	o.b.journal.InFlight(route, n)
 }
 
 // Abandoned implements drainer.Observer.
 func (o *observer) Abandoned(route string) { o.b.metrics.abandoned.WithLabelValues(route).Inc() }
 
 // Sent implements drainer.Observer.
-func (o *observer) Sent(session string, at time.Time) { o.b.noteSent(session, at) }
+func (o *observer) Sent(session string, at time.Time) {
+	o.b.noteSent(session, at)
+	o.b.journal.Sent(session, at)
+}

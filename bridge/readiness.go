@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -72,8 +73,6 @@ func (b *Bridge) Ready(ctx context.Context) Readiness {
 		}
 	}
 	sessions, routes := b.limits.full()
-	slices.Sort(sessions)
-	slices.Sort(routes)
 	for _, s := range sessions {
 		add("session %s: at max_outbox_depth or max_outbox_bytes: ingest is pushing back on the publishers", s)
 	}
@@ -81,13 +80,7 @@ func (b *Bridge) Ready(ctx context.Context) Readiness {
 		add("route %s: holds max_dead_letters: records that would die are retried, ingest dead letters push back", r)
 	}
 	refused := b.limits.refusals()
-	for _, r := range slices.Sorted(func(yield func(string) bool) {
-		for k := range refused {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, r := range slices.Sorted(maps.Keys(refused)) {
 		add("route %s: a record the store refused, also as a truncated dead letter, is left unacknowledged and holds its receiver: %s", r, refused[r])
 	}
 	return Readiness{Ready: len(reasons) == 0, Reasons: reasons}
