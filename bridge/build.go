@@ -109,6 +109,16 @@ type recv struct {
 // letters of direct_hold routes.
 const homePrefix = "~"
 
+// home says where route rc keeps its records: a shared_outbox or
+// direct_or_outbox route in its session, a direct_hold route's ingest dead
+// letters in the session "~" + its id (one partition).
+func home(rc routes.RouteConfig) (session string, partitions int) {
+	if rc.DeliveryMode == routes.DirectHold {
+		return homePrefix + rc.ID, 1
+	}
+	return rc.Session.ID, rc.Session.Partitions
+}
+
 // ownerName names this process in leases: the bridge id and a nonce, so
 // that two processes with one bridge.id never take each other's leases.
 func ownerName(bridgeID string) string {
@@ -168,19 +178,18 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 		return nil, fmt.Errorf("bridge: route %s: %w", rc.ID, err)
 	}
 	r.process = proc
+	r.home, r.homePartitions = home(rc)
 	switch r.mode {
 	case routes.SharedOutbox, routes.DirectOrOutbox:
 		if b.store == nil || rc.Session.ID == "" {
 			return nil, fmt.Errorf("bridge: route %s: %s needs stores.outbox and session.id", rc.ID, r.mode)
 		}
-		r.session, r.partitions = rc.Session.ID, rc.Session.Partitions
-		r.home, r.homePartitions = r.session, r.partitions
+		r.session, r.partitions = r.home, r.homePartitions
 		if r.mode == routes.DirectOrOutbox {
 			r.fallback = newFallback(b, r)
 		}
 	case routes.DirectHold:
 		r.hold = newHolder(b, r)
-		r.home, r.homePartitions = homePrefix+rc.ID, 1
 	default:
 		return nil, fmt.Errorf("bridge: route %s: unknown delivery_mode %q", rc.ID, r.mode)
 	}
@@ -189,7 +198,8 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 }
 
 // addToSession registers r with its home session in p (creating it).
-func (b *Bridge) addToSession(p *parts, r *route, rc routes.RouteConfig) {
+func (b *Bridge) addToSession(p *parts, r *route) {
+	rc := r.cfg
 	s := p.sessions[r.home]
 	if s == nil {
 		s = &session{id: r.home, sessionSettings: sessionSettings{partitions: r.homePartitions, batch: routes.DefaultSessionBatchSize,
@@ -229,28 +239,9 @@ func (b *Bridge) newGroup(s *session) {
 	s.group = drainer.New(drainer.Options{
 		Session: s.id, Partitions: s.partitions, BatchSize: s.batch,
 		Window: max(4*s.batch, 1024), Poll: s.poll, Routes: s.routes,
-		Owner: b.owner, LeaseTTL: b.leaseTTL(), ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
+		Owner: b.owner, LeaseTTL: b.cfg.Bridge.LeaseTTL.D(), ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
 		AbandonGrace: 2 * time.Second, Logger: b.base, Observer: &observer{b: b},
 	}, b.store, b.writer)
-}
-
-// leaseTTL is how long this instance's leases last without renewal
-// (bridge.lease_ttl).
-func (b *Bridge) leaseTTL() time.Duration { return b.cfg.Bridge.LeaseTTL.D() }
-
-// openStore opens the outbox store (nil when none is configured).
-func (b *Bridge) openStore() error {
-	oc := b.cfg.Stores.Outbox
-	if oc == nil {
-		return nil
-	}
-	st, err := openStoreBackend(*oc)
-	if err != nil {
-		return fmt.Errorf("bridge: open outbox store: %w", err)
-	}
-	b.store = st
-	b.closers = append(b.closers, st.Close)
-	return nil
 }
 
 // newRecv builds a receiver with its own ingest sink: a guarded one when

@@ -5,37 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 )
-
-// This file wires the operator tools (package admin): the delivery journal
-// that the drainers report to, and the admin API (/api/) and console
-// (/console) on the admin server, over the bridge's outbox (Outbox).
-
-// mountOperatorTools mounts the admin API and console on the admin server.
-// With bridge.admin.token every /api/ call needs it; without, reads are open
-// and mutations come only from loopback. Foreign Host headers are refused
-// (package admin).
-func (b *Bridge) mountOperatorTools() {
-	a := b.cfg.Bridge.Admin
-	opts := admin.Options{Journal: b.journal, Token: a.Token.Reveal(), AllowedHosts: a.AllowedHosts, Logger: b.log}
-	if a.Listen != nil {
-		opts.Listen = *a.Listen
-	}
-	if b.store != nil {
-		opts.Store = (*Outbox)(b)
-	}
-	h := admin.New(opts)
-	b.ops = h
-	b.admin.mux.Handle("/api/", h)
-	b.admin.mux.Handle("/console", h)
-	b.admin.mux.Handle("/console/", h)
-}
-
-// Journal returns the delivery journal.
-func (b *Bridge) Journal() *admin.Journal { return b.journal }
 
 // Outbox is the running bridge's outbox as the admin API and the CLI use
 // it: reads go to the store; a requeue is placed where the route's records
@@ -74,19 +46,15 @@ func (o *Outbox) Drop(ctx context.Context, id string) error {
 	return err
 }
 
-// Placer says where each route of cfg keeps its records: a shared_outbox
-// route in its session, a direct_hold route's ingest dead letters in the
-// session "~" + its id (one partition). It fails for a route cfg lacks.
+// Placer says where each route of cfg keeps its records (see home). It
+// fails for a route cfg lacks.
 func Placer(cfg *routes.Config) stores.Placer {
 	return func(route string) (string, int, error) {
 		for _, r := range cfg.Routes {
-			if r.ID != route {
-				continue
+			if r.ID == route {
+				session, partitions := home(r)
+				return session, partitions, nil
 			}
-			if r.DeliveryMode == routes.DirectHold {
-				return homePrefix + r.ID, 1, nil
-			}
-			return r.Session.ID, r.Session.Partitions, nil
 		}
 		return "", 0, fmt.Errorf("route %q is not in the configuration (requeue it under its new route id)", route)
 	}
