@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/gobridge/gobridge/message"
-
 	"github.com/gobridge/gobridge/drainer"
-	"github.com/gobridge/gobridge/processors"
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/receivers/httplistener"
 	"github.com/gobridge/gobridge/receivers/listener"
@@ -62,22 +59,6 @@ func newSenderBackend(c routes.SenderConfig, maxInFlight int, log *slog.Logger) 
 		return sqs.New(context.Background(), c, log)
 	}
 	return nil, fmt.Errorf("unknown sender type %q", c.Type)
-}
-
-// compileProcessors compiles the route's processors and ordering key; the
-// chain sets env.Key from ordering_key.
-func compileProcessors(rc routes.RouteConfig) (func(*message.Envelope) (bool, string, error), error) {
-	if len(rc.Processors) == 0 && rc.OrderingKey == "" {
-		return nil, nil
-	}
-	ch, err := processors.Compile(rc)
-	if err != nil {
-		return nil, fmt.Errorf("compile processors: %w", err)
-	}
-	return func(env *message.Envelope) (bool, string, error) {
-		res, err := ch.Process(env)
-		return res.Drop, res.CoalesceKey, err
-	}, nil
 }
 
 // mqttOptions maps an mqtt receiver's config to its Options.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gobridge/gobridge/drainer"
 	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/processors"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/senders/stdout"
@@ -27,7 +28,9 @@ type route struct {
 	sender drainer.Sender
 	health *senders.Health
 	policy drainer.Policy
-	// process runs the processors and sets the ordering key; nil: none.
+	// chain runs the processors and sets the ordering key; process is its
+	// Process for ingest, nil when the route has neither.
+	chain   *processors.Chain
 	process func(env *message.Envelope) (drop bool, coalesceKey string, err error)
 	// session and partitions: where an outbox route's records go.
 	session    string
@@ -173,11 +176,17 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 		ttl: p.TTL.D(), stallAfter: p.StallAfter.D(), directTimeout: p.DirectTimeout.D(),
 		dlq: p.OnPermanentFailure == routes.PolicyDLQ && b.store != nil, quit: make(chan struct{}),
 	}
-	proc, err := compileProcessors(rc)
+	ch, err := processors.Compile(rc)
 	if err != nil {
-		return nil, fmt.Errorf("bridge: route %s: %w", rc.ID, err)
+		return nil, fmt.Errorf("bridge: route %s: compile processors: %w", rc.ID, err)
 	}
-	r.process = proc
+	r.chain = ch
+	if len(rc.Processors) > 0 || rc.OrderingKey != "" {
+		r.process = func(env *message.Envelope) (bool, string, error) {
+			res, err := ch.Process(env)
+			return res.Drop, res.CoalesceKey, err
+		}
+	}
 	r.home, r.homePartitions = home(rc)
 	switch r.mode {
 	case routes.SharedOutbox, routes.DirectOrOutbox:
@@ -218,11 +227,8 @@ func (b *Bridge) addToSession(p *parts, r *route) {
 	}
 	s.stallAfter = min(s.stallAfter, r.stallAfter)
 	prep := func(env *message.Envelope) (bool, error) {
-		if r.process == nil {
-			return false, nil
-		}
-		drop, _, err := r.process(env)
-		return drop, err
+		res, err := r.chain.Process(env)
+		return res.Drop, err
 	}
 	dr := drainer.Route{
 		Sender: r.sender, Health: r.health, Policy: r.policy, Prepare: prep,
