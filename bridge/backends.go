@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 
 	"github.com/gobridge/gobridge/drainer"
@@ -14,6 +15,7 @@ import (
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/senders/http"
 	"github.com/gobridge/gobridge/senders/sqs"
+	"github.com/gobridge/gobridge/senders/stdout"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/dynamodb"
 	"github.com/gobridge/gobridge/stores/memory"
@@ -51,8 +53,11 @@ func openStoreBackend(c routes.StoreConfig) (stores.Store, error) {
 	return nil, fmt.Errorf("outbox store type %q is not available in this build", c.Type)
 }
 
-func newSenderBackend(c routes.SenderConfig, maxInFlight int, log *slog.Logger) (drainer.Sender, error) {
+// newSenderBackend builds the sender c names; stdout senders write to out.
+func newSenderBackend(c routes.SenderConfig, maxInFlight int, out io.Writer, log *slog.Logger) (drainer.Sender, error) {
 	switch c.Type {
+	case routes.SenderStdout:
+		return stdout.New(out), nil
 	case routes.SenderHTTP:
 		return http.New(c, maxInFlight, log)
 	case routes.SenderSQS:

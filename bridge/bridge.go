@@ -142,9 +142,6 @@ func (b *Bridge) build(reg prometheus.Registerer) error {
 		return err
 	}
 	b.prepare(p)
-	for _, rc := range p.receivers {
-		rc.in.set(p.routesOf(rc.id))
-	}
 	if b.writer != nil {
 		b.writer.setGroups(p.sessions)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/gobridge/gobridge/processors"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/senders"
-	"github.com/gobridge/gobridge/senders/stdout"
 )
 
 // route is one configured route, ready to take messages. A reload keeps
@@ -133,11 +132,8 @@ func ownerName(bridgeID string) string {
 // newSender builds one sender and its health, reported as
 // gobridge_sender_up, in the log and in the journal.
 func (b *Bridge) newSender(sc routes.SenderConfig, maxInFlight int) (*sender, error) {
-	var s drainer.Sender
-	var err error
-	if sc.Type == routes.SenderStdout {
-		s = stdout.New(b.stdout)
-	} else if s, err = newSenderBackend(sc, maxInFlight, b.base); err != nil {
+	s, err := newSenderBackend(sc, maxInFlight, b.stdout, b.base)
+	if err != nil {
 		return nil, err
 	}
 	h := senders.NewHealth()

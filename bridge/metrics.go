@@ -49,10 +49,7 @@ type metrics struct {
 	appendBatch   prometheus.Histogram   // gobridge_outbox_append_batch_records
 	appendErrors  prometheus.Counter     // gobridge_outbox_append_errors_total
 
-	// receivers
-	connected  *prometheus.GaugeVec // gobridge_receiver_connected{receiver}
-	subscribed *prometheus.GaugeVec // gobridge_receiver_subscribed{receiver}
-	ready      prometheus.Gauge     // gobridge_ready
+	ready prometheus.Gauge // gobridge_ready
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -110,8 +107,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Failed group-commit appends (retried).",
 		}),
 
-		connected:  gauge("receiver", "connected", "1 when the receiver is connected (listener: accepting).", "receiver"),
-		subscribed: gauge("receiver", "subscribed", "1 when every subscription of the receiver was granted.", "receiver"),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "gobridge", Name: "ready", Help: "1 when /readyz reports ready.",
 		}),
@@ -121,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.routeReceived, m.routeAcked, m.filtered, m.persisted,
 		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.abandoned, m.stale, m.direct, m.fallback, m.senderUp, m.sendSeconds, m.limit, m.inFlight,
 		m.pending, m.bytes, m.deadLetters, m.oldestAge, m.backpressure, m.appendSeconds, m.appendBatch, m.appendErrors,
-		m.connected, m.subscribed, m.ready,
+		m.ready,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -145,8 +140,6 @@ func (m *metrics) initReceiver(id string) {
 	m.received.WithLabelValues(id)
 	m.acked.WithLabelValues(id)
 	m.unmatched.WithLabelValues(id)
-	m.connected.WithLabelValues(id)
-	m.subscribed.WithLabelValues(id)
 }
 
 // receiverStats is implemented by receivers that count their own events.
@@ -154,10 +147,15 @@ type receiverStats interface {
 	Stats() receivers.Stats
 }
 
-// receiverCollector exports the receivers' own counters at scrape time.
+// receiverCollector exports the receivers' states and their own counters
+// at scrape time.
 type receiverCollector struct{ b *Bridge }
 
 var (
+	descConnected = prometheus.NewDesc("gobridge_receiver_connected",
+		"1 when the receiver is connected (listener: accepting).", []string{"receiver"}, nil)
+	descSubscribed = prometheus.NewDesc("gobridge_receiver_subscribed",
+		"1 when every subscription of the receiver was granted.", []string{"receiver"}, nil)
 	descReconnects = prometheus.NewDesc("gobridge_receiver_reconnects_total",
 		"Successful connections after the first (mqtt).", []string{"receiver"}, nil)
 	descDropped = prometheus.NewDesc("gobridge_receiver_dropped_total",
@@ -179,7 +177,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c receiverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReconnects, descDropped, descAbandoned, descUnrouted, descRecvInFlight, descRecvInFlightBytes, descRejected, descAdopted} {
+	for _, d := range []*prometheus.Desc{descConnected, descSubscribed, descReconnects, descDropped, descAbandoned, descUnrouted, descRecvInFlight, descRecvInFlightBytes, descRejected, descAdopted} {
 		ch <- d
 	}
 }
@@ -187,6 +185,9 @@ func (c receiverCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, nr := range c.b.cur.Load().receivers {
+		status := nr.r.Status()
+		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, b2f(status.Connected), nr.id)
+		ch <- prometheus.MustNewConstMetric(descSubscribed, prometheus.GaugeValue, b2f(status.Subscribed), nr.id)
 		rs, ok := nr.r.(receiverStats)
 		if !ok {
 			continue

@@ -10,8 +10,8 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// monitorInterval is how often receiver states, outbox gauges and the
-// admission counts are refreshed.
+// monitorInterval is how often the outbox gauges, the admission counts and
+// gobridge_ready are refreshed.
 const monitorInterval = time.Second
 
 // appendFailingAfter is how long outbox writes may fail before /readyz
@@ -111,18 +111,13 @@ func withReason(reason string) string {
 	return ": " + reason
 }
 
-// monitor refreshes the receiver and outbox gauges and the admission
-// counts every monitorInterval until ctx is done. Run owns the goroutine
+// monitor refreshes the outbox gauges, the admission counts and
+// gobridge_ready every monitorInterval until ctx is done. Run owns the goroutine
 // that calls it.
 func (b *Bridge) monitor(ctx context.Context) {
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
 	for {
-		for _, nr := range b.cur.Load().receivers {
-			st := nr.r.Status()
-			b.metrics.connected.WithLabelValues(nr.id).Set(b2f(st.Connected))
-			b.metrics.subscribed.WithLabelValues(nr.id).Set(b2f(st.Subscribed))
-		}
 		if b.store != nil {
 			b.limits.refresh(ctx, true)
 			if stats, err := b.store.Stats(ctx); err == nil {
