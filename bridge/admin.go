@@ -9,50 +9,45 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/redact"
 	"github.com/gobridge/gobridge/stores"
 )
 
-// adminServer serves /healthz, /readyz and /metrics (open, and free of
-// secrets), and the admin API and console (package admin, guarded by its
-// Host check and token), plus what other parts register with Handle and
-// HandleMutating.
-type adminServer struct {
-	b   *Bridge
-	mux *http.ServeMux
-	ln  net.Listener // nil when disabled
-	srv *http.Server
-}
-
-// newAdminServer builds the handler and, unless bridge.admin.listen is "",
-// opens its listener (so that AdminAddr is known before Run).
-func newAdminServer(b *Bridge) (*adminServer, error) {
-	a := &adminServer{b: b, mux: http.NewServeMux()}
-	a.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+// openAdmin builds the admin handler: /healthz, /readyz and /metrics (open,
+// and free of secrets), and the admin API and console (package admin,
+// guarded by its Host check and token), plus what other parts register
+// with Handle and HandleMutating. Unless bridge.admin.listen is "", it
+// opens the listener (so that AdminAddr is known before Run). /metrics
+// serves gather.
+func (b *Bridge) openAdmin(gather prometheus.Gatherer) error {
+	b.mux = http.NewServeMux()
+	b.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = fmt.Fprintln(w, "ok")
 	})
-	a.mux.HandleFunc("GET /readyz", a.readyz)
-	a.mux.Handle("GET /metrics", promhttp.HandlerFor(b.gather, promhttp.HandlerOpts{DisableCompression: true}))
+	b.mux.HandleFunc("GET /readyz", b.readyz)
+	b.mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{DisableCompression: true}))
+	b.mountOperatorTools()
 	listen := *b.cfg.Bridge.Admin.Listen
 	if listen == "" {
-		return a, nil
+		return nil
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return nil, fmt.Errorf("bridge: admin listener: %w", err)
+		return fmt.Errorf("bridge: admin listener: %w", err)
 	}
-	a.ln = ln
-	a.srv = &http.Server{Handler: a.mux, ReadHeaderTimeout: 10 * time.Second}
-	return a, nil
+	b.adminLn = ln
+	return nil
 }
 
-func (a *adminServer) readyz(w http.ResponseWriter, r *http.Request) {
+func (b *Bridge) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	res := a.b.Ready(ctx)
+	res := b.Ready(ctx)
 	for i, reason := range res.Reasons {
 		res.Reasons[i] = redact.Text(reason) // a broker URL may carry a password
 	}
@@ -64,23 +59,28 @@ func (a *adminServer) readyz(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(res)
 }
 
-func (a *adminServer) addr() string {
-	if a.ln == nil {
+// AdminAddr is the address the admin server listens on ("" when disabled).
+func (b *Bridge) AdminAddr() string {
+	if b.adminLn == nil {
 		return ""
 	}
-	return a.ln.Addr().String()
+	return b.adminLn.Addr().String()
 }
 
-func (a *adminServer) handler() http.Handler { return a.mux }
+// Handler returns the admin HTTP handler (also when the admin listener is
+// disabled), for tests and for embedding.
+func (b *Bridge) Handler() http.Handler { return b.mux }
 
-// run serves until ctx is done, then shuts the server down.
-func (a *adminServer) run(ctx context.Context) error {
-	if a.srv == nil {
+// serveAdmin serves the admin listener until ctx is done, then shuts the
+// server down.
+func (b *Bridge) serveAdmin(ctx context.Context) error {
+	if b.adminLn == nil {
 		<-ctx.Done()
 		return nil
 	}
+	srv := &http.Server{Handler: b.mux, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- a.srv.Serve(a.ln) }()
+	go func() { errc <- srv.Serve(b.adminLn) }()
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {
@@ -91,28 +91,39 @@ func (a *adminServer) run(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := a.srv.Shutdown(sctx); err != nil {
+	if err := srv.Shutdown(sctx); err != nil {
 		// Requests still running after 2s (a slow client): close their
 		// connections rather than leave handler goroutines behind.
-		_ = a.srv.Close()
+		_ = srv.Close()
 	}
 	<-errc
 	return nil
 }
 
-// close releases the listener when Run never served it.
-func (a *adminServer) close() {
-	if a.ln != nil && a.srv != nil {
-		_ = a.srv.Close()
-		_ = a.ln.Close()
+// mountOperatorTools mounts the admin API and console on the admin server.
+// With bridge.admin.token every /api/ call needs it; without, reads are open
+// and mutations come only from loopback. Foreign Host headers are refused
+// (package admin).
+func (b *Bridge) mountOperatorTools() {
+	a := b.cfg.Bridge.Admin
+	opts := admin.Options{Journal: b.journal, Token: a.Token.Reveal(), AllowedHosts: a.AllowedHosts, Logger: b.log}
+	if a.Listen != nil {
+		opts.Listen = *a.Listen
 	}
+	if b.store != nil {
+		opts.Store = (*Outbox)(b)
+	}
+	b.ops = admin.New(opts)
+	b.mux.Handle("/api/", b.ops)
+	b.mux.Handle("/console", b.ops)
+	b.mux.Handle("/console/", b.ops)
 }
 
 // Handle registers an admin endpoint (pattern as for http.ServeMux) behind
 // the admin API's Host check and token (package admin). Call it before Run.
 func (b *Bridge) Handle(pattern string, h http.Handler) {
 	b.ops.Handle(pattern, h)
-	b.admin.mux.Handle(pattern, b.ops)
+	b.mux.Handle(pattern, b.ops)
 }
 
 // HandleMutating is Handle for an endpoint that changes state: without
@@ -120,8 +131,11 @@ func (b *Bridge) Handle(pattern string, h http.Handler) {
 // X-Requested-By header. Call it before Run.
 func (b *Bridge) HandleMutating(pattern string, h http.Handler) {
 	b.ops.HandleMutating(pattern, h)
-	b.admin.mux.Handle(pattern, b.ops)
+	b.mux.Handle(pattern, b.ops)
 }
+
+// Journal returns the delivery journal.
+func (b *Bridge) Journal() *admin.Journal { return b.journal }
 
 // Store returns the outbox store the bridge opened (nil when the config has
 // none), for admin endpoints registered with Handle and HandleMutating. It

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"maps"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,17 +33,18 @@ type admission struct {
 	io sync.Mutex
 
 	mu       sync.Mutex
-	sessions map[string]*sessionCount
-	routes   map[string]*routeCount
-	changed  chan struct{} // closed and replaced on every change
+	sessions map[string]*tally // live records and their bytes
+	routes   map[string]*tally // dead letters (no byte limit)
+	changed  chan struct{}     // closed and replaced on every change
 	lastRead time.Time
 	refused  map[string]string // route -> why its last record could not be stored at all
 }
 
-type sessionCount struct {
-	maxLive  int
+// tally is what one session or route holds against its limits.
+type tally struct {
+	max      int
 	maxBytes int64
-	live     int
+	n        int
 	bytes    int64
 	// unwritten counts the records admitted and not written yet: a
 	// refresh adds them to the store's counts.
@@ -49,14 +52,10 @@ type sessionCount struct {
 	unwrittenBytes int64
 }
 
-type routeCount struct {
-	maxDead   int
-	dead      int
-	unwritten int
-}
+func (t *tally) full() bool { return t.n >= t.max || t.bytes >= t.maxBytes }
 
 func newAdmission(read func(ctx context.Context) ([]stores.SessionStats, error)) *admission {
-	return &admission{read: read, sessions: map[string]*sessionCount{}, routes: map[string]*routeCount{},
+	return &admission{read: read, sessions: map[string]*tally{}, routes: map[string]*tally{},
 		changed: make(chan struct{}), refused: map[string]string{}}
 }
 
@@ -65,14 +64,14 @@ func newAdmission(read func(ctx context.Context) ([]stores.SessionStats, error))
 func (a *admission) configure(p *parts) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	sessions, routes := map[string]*sessionCount{}, map[string]*routeCount{}
+	sessions, routes := map[string]*tally{}, map[string]*tally{}
 	for id, s := range p.sessions {
-		sessions[id] = cmp.Or(a.sessions[id], &sessionCount{})
-		sessions[id].maxLive, sessions[id].maxBytes = s.maxLive, s.maxBytes
+		sessions[id] = cmp.Or(a.sessions[id], &tally{})
+		sessions[id].max, sessions[id].maxBytes = s.maxLive, s.maxBytes
 	}
 	for _, r := range p.routes {
-		routes[r.id] = cmp.Or(a.routes[r.id], &routeCount{})
-		routes[r.id].maxDead = r.cfg.Policy.MaxDeadLetters
+		routes[r.id] = cmp.Or(a.routes[r.id], &tally{})
+		routes[r.id].max, routes[r.id].maxBytes = r.cfg.Policy.MaxDeadLetters, math.MaxInt64
 	}
 	a.sessions, a.routes = sessions, routes
 	maps.DeleteFunc(a.refused, func(id string, _ string) bool { return routes[id] == nil })
@@ -85,7 +84,8 @@ func (a *admission) configure(p *parts) {
 func (a *admission) admit(ctx context.Context, rec *stores.Record) bool {
 	for {
 		a.mu.Lock()
-		ok := a.fits(rec)
+		t := a.tallyOf(rec)
+		ok := t == nil || !t.full()
 		if ok {
 			a.count(rec, 1)
 			a.unwritten(rec, 1)
@@ -99,49 +99,41 @@ func (a *admission) admit(ctx context.Context, rec *stores.Record) bool {
 			a.refresh(ctx, false)
 			continue
 		}
-		t := time.NewTimer(refreshWhileBlocked)
+		timer := time.NewTimer(refreshWhileBlocked)
 		select {
 		case <-ch:
-		case <-t.C:
+		case <-timer.C:
 		case <-ctx.Done():
-			t.Stop()
+			timer.Stop()
 			return false
 		}
-		t.Stop()
+		timer.Stop()
 	}
 }
 
-func (a *admission) fits(rec *stores.Record) bool {
+// tallyOf is what rec counts against: its route's dead letters when it is
+// one, else its session's live records (nil: not limited here).
+func (a *admission) tallyOf(rec *stores.Record) *tally {
 	if rec.State == stores.Dead {
-		r := a.routes[rec.Route]
-		return r == nil || r.dead < r.maxDead
+		return a.routes[rec.Route]
 	}
-	s := a.sessions[rec.Session]
-	return s == nil || (s.live < s.maxLive && s.bytes < s.maxBytes)
+	return a.sessions[rec.Session]
 }
 
 // count adds n records like rec to the counts (n < 0 takes them away).
 func (a *admission) count(rec *stores.Record, n int) {
-	if rec.State == stores.Dead {
-		if r := a.routes[rec.Route]; r != nil {
-			r.dead += n
-		}
-	} else if s := a.sessions[rec.Session]; s != nil {
-		s.live += n
-		s.bytes += int64(n) * rec.Size()
+	if t := a.tallyOf(rec); t != nil {
+		t.n += n
+		t.bytes += int64(n) * rec.Size()
 	}
 	a.notify()
 }
 
 // unwritten adds n to the records like rec admitted and not written yet.
 func (a *admission) unwritten(rec *stores.Record, n int) {
-	if rec.State == stores.Dead {
-		if r := a.routes[rec.Route]; r != nil {
-			r.unwritten += n
-		}
-	} else if s := a.sessions[rec.Session]; s != nil {
-		s.unwritten += n
-		s.unwrittenBytes += int64(n) * rec.Size()
+	if t := a.tallyOf(rec); t != nil {
+		t.unwritten += n
+		t.unwrittenBytes += int64(n) * rec.Size()
 	}
 }
 
@@ -185,15 +177,15 @@ func (a *admission) settled(ss []stores.Settlement) {
 		}
 		switch s.Outcome {
 		case stores.Done, stores.DeadLetter:
-			if c := a.sessions[s.Session]; c != nil {
-				c.live--
+			if t := a.sessions[s.Session]; t != nil {
+				t.n--
 			}
-			if r := a.routes[s.Route]; r != nil && s.Outcome == stores.DeadLetter {
-				r.dead++
+			if t := a.routes[s.Route]; t != nil && s.Outcome == stores.DeadLetter {
+				t.n++
 			}
 		case stores.Drop:
-			if r := a.routes[s.Route]; r != nil {
-				r.dead--
+			if t := a.routes[s.Route]; t != nil {
+				t.n--
 			}
 		}
 	}
@@ -220,20 +212,19 @@ func (a *admission) refresh(ctx context.Context, try bool) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, c := range a.sessions {
-		c.live, c.bytes = c.unwritten, c.unwrittenBytes
-	}
-	for _, r := range a.routes {
-		r.dead = r.unwritten
+	for _, m := range []map[string]*tally{a.sessions, a.routes} {
+		for _, t := range m {
+			t.n, t.bytes = t.unwritten, t.unwrittenBytes
+		}
 	}
 	for _, st := range stats {
-		if c := a.sessions[st.Session]; c != nil {
-			c.live += st.Live
-			c.bytes += st.Bytes
+		if t := a.sessions[st.Session]; t != nil {
+			t.n += st.Live
+			t.bytes += st.Bytes
 		}
 		for route, rc := range st.Routes {
-			if r := a.routes[route]; r != nil {
-				r.dead += rc.Dead
+			if t := a.routes[route]; t != nil {
+				t.n += rc.Dead
 			}
 		}
 	}
@@ -250,8 +241,8 @@ func (a *admission) notify() {
 func (a *admission) live(session string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if c := a.sessions[session]; c != nil {
-		return c.live
+	if t := a.sessions[session]; t != nil {
+		return t.n
 	}
 	return 0
 }
@@ -260,25 +251,25 @@ func (a *admission) live(session string) int {
 func (a *admission) deadFull(route string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	r := a.routes[route]
-	return r != nil && r.dead >= r.maxDead
+	t := a.routes[route]
+	return t != nil && t.full()
 }
 
-// full lists the sessions and routes at a limit now, for /readyz.
+// full lists the sessions and routes at a limit now, sorted, for /readyz.
 func (a *admission) full() (sessions, routes []string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for id, c := range a.sessions {
-		if c.live >= c.maxLive || c.bytes >= c.maxBytes {
-			sessions = append(sessions, id)
+	fulls := func(m map[string]*tally) []string {
+		var ids []string
+		for id, t := range m {
+			if t.full() {
+				ids = append(ids, id)
+			}
 		}
+		slices.Sort(ids)
+		return ids
 	}
-	for id, r := range a.routes {
-		if r.dead >= r.maxDead {
-			routes = append(routes, id)
-		}
-	}
-	return sessions, routes
+	return fulls(a.sessions), fulls(a.routes)
 }
 
 // refusedRecord notes that route has a record the store refused even as a
@@ -293,9 +284,5 @@ func (a *admission) refusedRecord(route string, err error) {
 func (a *admission) refusals() map[string]string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make(map[string]string, len(a.refused))
-	for k, v := range a.refused {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(a.refused)
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 
-	"github.com/gobridge/gobridge/message"
-
 	"github.com/gobridge/gobridge/drainer"
-	"github.com/gobridge/gobridge/processors"
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/receivers/httplistener"
 	"github.com/gobridge/gobridge/receivers/listener"
@@ -17,6 +15,7 @@ import (
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/senders/http"
 	"github.com/gobridge/gobridge/senders/sqs"
+	"github.com/gobridge/gobridge/senders/stdout"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/dynamodb"
 	"github.com/gobridge/gobridge/stores/memory"
@@ -25,9 +24,10 @@ import (
 
 // This file maps config types to the backend packages.
 
-// sqliteOptions maps a SQLite store's config (defaults applied by routes)
-// to its options: a done_retention of 0 keeps no tombstones.
-func sqliteOptions(c routes.StoreConfig) sqlite.Options {
+// SQLiteOptions maps a SQLite store's config (defaults applied by routes)
+// to its options, for the bridge and the CLI: a done_retention of 0 keeps
+// no tombstones.
+func SQLiteOptions(c routes.StoreConfig) sqlite.Options {
 	o := sqlite.Options{Sync: c.Options.Sync, DoneRetention: c.Options.DoneRetention}
 	if o.DoneRetention == 0 {
 		o.DoneRetention = -1
@@ -35,56 +35,35 @@ func sqliteOptions(c routes.StoreConfig) sqlite.Options {
 	return o
 }
 
-// SQLiteOptions is sqliteOptions for the CLI.
-func SQLiteOptions(c routes.StoreConfig) sqlite.Options { return sqliteOptions(c) }
-
-// openStoreBackend opens the outbox store c names.
+// openStoreBackend opens the outbox store c names. DynamoDB tables are
+// created when missing only against an emulator (an endpoint is set); in
+// AWS they are created by infrastructure code (README "dynamodb").
 func openStoreBackend(c routes.StoreConfig) (stores.Store, error) {
 	switch c.Type {
 	case "memory":
 		return memory.New(memory.Options{}), nil
 	case "sqlite":
-		return sqlite.Open(c.Options.Path, sqliteOptions(c))
+		return sqlite.Open(c.Options.Path, SQLiteOptions(c))
 	case "dynamodb":
-		return dynamodb.Open(context.Background(), dynamoOptions(c))
+		return dynamodb.Open(context.Background(), dynamodb.Options{
+			Table: c.Options.Table, Region: c.Options.Region,
+			Endpoint: c.Options.Endpoint, CreateTables: c.Options.Endpoint != "",
+		})
 	}
 	return nil, fmt.Errorf("outbox store type %q is not available in this build", c.Type)
 }
 
-// dynamoOptions maps store options to the DynamoDB backend. Tables are
-// created when missing only against an emulator (an endpoint is set); in
-// AWS they are created by infrastructure code (README "dynamodb").
-func dynamoOptions(c routes.StoreConfig) dynamodb.Options {
-	return dynamodb.Options{
-		Table: c.Options.Table, Region: c.Options.Region,
-		Endpoint: c.Options.Endpoint, CreateTables: c.Options.Endpoint != "",
-	}
-}
-
-func newSenderBackend(c routes.SenderConfig, maxInFlight int, log *slog.Logger) (drainer.Sender, error) {
+// newSenderBackend builds the sender c names; stdout senders write to out.
+func newSenderBackend(c routes.SenderConfig, maxInFlight int, out io.Writer, log *slog.Logger) (drainer.Sender, error) {
 	switch c.Type {
+	case routes.SenderStdout:
+		return stdout.New(out), nil
 	case routes.SenderHTTP:
 		return http.New(c, maxInFlight, log)
 	case routes.SenderSQS:
 		return sqs.New(context.Background(), c, log)
 	}
 	return nil, fmt.Errorf("unknown sender type %q", c.Type)
-}
-
-// compileProcessors compiles the route's processors and ordering key; the
-// chain sets env.Key from ordering_key.
-func compileProcessors(rc routes.RouteConfig) (func(*message.Envelope) (bool, string, error), error) {
-	if len(rc.Processors) == 0 && rc.OrderingKey == "" {
-		return nil, nil
-	}
-	ch, err := processors.Compile(rc)
-	if err != nil {
-		return nil, fmt.Errorf("compile processors: %w", err)
-	}
-	return func(env *message.Envelope) (bool, string, error) {
-		res, err := ch.Process(env)
-		return res.Drop, res.CoalesceKey, err
-	}, nil
 }
 
 // mqttOptions maps an mqtt receiver's config to its Options.
@@ -119,12 +98,8 @@ func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.
 	case routes.ReceiverMQTTListener:
 		return listener.New(listenerOptions(c, tc), sink, log)
 	case routes.ReceiverHTTPListener:
-		filters := make([]string, len(c.Topics))
-		for i, t := range c.Topics {
-			filters[i] = t.Topic
-		}
 		return httplistener.New(httplistener.Options{
-			ID: c.ID, Listen: o.Listen, Topics: filters, Token: o.Token.Reveal(), AllowAnonymous: o.AllowAnonymous, TLS: tc,
+			ID: c.ID, Listen: o.Listen, Topics: topicFilters(c), Token: o.Token.Reveal(), AllowAnonymous: o.AllowAnonymous, TLS: tc,
 			MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes, MaxInFlight: o.MaxInFlight,
 			SettleTimeout: o.SettleTimeout.D(), ReadHeaderTimeout: o.ConnectTimeout.D(), ReadTimeout: o.ReadTimeout.D(),
 			WriteTimeout: o.WriteTimeout.D(), Headers: o.Headers, MaxBatchLines: o.MaxBatchLines, MaxBatchBytes: o.MaxBatchBytes,
@@ -136,19 +111,24 @@ func newReceiverBackend(c routes.ReceiverConfig, sink receivers.Sink, log *slog.
 // listenerOptions maps an mqtt_listener's config to its Options.
 func listenerOptions(c routes.ReceiverConfig, tc *tls.Config) listener.Options {
 	o := c.Options
-	filters := make([]string, len(c.Topics))
-	for i, t := range c.Topics {
-		filters[i] = t.Topic
-	}
 	users := make([]listener.User, len(o.Users))
 	for i, u := range o.Users {
 		users[i] = listener.User{Username: u.Username, Password: u.Password.Reveal(), PasswordHash: u.PasswordHash.Reveal(),
 			ACL: listener.ACL{Publish: u.Publish, Subscribe: u.Subscribe}}
 	}
 	return listener.Options{
-		ID: c.ID, Listen: o.Listen, Topics: filters, TLS: tc, Users: users,
+		ID: c.ID, Listen: o.Listen, Topics: topicFilters(c), TLS: tc, Users: users,
 		AllowAnonymous: o.AllowAnonymous, Anonymous: listener.ACL{Publish: o.Anonymous.Publish, Subscribe: o.Anonymous.Subscribe},
 		MaxPayloadBytes: o.MaxPayloadBytes, MaxInflightBytes: o.MaxInflightBytes, MaxClients: o.MaxClients,
 		ConnectTimeout: o.ConnectTimeout.D(), Retain: o.Retain, SessionExpiry: o.SessionExpiry.D(),
 	}
+}
+
+// topicFilters lists the topic filters of a listener's topics.
+func topicFilters(c routes.ReceiverConfig) []string {
+	filters := make([]string, len(c.Topics))
+	for i, t := range c.Topics {
+		filters[i] = t.Topic
+	}
+	return filters
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"sync"
@@ -21,7 +22,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/receivers"
@@ -34,11 +34,9 @@ type Options struct {
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 	// Registerer receives the bridge's metrics. When it is also a
-	// prometheus.Gatherer (a *prometheus.Registry), /metrics serves it;
-	// nil creates a fresh registry.
+	// prometheus.Gatherer (a *prometheus.Registry), /metrics serves it,
+	// else the default gatherer; nil creates a fresh registry.
 	Registerer prometheus.Registerer
-	// Gatherer is what /metrics serves when Registerer is not a Gatherer.
-	Gatherer prometheus.Gatherer
 	// Stdout is where stdout senders write. Defaults to os.Stdout.
 	Stdout io.Writer
 }
@@ -56,16 +54,16 @@ type Bridge struct {
 	base    *slog.Logger // without the component key, for the components
 	stdout  io.Writer
 	metrics *metrics
-	gather  prometheus.Gatherer
 	owner   string // this process in leases
 
 	store   stores.Store // nil when no outbox store is configured
 	writer  *writer      // nil without a store
 	limits  *admission
 	cur     atomic.Pointer[parts] // the running configuration's parts
-	admin   *adminServer
-	journal *admin.Journal // delivery outcomes, for the admin API and console
-	ops     *admin.Handler // the admin API and console
+	mux     *http.ServeMux        // the admin server's
+	adminLn net.Listener          // nil when the admin listener is disabled
+	journal *admin.Journal        // delivery outcomes, for the admin API and console
+	ops     *admin.Handler        // the admin API and console
 
 	// mu serialises reloads with each other and with Run's start and
 	// shutdown; under it, running says a reload may start components, with
@@ -81,9 +79,8 @@ type Bridge struct {
 	holdCtx    context.Context
 	holdCancel context.CancelFunc
 
-	startedAt time.Time
 	lastSent  sync.Map // session -> time.Time of the last successful send
-	closers   []func() error
+	closeOnce sync.Once
 }
 
 // New builds every part named by cfg (store, senders, processors,
@@ -98,15 +95,9 @@ func New(cfg *routes.Config, opts Options) (*Bridge, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	reg, gather := opts.Registerer, opts.Gatherer
+	reg := opts.Registerer
 	if reg == nil {
-		r := prometheus.NewRegistry()
-		reg, gather = r, r
-	} else if g, ok := reg.(prometheus.Gatherer); ok && gather == nil {
-		gather = g
-	}
-	if gather == nil {
-		gather = prometheus.DefaultGatherer
+		reg = prometheus.NewRegistry()
 	}
 	if opts.Stdout == nil {
 		opts.Stdout = os.Stdout
@@ -116,27 +107,26 @@ func New(cfg *routes.Config, opts Options) (*Bridge, error) {
 		return nil, fmt.Errorf("bridge: register metrics: %w", err)
 	}
 	b := &Bridge{
-		cfg: cfg, log: log.With("component", "bridge"), base: log, stdout: opts.Stdout, metrics: m, gather: gather,
+		cfg: cfg, log: log.With("component", "bridge"), base: log, stdout: opts.Stdout, metrics: m,
 		owner: ownerName(cfg.Bridge.ID), journal: admin.NewJournal(0),
 	}
 	b.holdCtx, b.holdCancel = context.WithCancel(context.Background())
-	if err := b.build(); err != nil {
+	if err := b.build(reg); err != nil {
 		b.holdCancel()
 		b.closeAll()
 		return nil, err
-	}
-	if err := reg.Register(receiverCollector{b: b}); err != nil {
-		b.holdCancel()
-		b.closeAll()
-		return nil, fmt.Errorf("bridge: register receiver metrics: %w", err)
 	}
 	return b, nil
 }
 
 // build constructs the parts; on error the caller closes what was built.
-func (b *Bridge) build() error {
-	if err := b.openStore(); err != nil {
-		return err
+func (b *Bridge) build(reg prometheus.Registerer) error {
+	if oc := b.cfg.Stores.Outbox; oc != nil {
+		st, err := openStoreBackend(*oc)
+		if err != nil {
+			return fmt.Errorf("bridge: open outbox store: %w", err)
+		}
+		b.store = st
 	}
 	b.limits = newAdmission(func(ctx context.Context) ([]stores.SessionStats, error) {
 		if b.store == nil {
@@ -152,31 +142,19 @@ func (b *Bridge) build() error {
 		return err
 	}
 	b.prepare(p)
-	for _, rc := range p.receivers {
-		rc.in.set(p.routesOf(rc.id))
-	}
 	if b.writer != nil {
 		b.writer.setGroups(p.sessions)
 	}
 	b.cur.Store(p)
-	b.closers = append(b.closers, func() error {
-		var errs []error
-		for _, s := range b.cur.Load().senders {
-			errs = append(errs, s.close())
-		}
-		return errors.Join(errs...)
-	})
-	a, err := newAdminServer(b)
-	if err != nil {
-		return err
+	if err := reg.Register(receiverCollector{b: b}); err != nil {
+		return fmt.Errorf("bridge: register receiver metrics: %w", err)
 	}
-	b.admin = a
-	b.mountOperatorTools()
-	return nil
+	gather, ok := reg.(prometheus.Gatherer)
+	if !ok {
+		gather = prometheus.DefaultGatherer
+	}
+	return b.openAdmin(gather)
 }
-
-// AdminAddr is the address the admin server listens on ("" when disabled).
-func (b *Bridge) AdminAddr() string { return b.admin.addr() }
 
 // Run starts the receivers, the writer, the drainers, the monitor and the
 // admin server, and blocks until ctx is done or a part fails. Then it shuts
@@ -190,7 +168,6 @@ func (b *Bridge) AdminAddr() string { return b.admin.addr() }
 // returns nil after a clean shutdown, the first part's failure, or
 // ErrShutdownTimeout when parts still ran 5s after the timeout.
 func (b *Bridge) Run(ctx context.Context) error {
-	b.startedAt = time.Now()
 	defer b.closeAll()
 	defer b.holdCancel()
 	if b.writer != nil {
@@ -209,7 +186,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		failOnce.Do(func() { failed = err })
 		stopIngest()
 	}
-	var serve errgroup.Group
+	var serve, writing sync.WaitGroup
 	p := b.cur.Load()
 	if b.store != nil {
 		if err := b.checkOrphans(ingestCtx, p.sessions); err != nil {
@@ -219,20 +196,16 @@ func (b *Bridge) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		serve.Go(func() error { b.keepInstance(serveCtx, le); return nil })
+		serve.Go(func() { b.keepInstance(serveCtx, le) })
 	}
-	serve.Go(func() error {
-		if err := b.admin.run(serveCtx); err != nil {
+	serve.Go(func() {
+		if err := b.serveAdmin(serveCtx); err != nil {
 			fail(err)
 		}
-		return nil
 	})
-	serve.Go(func() error { b.monitor(serveCtx); return nil })
-	writerDone := make(chan struct{})
+	serve.Go(func() { b.monitor(serveCtx) })
 	if b.writer != nil {
-		go func() { defer close(writerDone); b.writer.run() }()
-	} else {
-		close(writerDone)
+		writing.Go(b.writer.run)
 	}
 	b.mu.Lock()
 	b.ingestCtx, b.drainCtx, b.fail, b.running = ingestCtx, drainCtx, fail, true
@@ -276,9 +249,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 		if b.writer != nil {
 			b.writer.stop() // 4. what was accepted is committed and acknowledged
 		}
-		<-writerDone
+		writing.Wait()
 		stopServe() // 5. the admin server goes last, so /healthz answers meanwhile
-		_ = serve.Wait()
+		serve.Wait()
 	}()
 	hardStop := time.NewTimer(timeout + hardStopGrace)
 	defer hardStop.Stop()
@@ -300,23 +273,27 @@ const hardStopGrace = 5 * time.Second
 // shutdown_timeout plus a grace period after shutdown began.
 var ErrShutdownTimeout = errors.New("bridge: shutdown timed out")
 
-// closeAll closes the senders and the store; it is safe to call more than
-// once.
+// closeAll closes the senders, the store and the admin listener; it is
+// safe to call more than once.
 func (b *Bridge) closeAll() {
-	for i := len(b.closers) - 1; i >= 0; i-- {
-		if err := b.closers[i](); err != nil {
+	b.closeOnce.Do(func() {
+		var errs []error
+		if p := b.cur.Load(); p != nil {
+			for _, s := range p.senders {
+				errs = append(errs, s.close())
+			}
+		}
+		if b.store != nil {
+			errs = append(errs, b.store.Close())
+		}
+		if err := errors.Join(errs...); err != nil {
 			b.log.Warn("close", "error", err)
 		}
-	}
-	b.closers = nil
-	if b.admin != nil {
-		b.admin.close()
-	}
+		if b.adminLn != nil {
+			_ = b.adminLn.Close() // when Run never served it
+		}
+	})
 }
 
 // noteSent records a successful send on a session, for stall detection.
 func (b *Bridge) noteSent(session string, at time.Time) { b.lastSent.Store(session, at) }
-
-// Handler returns the admin HTTP handler (also when the admin listener is
-// disabled), for tests and for embedding.
-func (b *Bridge) Handler() http.Handler { return b.admin.handler() }

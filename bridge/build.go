@@ -11,9 +11,9 @@ import (
 
 	"github.com/gobridge/gobridge/drainer"
 	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/processors"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/senders"
-	"github.com/gobridge/gobridge/senders/stdout"
 )
 
 // route is one configured route, ready to take messages. A reload keeps
@@ -27,7 +27,9 @@ type route struct {
 	sender drainer.Sender
 	health *senders.Health
 	policy drainer.Policy
-	// process runs the processors and sets the ordering key; nil: none.
+	// chain runs the processors and sets the ordering key; process is its
+	// Process for ingest, nil when the route has neither.
+	chain   *processors.Chain
 	process func(env *message.Envelope) (drop bool, coalesceKey string, err error)
 	// session and partitions: where an outbox route's records go.
 	session    string
@@ -109,6 +111,16 @@ type recv struct {
 // letters of direct_hold routes.
 const homePrefix = "~"
 
+// home says where route rc keeps its records: a shared_outbox or
+// direct_or_outbox route in its session, a direct_hold route's ingest dead
+// letters in the session "~" + its id (one partition).
+func home(rc routes.RouteConfig) (session string, partitions int) {
+	if rc.DeliveryMode == routes.DirectHold {
+		return homePrefix + rc.ID, 1
+	}
+	return rc.Session.ID, rc.Session.Partitions
+}
+
 // ownerName names this process in leases: the bridge id and a nonce, so
 // that two processes with one bridge.id never take each other's leases.
 func ownerName(bridgeID string) string {
@@ -120,11 +132,8 @@ func ownerName(bridgeID string) string {
 // newSender builds one sender and its health, reported as
 // gobridge_sender_up, in the log and in the journal.
 func (b *Bridge) newSender(sc routes.SenderConfig, maxInFlight int) (*sender, error) {
-	var s drainer.Sender
-	var err error
-	if sc.Type == routes.SenderStdout {
-		s = stdout.New(b.stdout)
-	} else if s, err = newSenderBackend(sc, maxInFlight, b.base); err != nil {
+	s, err := newSenderBackend(sc, maxInFlight, b.stdout, b.base)
+	if err != nil {
 		return nil, err
 	}
 	h := senders.NewHealth()
@@ -163,24 +172,29 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 		ttl: p.TTL.D(), stallAfter: p.StallAfter.D(), directTimeout: p.DirectTimeout.D(),
 		dlq: p.OnPermanentFailure == routes.PolicyDLQ && b.store != nil, quit: make(chan struct{}),
 	}
-	proc, err := compileProcessors(rc)
+	ch, err := processors.Compile(rc)
 	if err != nil {
-		return nil, fmt.Errorf("bridge: route %s: %w", rc.ID, err)
+		return nil, fmt.Errorf("bridge: route %s: compile processors: %w", rc.ID, err)
 	}
-	r.process = proc
+	r.chain = ch
+	if len(rc.Processors) > 0 || rc.OrderingKey != "" {
+		r.process = func(env *message.Envelope) (bool, string, error) {
+			res, err := ch.Process(env)
+			return res.Drop, res.CoalesceKey, err
+		}
+	}
+	r.home, r.homePartitions = home(rc)
 	switch r.mode {
 	case routes.SharedOutbox, routes.DirectOrOutbox:
 		if b.store == nil || rc.Session.ID == "" {
 			return nil, fmt.Errorf("bridge: route %s: %s needs stores.outbox and session.id", rc.ID, r.mode)
 		}
-		r.session, r.partitions = rc.Session.ID, rc.Session.Partitions
-		r.home, r.homePartitions = r.session, r.partitions
+		r.session, r.partitions = r.home, r.homePartitions
 		if r.mode == routes.DirectOrOutbox {
 			r.fallback = newFallback(b, r)
 		}
 	case routes.DirectHold:
 		r.hold = newHolder(b, r)
-		r.home, r.homePartitions = homePrefix+rc.ID, 1
 	default:
 		return nil, fmt.Errorf("bridge: route %s: unknown delivery_mode %q", rc.ID, r.mode)
 	}
@@ -189,7 +203,8 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 }
 
 // addToSession registers r with its home session in p (creating it).
-func (b *Bridge) addToSession(p *parts, r *route, rc routes.RouteConfig) {
+func (b *Bridge) addToSession(p *parts, r *route) {
+	rc := r.cfg
 	s := p.sessions[r.home]
 	if s == nil {
 		s = &session{id: r.home, sessionSettings: sessionSettings{partitions: r.homePartitions, batch: routes.DefaultSessionBatchSize,
@@ -208,11 +223,8 @@ func (b *Bridge) addToSession(p *parts, r *route, rc routes.RouteConfig) {
 	}
 	s.stallAfter = min(s.stallAfter, r.stallAfter)
 	prep := func(env *message.Envelope) (bool, error) {
-		if r.process == nil {
-			return false, nil
-		}
-		drop, _, err := r.process(env)
-		return drop, err
+		res, err := r.chain.Process(env)
+		return res.Drop, err
 	}
 	dr := drainer.Route{
 		Sender: r.sender, Health: r.health, Policy: r.policy, Prepare: prep,
@@ -229,28 +241,9 @@ func (b *Bridge) newGroup(s *session) {
 	s.group = drainer.New(drainer.Options{
 		Session: s.id, Partitions: s.partitions, BatchSize: s.batch,
 		Window: max(4*s.batch, 1024), Poll: s.poll, Routes: s.routes,
-		Owner: b.owner, LeaseTTL: b.leaseTTL(), ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
-		AbandonGrace: 2 * time.Second, Logger: b.base, Observer: b.drainObserver(),
+		Owner: b.owner, LeaseTTL: b.cfg.Bridge.LeaseTTL.D(), ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
+		AbandonGrace: 2 * time.Second, Logger: b.base, Observer: &observer{b: b},
 	}, b.store, b.writer)
-}
-
-// leaseTTL is how long this instance's leases last without renewal
-// (bridge.lease_ttl).
-func (b *Bridge) leaseTTL() time.Duration { return b.cfg.Bridge.LeaseTTL.D() }
-
-// openStore opens the outbox store (nil when none is configured).
-func (b *Bridge) openStore() error {
-	oc := b.cfg.Stores.Outbox
-	if oc == nil {
-		return nil
-	}
-	st, err := openStoreBackend(*oc)
-	if err != nil {
-		return fmt.Errorf("bridge: open outbox store: %w", err)
-	}
-	b.store = st
-	b.closers = append(b.closers, st.Close)
-	return nil
 }
 
 // newRecv builds a receiver with its own ingest sink: a guarded one when

@@ -23,7 +23,7 @@ var ErrDuplicateInstance = errors.New("bridge: another instance with this bridge
 // lapses); when it is still renewed after that, a second live instance
 // runs with the same bridge.id and Run refuses to start.
 func (b *Bridge) claimInstance(ctx context.Context) (stores.Lease, error) {
-	name, ttl := instanceLease(b.cfg.Bridge.ID), b.leaseTTL()
+	name, ttl := instanceLease(b.cfg.Bridge.ID), b.cfg.Bridge.LeaseTTL.D()
 	deadline := time.Now().Add(ttl + ttl/3)
 	for {
 		le, err := b.store.Acquire(ctx, name, b.owner, ttl, time.Now())
@@ -49,7 +49,7 @@ func (b *Bridge) claimInstance(ctx context.Context) (stores.Lease, error) {
 // then releases it. A lost lease is logged: another process took the
 // bridge.id after this one could not renew for a whole TTL.
 func (b *Bridge) keepInstance(ctx context.Context, le stores.Lease) {
-	ttl := b.leaseTTL()
+	ttl := b.cfg.Bridge.LeaseTTL.D()
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
 	for {

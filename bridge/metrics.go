@@ -49,10 +49,7 @@ type metrics struct {
 	appendBatch   prometheus.Histogram   // gobridge_outbox_append_batch_records
 	appendErrors  prometheus.Counter     // gobridge_outbox_append_errors_total
 
-	// receivers
-	connected  *prometheus.GaugeVec // gobridge_receiver_connected{receiver}
-	subscribed *prometheus.GaugeVec // gobridge_receiver_subscribed{receiver}
-	ready      prometheus.Gauge     // gobridge_ready
+	ready prometheus.Gauge // gobridge_ready
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -110,8 +107,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Failed group-commit appends (retried).",
 		}),
 
-		connected:  gauge("receiver", "connected", "1 when the receiver is connected (listener: accepting).", "receiver"),
-		subscribed: gauge("receiver", "subscribed", "1 when every subscription of the receiver was granted.", "receiver"),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "gobridge", Name: "ready", Help: "1 when /readyz reports ready.",
 		}),
@@ -121,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.routeReceived, m.routeAcked, m.filtered, m.persisted,
 		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.abandoned, m.stale, m.direct, m.fallback, m.senderUp, m.sendSeconds, m.limit, m.inFlight,
 		m.pending, m.bytes, m.deadLetters, m.oldestAge, m.backpressure, m.appendSeconds, m.appendBatch, m.appendErrors,
-		m.connected, m.subscribed, m.ready,
+		m.ready,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -145,8 +140,6 @@ func (m *metrics) initReceiver(id string) {
 	m.received.WithLabelValues(id)
 	m.acked.WithLabelValues(id)
 	m.unmatched.WithLabelValues(id)
-	m.connected.WithLabelValues(id)
-	m.subscribed.WithLabelValues(id)
 }
 
 // receiverStats is implemented by receivers that count their own events.
@@ -154,10 +147,15 @@ type receiverStats interface {
 	Stats() receivers.Stats
 }
 
-// receiverCollector exports the receivers' own counters at scrape time.
+// receiverCollector exports the receivers' states and their own counters
+// at scrape time.
 type receiverCollector struct{ b *Bridge }
 
 var (
+	descConnected = prometheus.NewDesc("gobridge_receiver_connected",
+		"1 when the receiver is connected (listener: accepting).", []string{"receiver"}, nil)
+	descSubscribed = prometheus.NewDesc("gobridge_receiver_subscribed",
+		"1 when every subscription of the receiver was granted.", []string{"receiver"}, nil)
 	descReconnects = prometheus.NewDesc("gobridge_receiver_reconnects_total",
 		"Successful connections after the first (mqtt).", []string{"receiver"}, nil)
 	descDropped = prometheus.NewDesc("gobridge_receiver_dropped_total",
@@ -179,7 +177,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (c receiverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descReconnects, descDropped, descAbandoned, descUnrouted, descRecvInFlight, descRecvInFlightBytes, descRejected, descAdopted} {
+	for _, d := range []*prometheus.Desc{descConnected, descSubscribed, descReconnects, descDropped, descAbandoned, descUnrouted, descRecvInFlight, descRecvInFlightBytes, descRejected, descAdopted} {
 		ch <- d
 	}
 }
@@ -187,6 +185,9 @@ func (c receiverCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, nr := range c.b.cur.Load().receivers {
+		status := nr.r.Status()
+		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, b2f(status.Connected), nr.id)
+		ch <- prometheus.MustNewConstMetric(descSubscribed, prometheus.GaugeValue, b2f(status.Subscribed), nr.id)
 		rs, ok := nr.r.(receiverStats)
 		if !ok {
 			continue
@@ -208,7 +209,8 @@ func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// observer turns drainer events into metrics and stall-detection state.
+// observer turns drainer events into metrics, stall-detection state and
+// the delivery journal's entries.
 type observer struct{ b *Bridge }
 
 var _ drainer.Observer = (*observer)(nil)
@@ -235,20 +237,26 @@ func (o *observer) Delivered(out drainer.Outcome) {
 	if out.Latency > 0 {
 		m.sendSeconds.WithLabelValues(out.Route).Observe(out.Latency.Seconds())
 	}
+	o.b.journal.Delivered(out)
 }
 
 // Limit implements drainer.Observer.
 func (o *observer) Limit(route string, n int) {
 	o.b.metrics.limit.WithLabelValues(route).Set(float64(n))
+	o.b.journal.Limit(route, n)
 }
 
 // InFlight implements drainer.Observer.
 func (o *observer) InFlight(route string, n int) {
 	o.b.metrics.inFlight.WithLabelValues(route).Set(float64(n))
+	o.b.journal.InFlight(route, n)
 }
 
 // Abandoned implements drainer.Observer.
 func (o *observer) Abandoned(route string) { o.b.metrics.abandoned.WithLabelValues(route).Inc() }
 
 // Sent implements drainer.Observer.
-func (o *observer) Sent(session string, at time.Time) { o.b.noteSent(session, at) }
+func (o *observer) Sent(session string, at time.Time) {
+	o.b.noteSent(session, at)
+	o.b.journal.Sent(session, at)
+}

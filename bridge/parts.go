@@ -97,8 +97,8 @@ func (b *Bridge) assemble(cfg *routes.Config, old *parts) (p *parts, err error) 
 		p.routes = append(p.routes, r)
 	}
 	if b.store != nil {
-		for i, r := range p.routes {
-			b.addToSession(p, r, cfg.Routes[i])
+		for _, r := range p.routes {
+			b.addToSession(p, r)
 		}
 	}
 	for id, s := range p.sessions {

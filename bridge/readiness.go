@@ -3,14 +3,15 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
 )
 
-// monitorInterval is how often receiver states, outbox gauges and the
-// admission counts are refreshed.
+// monitorInterval is how often the outbox gauges, the admission counts and
+// gobridge_ready are refreshed.
 const monitorInterval = time.Second
 
 // appendFailingAfter is how long outbox writes may fail before /readyz
@@ -72,8 +73,6 @@ func (b *Bridge) Ready(ctx context.Context) Readiness {
 		}
 	}
 	sessions, routes := b.limits.full()
-	slices.Sort(sessions)
-	slices.Sort(routes)
 	for _, s := range sessions {
 		add("session %s: at max_outbox_depth or max_outbox_bytes: ingest is pushing back on the publishers", s)
 	}
@@ -81,13 +80,7 @@ func (b *Bridge) Ready(ctx context.Context) Readiness {
 		add("route %s: holds max_dead_letters: records that would die are retried, ingest dead letters push back", r)
 	}
 	refused := b.limits.refusals()
-	for _, r := range slices.Sorted(func(yield func(string) bool) {
-		for k := range refused {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, r := range slices.Sorted(maps.Keys(refused)) {
 		add("route %s: a record the store refused, also as a truncated dead letter, is left unacknowledged and holds its receiver: %s", r, refused[r])
 	}
 	return Readiness{Ready: len(reasons) == 0, Reasons: reasons}
@@ -118,18 +111,13 @@ func withReason(reason string) string {
 	return ": " + reason
 }
 
-// monitor refreshes the receiver and outbox gauges and the admission
-// counts every monitorInterval until ctx is done. Run owns the goroutine
+// monitor refreshes the outbox gauges, the admission counts and
+// gobridge_ready every monitorInterval until ctx is done. Run owns the goroutine
 // that calls it.
 func (b *Bridge) monitor(ctx context.Context) {
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
 	for {
-		for _, nr := range b.cur.Load().receivers {
-			st := nr.r.Status()
-			b.metrics.connected.WithLabelValues(nr.id).Set(b2f(st.Connected))
-			b.metrics.subscribed.WithLabelValues(nr.id).Set(b2f(st.Subscribed))
-		}
 		if b.store != nil {
 			b.limits.refresh(ctx, true)
 			if stats, err := b.store.Stats(ctx); err == nil {

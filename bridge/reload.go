@@ -100,7 +100,6 @@ func (b *Bridge) apply(old, p *parts) {
 	}
 	b.prepare(p)
 	for _, rc := range p.receivers {
-		rc.in.set(p.routesOf(rc.id))
 		if rc.run == nil {
 			b.startReceiver(rc, false)
 		} else if l, ok := rc.r.(*listener.Listener); ok {
@@ -201,7 +200,8 @@ func (b *Bridge) setUsers(l *listener.Listener, rc routes.ReceiverConfig) {
 }
 
 // prepare makes admission, metrics and the journal know p's sessions,
-// routes, senders and receivers, before a message reaches them.
+// routes, senders and receivers, before a message reaches them, and points
+// each receiver's ingest at its routes.
 func (b *Bridge) prepare(p *parts) {
 	b.limits.configure(p)
 	for _, r := range p.routes {
@@ -215,6 +215,7 @@ func (b *Bridge) prepare(p *parts) {
 	}
 	for _, rc := range p.receivers {
 		b.metrics.initReceiver(rc.id)
+		rc.in.set(p.routesOf(rc.id))
 	}
 }
 

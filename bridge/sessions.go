@@ -47,7 +47,8 @@ func sessionPrefix(rc routes.ReceiverConfig) string {
 type guarded struct {
 	b      *Bridge
 	prefix string
-	own    string // this instance's client id
+	own    string        // this instance's client id
+	ttl    time.Duration // of the leases: bridge.lease_ttl
 	win    *receivers.Window
 	build  func(clientID string, adopt bool) (receiver, error)
 	log    *slog.Logger
@@ -77,7 +78,7 @@ func (b *Bridge) newGuarded(rc routes.ReceiverConfig, sink receivers.Sink, log *
 		return nil, err
 	}
 	g := &guarded{
-		b: b, prefix: sessionPrefix(rc), own: rc.Options.ClientID,
+		b: b, prefix: sessionPrefix(rc), own: rc.Options.ClientID, ttl: b.cfg.Bridge.LeaseTTL.D(),
 		win: receivers.NewWindow(rc.Options.MaxInflightBytes),
 		log: log.With("component", "sessions", "receiver", rc.ID), exited: make(chan *leased),
 		held: map[string]*leased{}, status: receivers.Status{Reason: "waiting for the lease of its session"},
@@ -122,7 +123,7 @@ func (g *guarded) Adopted() int {
 // lapses at once, so that a survivor can adopt it without waiting a TTL.
 func (g *guarded) Run(ctx context.Context) error {
 	g.base = context.WithoutCancel(ctx)
-	t := time.NewTicker(g.b.leaseTTL() / 3) // a steady beat: a slow tick does not delay the next renewal
+	t := time.NewTicker(g.ttl / 3) // a steady beat: a slow tick does not delay the next renewal
 	defer t.Stop()
 	g.tick(ctx)
 	for ctx.Err() == nil {
@@ -146,7 +147,7 @@ func (g *guarded) Run(ctx context.Context) error {
 		}
 	}
 	if g.want.Token != 0 {
-		rctx, cancel := context.WithTimeout(g.base, g.b.leaseTTL()/3)
+		rctx, cancel := context.WithTimeout(g.base, g.ttl/3)
 		defer cancel()
 		_ = g.b.store.Release(rctx, g.want)
 	}
@@ -156,9 +157,8 @@ func (g *guarded) Run(ctx context.Context) error {
 // tick renews, then takes the own session, hands adopted sessions back
 // and adopts lapsed ones; each step is bounded by LeaseTTL/3.
 func (g *guarded) tick(ctx context.Context) {
-	ttl := g.b.leaseTTL()
 	g.renew(ctx)
-	ctx, cancel := context.WithTimeout(ctx, ttl/3)
+	ctx, cancel := context.WithTimeout(ctx, g.ttl/3)
 	defer cancel()
 	now := time.Now()
 	if g.held[g.own] == nil {
@@ -196,7 +196,7 @@ func (g *guarded) tick(ctx context.Context) {
 		if wanted[le.Name] {
 			continue // its owner is back and takes it
 		}
-		nl, err := g.b.store.Acquire(ctx, le.Name, g.b.owner, ttl, now)
+		nl, err := g.b.store.Acquire(ctx, le.Name, g.b.owner, g.ttl, now)
 		if err != nil {
 			if !errors.Is(err, stores.ErrLeaseHeld) {
 				g.log.Warn("adopt a session", "client_id", id, "error", err)
@@ -211,7 +211,7 @@ func (g *guarded) tick(ctx context.Context) {
 // takeOwn takes the own session's lease, or asks its holder for it.
 func (g *guarded) takeOwn(ctx context.Context, now time.Time) {
 	name := g.prefix + g.own
-	le, err := g.b.store.Acquire(ctx, name, g.b.owner, g.b.leaseTTL(), now)
+	le, err := g.b.store.Acquire(ctx, name, g.b.owner, g.ttl, now)
 	if err == nil {
 		if g.want.Token != 0 {
 			_ = g.b.store.Release(ctx, g.want)
@@ -230,7 +230,7 @@ func (g *guarded) takeOwn(ctx context.Context, now time.Time) {
 	if g.want.Token == 0 {
 		g.log.Info("session lease held by another instance; asking for it back", "lease", name, "error", err)
 	}
-	if g.want, err = g.b.store.Acquire(ctx, wantPrefix+name, g.b.owner, g.b.leaseTTL(), now); err != nil {
+	if g.want, err = g.b.store.Acquire(ctx, wantPrefix+name, g.b.owner, g.ttl, now); err != nil {
 		g.log.Warn("ask for the session lease", "lease", name, "error", err)
 	}
 }
@@ -269,18 +269,17 @@ func (g *guarded) halt(s *leased, why string) {
 // renew renews the lease of every session; a session whose lease is lost,
 // or past Until − LeaseTTL/3, disconnects.
 func (g *guarded) renew(ctx context.Context) {
-	ttl := g.b.leaseTTL()
-	ctx, cancel := context.WithTimeout(ctx, ttl/3)
+	ctx, cancel := context.WithTimeout(ctx, g.ttl/3)
 	defer cancel()
 	for id, s := range g.held {
 		if s.stop == "lost" {
 			continue
 		}
-		nl, err := g.b.store.Renew(ctx, s.le, ttl, time.Now())
+		nl, err := g.b.store.Renew(ctx, s.le, g.ttl, time.Now())
 		switch {
 		case err == nil:
 			s.le = nl
-		case errors.Is(err, stores.ErrLeaseLost) || !time.Now().Before(s.le.Until.Add(-ttl/3)):
+		case errors.Is(err, stores.ErrLeaseLost) || !time.Now().Before(s.le.Until.Add(-g.ttl/3)):
 			g.log.Warn("session lease lost: disconnecting", "client_id", id, "error", err)
 			g.halt(s, "lost")
 		default:
@@ -293,7 +292,7 @@ func (g *guarded) renew(ctx context.Context) {
 // lost, the lease lapses at once (the owner, or a survivor, takes it); an
 // adopted session the broker no longer has is released for good.
 func (g *guarded) finish(ctx context.Context, s *leased) {
-	ctx, cancel := context.WithTimeout(ctx, g.b.leaseTTL()/3)
+	ctx, cancel := context.WithTimeout(ctx, g.ttl/3)
 	defer cancel()
 	g.mu.Lock()
 	delete(g.held, s.id)
