@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -175,11 +176,19 @@ func TestOutbox_StatsPerRouteOnDynamoDB(t *testing.T) {
 		out, err string
 	}
 	done := make(chan result, 1)
+	sampled, settled := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(settled) })
+	afterFirstSample = func() { close(sampled); <-settled }
+	t.Cleanup(func() { release(); afterFirstSample = func() {} })
 	go func() {
-		code, out, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg, "--sample", "2s")
+		code, out, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg, "--sample", "1s")
 		done <- result{code, out, errOut}
 	}()
-	time.Sleep(300 * time.Millisecond) // inside the sample window
+	select {
+	case <-sampled:
+	case r := <-done:
+		t.Fatalf("outbox stats ended before its first sample: exit %d: %s", r.code, r.err)
+	}
 	fx.with(t, func(st stores.Store) {
 		le, err := st.Acquire(t.Context(), stores.PartitionLease("plant", 0), "other-instance", time.Minute, time.Now().Add(time.Hour))
 		if err != nil {
@@ -197,6 +206,7 @@ func TestOutbox_StatsPerRouteOnDynamoDB(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	release()
 	r := <-done
 	if r.code != exitOK {
 		t.Fatalf("exit %d: %s", r.code, r.err)

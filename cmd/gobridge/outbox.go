@@ -34,6 +34,10 @@ A memory outbox cannot be inspected from another process: use the admin
 API or console of the running bridge.
 `
 
+// afterFirstSample runs between the two reads of --sample; a test sets it
+// to change the store in between.
+var afterFirstSample = func() {}
+
 // Run parses args and runs the subcommand.
 func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 	if _, err := subcommand(args, outboxUsage, c.Stdout, c.Stderr, "stats"); err != nil {
@@ -62,6 +66,7 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 	}
 	at := first
 	if *sample > 0 {
+		afterFirstSample()
 		select {
 		case <-time.After(*sample):
 		case <-ctx.Done():
