@@ -158,7 +158,7 @@ func (w *writer) run() {
 		case <-w.kick:
 		case <-linger.C:
 		case <-w.quit:
-			for w.writeOnce(false) > 0 {
+			for n, _ := w.writeOnce(false); n > 0; n, _ = w.writeOnce(false) {
 			}
 			return
 		case <-w.abortCtx.Done():
@@ -180,8 +180,8 @@ func (w *writer) run() {
 			t.Stop()
 		}
 		for {
-			n := w.writeOnce(true)
-			last = n
+			n, appends := w.writeOnce(true)
+			last = appends
 			if n < writeMaxAppends {
 				break
 			}
@@ -216,12 +216,13 @@ func (w *writer) due(settleBy *time.Time) time.Duration {
 func (w *writer) stop() { w.stopOnce.Do(func() { close(w.quit) }) }
 
 // writeOnce takes what is queued (up to writeMaxAppends records) and writes
-// it; it returns how many records and settlements it took.
-func (w *writer) writeOnce(reserve bool) int {
+// it; it returns how many records and settlements it took, and how many of
+// them were records.
+func (w *writer) writeOnce(reserve bool) (n, appends int) {
 	w.mu.Lock()
-	n := min(len(w.appends), writeMaxAppends)
-	reqs := w.appends[:n:n]
-	w.appends = w.appends[n:]
+	appends = min(len(w.appends), writeMaxAppends)
+	reqs := w.appends[:appends:appends]
+	w.appends = w.appends[appends:]
 	settles := w.settles
 	w.settles = nil
 	batch := w.queued
@@ -229,7 +230,7 @@ func (w *writer) writeOnce(reserve bool) int {
 	w.mu.Unlock()
 	if len(reqs) == 0 && len(settles) == 0 {
 		w.finish(batch)
-		return 0
+		return 0, 0
 	}
 	groups := *w.groups.Load() // one batch reserves and delivers with the same groups
 	b := stores.Batch{Settle: settles, Append: make([]stores.Record, len(reqs))}
@@ -246,7 +247,7 @@ func (w *writer) writeOnce(reserve bool) int {
 	defer w.limits.io.Unlock()
 	errs := w.write(&b)
 	if errs == nil { // aborted: nothing written, nothing acknowledged
-		return len(reqs) + len(settles)
+		return len(reqs) + len(settles), len(reqs)
 	}
 	w.metrics.appendSeconds.Observe(time.Since(start).Seconds())
 	w.metrics.appendBatch.Observe(float64(len(reqs)))
@@ -275,7 +276,7 @@ func (w *writer) writeOnce(reserve bool) int {
 		}
 	}
 	w.finish(batch)
-	return len(reqs) + len(settles)
+	return len(reqs) + len(settles), len(reqs)
 }
 
 // finish wakes the Flush callers waiting for batch (and any before it).
