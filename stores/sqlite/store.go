@@ -100,14 +100,14 @@ type Store struct {
 	db   *sql.DB
 	lock *os.File // nil when read-only
 
-	mu     sync.Mutex
-	conn   *sql.Conn
-	stmts  map[string]*sql.Stmt
-	closed bool
-	seq    int64 // the last Seq given
-	tombs  int64 // tombstones in the file
-	tomb   int64 // the number of the last Write that made tombstones
-	synced bool  // the connection's synchronous pragma is opts.Sync (else normal)
+	mu       sync.Mutex
+	conn     *sql.Conn
+	stmts    map[string]*sql.Stmt
+	closed   bool
+	seq      int64  // the last Seq given
+	tombs    int64  // tombstones in the file
+	tomb     int64  // the number of the last Write that made tombstones
+	syncMode string // the connection's synchronous pragma: opts.Sync, or normal for a commit that need not be durable
 }
 
 // Open opens the store at path, creating it (and its directory, 0700; the
@@ -174,7 +174,7 @@ func (s *Store) open() error {
 	if s.opts.ReadOnly {
 		return nil
 	}
-	s.synced = true
+	s.syncMode = s.opts.Sync
 	return s.tx(ctx, true, func() error {
 		if version == 0 {
 			if _, err := s.conn.ExecContext(ctx, schema+fmt.Sprintf(`; PRAGMA user_version = %d`, schemaVersion)); err != nil {
@@ -248,12 +248,15 @@ func (s *Store) enter(ctx context.Context, write bool) error {
 // power loss may undo it, a process crash cannot, and the file stays
 // consistent either way (what survives is a prefix of the commits).
 func (s *Store) tx(ctx context.Context, durable bool, fn func() error) error {
-	if want := durable || s.opts.Sync != "full"; want != s.synced {
-		mode := map[bool]string{true: s.opts.Sync, false: "normal"}[want]
+	mode := s.opts.Sync
+	if !durable {
+		mode = "normal"
+	}
+	if mode != s.syncMode {
 		if _, err := s.conn.ExecContext(ctx, `PRAGMA synchronous = `+mode); err != nil {
 			return err
 		}
-		s.synced = want
+		s.syncMode = mode
 	}
 	if _, err := s.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		return err
