@@ -10,13 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
-	"github.com/gobridge/gobridge/stores/dynamodb"
 	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
@@ -77,15 +73,7 @@ func TestBridge_RefusesASecondLiveInstanceWithTheSameID(t *testing.T) {
 	t.Parallel()
 	endpoint := testservices.DynamoDBEndpoint(t)
 	table := fmt.Sprintf("rt_dup_%d", time.Now().UnixNano())
-	client, err := dynamodb.NewClient(t.Context(), dynamodb.Options{Table: table, Region: "us-east-1", Endpoint: endpoint})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = client.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(table)})
-	})
+	testservices.DropTablesAtCleanup(t, endpoint, table)
 	store := fmt.Sprintf("{type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}", table, endpoint)
 	cfg := func() string {
 		return listenerConfig(freeAddr(t), "", store, `  - {id: out, type: stdout}`, `

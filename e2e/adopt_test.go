@@ -30,7 +30,7 @@ func adoptConfig(run, name, admin, mqttURL, ddb, sinkURL string) string {
 func startInstances(t *testing.T, run, mqttURL, ddb, sinkURL string, names ...string) map[string]*bridge {
 	t.Helper()
 	dir := t.TempDir()
-	dropTablesAtCleanup(t, ddb, run+"-outbox")
+	testservices.DropTablesAtCleanup(t, ddb, run+"-outbox")
 	bridges := map[string]*bridge{}
 	for i, name := range names {
 		admin := freeAddr(t)

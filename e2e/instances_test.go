@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/internal/testservices"
@@ -51,27 +48,6 @@ routes:
     session: {id: plant, partitions: %[7]d, drain_interval: 200ms}
     policy: {send_timeout: 2s, max_in_flight: 50, backoff: {initial_interval: 100ms, max_interval: 1s}}
 `, run, name, admin, mqttURL, ddb, sinkURL, partitions)
-}
-
-// dropTablesAtCleanup deletes DynamoDB tables when the test ends; register
-// it before starting the bridges that create them, so that it runs after
-// their cleanups stopped them.
-func dropTablesAtCleanup(t testing.TB, endpoint string, tables ...string) {
-	t.Helper()
-	// DynamoDB Local wants credentials; any will do.
-	client := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
-		})})
-	t.Cleanup(func() {
-		for _, table := range tables {
-			// t.Context() is already cancelled when cleanups run.
-			_, err := client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
-			if err != nil {
-				t.Logf("delete table %s: %v", table, err)
-			}
-		}
-	})
 }
 
 var (
@@ -132,7 +108,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	dir := t.TempDir()
 	const partitions, n = 6, 5000
 
-	dropTablesAtCleanup(t, ddb, run+"-outbox")
+	testservices.DropTablesAtCleanup(t, ddb, run+"-outbox")
 
 	names := []string{"b1", "b2", "b3"}
 	bridges := map[string]*bridge{}

@@ -61,7 +61,7 @@ func TestBench_Outage(t *testing.T) {
 	outbox := sqliteOutbox(dir)
 	if store == "dynamodb" {
 		ddb := testservices.DynamoDBEndpoint(t)
-		dropTablesAtCleanup(t, ddb, run+"-outbox")
+		testservices.DropTablesAtCleanup(t, ddb, run+"-outbox")
 		outbox = fmt.Sprintf("  outbox: {type: dynamodb, options: {table: %s-outbox, region: us-east-1, endpoint: %q}}", run, ddb)
 	}
 	route := fmt.Sprintf(`    delivery_mode: shared_outbox

@@ -184,7 +184,7 @@ func TestCoalesce_SinkDown(t *testing.T) {
 		ddb := testservices.DynamoDBEndpoint(t)
 		testCoalesceSinkDown(t, outboxBackend{
 			stores: func(run, dir string) string {
-				dropTablesAtCleanup(t, ddb, run+"-outbox")
+				testservices.DropTablesAtCleanup(t, ddb, run+"-outbox")
 				return dynamoStores(run, ddb)
 			},
 			open: func(t *testing.T, run, dir string) (outboxStats, error) {

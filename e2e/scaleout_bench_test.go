@@ -40,7 +40,7 @@ func scaleOutRun(b *testing.B, instances, n int) (ingest, delivery float64) {
 	run := runID("bench-scale")
 	s := newSink(b)
 	dir := b.TempDir()
-	dropTablesAtCleanup(b, ddb, run+"-outbox")
+	testservices.DropTablesAtCleanup(b, ddb, run+"-outbox")
 	var bridges []*bridge
 	for i := range instances {
 		name := fmt.Sprintf("b%d", i+1)

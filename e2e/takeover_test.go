@@ -30,7 +30,7 @@ func TestMultiInstance_PausedOwnerIsFencedOut(t *testing.T) {
 	s := newSink(t)
 	dir := t.TempDir()
 	const partitions, n = 2, 20
-	dropTablesAtCleanup(t, ddb, run+"-outbox")
+	testservices.DropTablesAtCleanup(t, ddb, run+"-outbox")
 
 	s.holdFrom.Store("b1") // b1's sends hang until released
 	admin1 := freeAddr(t)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -53,11 +52,7 @@ func TestDynamoDBCommand_CreateTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = client.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(outbox)})
-	})
+	testservices.DropTablesAtCleanup(t, endpoint, outbox)
 	cfg := writeDynamoConfig(t, endpoint, outbox)
 
 	// Before: Open (without CreateTables, as against AWS) finds no table.
@@ -105,11 +100,7 @@ func TestDynamoDBCommand_CreateTablesRejectsAnExistingTableWithoutIndexes(t *tes
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = client.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(table)})
-	})
+	testservices.DropTablesAtCleanup(t, endpoint, table)
 	// A table with another key schema where the outbox should be.
 	if _, err := client.CreateTable(t.Context(), &awsddb.CreateTableInput{
 		TableName: aws.String(table), BillingMode: types.BillingModePayPerRequest,

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/message"
@@ -84,17 +80,11 @@ func newStoreFixture(t *testing.T, storeType string) *storeFixture {
 		endpoint := testservices.DynamoDBEndpoint(t)
 		table := "gobridge_cli_" + strings.ReplaceAll(message.NewID(), "-", "")
 		opts := dynamodb.Options{Table: table, Endpoint: endpoint, Region: "us-east-1", CreateTables: true}
+		testservices.DropTablesAtCleanup(t, endpoint, table)
 		st, err := dynamodb.Open(t.Context(), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if c, err := dynamodb.NewClient(ctx, opts); err == nil {
-				_, _ = c.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(table)})
-			}
-		})
 		fx.st = st
 		o := fmt.Sprintf("{type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}", table, endpoint)
 		store = "outbox: " + o

@@ -1,10 +1,8 @@
 package dynamodb_test
 
 import (
-	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -16,19 +14,11 @@ import (
 	"github.com/gobridge/gobridge/stores/dynamodb"
 )
 
-func dropTable(t *testing.T, c *awsddb.Client, name string) {
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = c.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(name)})
-	})
-}
-
 func TestOpen_CreatesATableThatWorks(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, nil)
 	table := uniqueName("gobridge_open_")
-	dropTable(t, c, table)
+	testservices.DropTablesAtCleanup(t, testservices.DynamoDBEndpoint(t), table)
 	opts := dynamodb.Options{Table: table, Region: "us-east-1", Endpoint: testservices.DynamoDBEndpoint(t), CreateTables: true}
 	s, err := dynamodb.Open(t.Context(), opts)
 	if err != nil {
@@ -74,7 +64,7 @@ func TestOpen_RefusesAnotherLayout(t *testing.T) {
 			if _, err := c.CreateTable(t.Context(), in); err != nil {
 				t.Fatal(err)
 			}
-			dropTable(t, c, *in.TableName)
+			testservices.DropTablesAtCleanup(t, testservices.DynamoDBEndpoint(t), *in.TableName)
 			if _, err := dynamodb.Open(t.Context(), dynamodb.Options{Table: *in.TableName, Client: c}); !errors.Is(err, dynamodb.ErrLayout) {
 				t.Fatalf("Open = %v, want ErrLayout", err)
 			}
