@@ -244,6 +244,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		b.recvs.Wait() // 1. receivers stop taking messages
 		for _, r := range p.routes {
 			r.busy.Wait() // 2. direct sends in flight finish
+			r.workers.Wait()
 		}
 		b.drains.Wait() // 3. drainers finish their sends and flush their outcomes
 		if b.writer != nil {

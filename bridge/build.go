@@ -50,6 +50,9 @@ type route struct {
 	// deliveries in progress; a reload waits for it before the route's
 	// successor takes messages.
 	busy sync.WaitGroup
+	// workers counts the goroutines of its lanes (direct sends), which
+	// return once quit is closed.
+	workers sync.WaitGroup
 	// ready, when not nil, is closed once the route this one replaces has
 	// settled what it held: until then dispatch waits.
 	ready chan struct{}

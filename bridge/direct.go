@@ -65,8 +65,9 @@ func (h *holder) submit(ctx context.Context, env *message.Envelope, received mes
 // lanes runs a route's sends in goroutines the route owns: at most
 // max_in_flight at once and, per ordering key, one at a time in arrival
 // order. A goroutine that has run a send waits for the next one until the
-// route quits (r.busy counts the sends): a goroutine per message cost its
-// start and the growth of its stack every time.
+// route quits (r.busy counts the sends, r.workers the goroutines): a
+// goroutine per message cost its start and the growth of its stack every
+// time.
 type lanes struct {
 	sem   chan struct{}    // one per goroutine
 	idle  chan chan func() // a goroutine waiting for its next send
@@ -112,6 +113,7 @@ func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool
 	if w != nil {
 		w <- send
 	} else {
+		r.workers.Add(1)
 		go l.work(r, send)
 	}
 	return true
@@ -119,6 +121,7 @@ func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool
 
 // work runs send, then the sends handed to it, until r quits.
 func (l *lanes) work(r *route, send func()) {
+	defer r.workers.Done()
 	defer func() { <-l.sem }()
 	mine := make(chan func(), 1)
 	for {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -296,5 +297,35 @@ func TestDirectHold_PermanentFailuresAreDeadLettered(t *testing.T) {
 	}
 	if len(dead) != 2 {
 		t.Fatalf("%d dead letters after a failed replay, want 2: %+v", len(dead), dead)
+	}
+}
+
+// TestDirectHold_RunWaitsForItsSendGoroutines checks that no goroutine of a
+// direct route outlives Run (Run waits for them; before it did, they
+// returned soon after, unowned). Not parallel: it counts goroutines by name.
+func TestDirectHold_RunWaitsForItsSendGoroutines(t *testing.T) {
+	addr := freeAddr(t)
+	startBroker(t, addr)
+	s := newSink(t)
+	cfg := parseConfig(t, mqttClientConfig(addr, "gobridge-workers", "", s.srv.URL, "    policy: {max_in_flight: 20}"))
+	rt, stop := runStoppable(t, cfg)
+	waitFor(t, 10*time.Second, "receiver subscribed", func() bool { return rt.Ready(t.Context()).Ready })
+	pub := publisher(t, "tcp://"+addr, "pub-workers")
+	var toks []paho.Token
+	for i := range 50 {
+		toks = append(toks, pub.Publish("t/x", 1, false, msgID(i)))
+	}
+	waitTokens(t, toks, 10*time.Second)
+	waitFor(t, 10*time.Second, "every message delivered", func() bool { return s.distinct() == 50 })
+	workers := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "bridge.(*lanes).work(")
+	}
+	if workers() == 0 {
+		t.Fatal("no send goroutine seen while the route runs: the count cannot tell anything")
+	}
+	stop()
+	if n := workers(); n != 0 {
+		t.Fatalf("%d send goroutines still run after Run returned", n)
 	}
 }

@@ -138,6 +138,7 @@ func (b *Bridge) apply(old, p *parts) {
 		r.busy.Wait()
 		r.stop()
 		r.cancel()
+		r.workers.Wait()
 		// Keys with records in the outbox keep going there, in order. (The
 		// old fallback is idle now; the new one waits for its ready.)
 		if n := p.route(r.id); n != nil && n.fallback != nil && r.fallback != nil {
