@@ -44,11 +44,13 @@ func parsePayload(body []byte) (ts int64, id int, ok bool) {
 // violations (a first arrival of an id below one already delivered for its
 // key, key = id % keys), answers 502 while down and 500 for the poison id
 // always. Requests with an X-Load header come from loadGen and are only
-// counted.
+// counted. With a delay, every answer waits that long first, as a target
+// across a WAN does.
 type benchSink struct {
 	srv    *httptest.Server
 	keys   int
 	poison int // -1: none
+	delay  time.Duration
 	down   atomic.Bool
 
 	refused  atomic.Int64 // 502s and 500s answered
@@ -82,6 +84,9 @@ func (s *benchSink) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
 		return
+	}
+	if s.delay > 0 {
+		time.Sleep(s.delay)
 	}
 	if r.Header.Get("X-Load") != "" {
 		if _, _, ok := parsePayload(body); ok {

@@ -35,7 +35,9 @@ import (
 //
 // Messages carry GOBRIDGE_OUTAGE_KEYS (64) distinct ordering keys
 // ({topic.1}; 0: no ordering key), DESIGN §11.8. GOBRIDGE_OUTAGE_STORE is
-// sqlite (default) or dynamodb.
+// sqlite (default) or dynamodb. GOBRIDGE_OUTAGE_SINK_DELAY delays every
+// answer of the sink (a target across a WAN) for the deliveries and the
+// load generator alike.
 //
 //	GOBRIDGE_BENCH=1 go test -run TestBench_Outage -v -timeout 60m ./e2e/
 func TestBench_Outage(t *testing.T) {
@@ -51,6 +53,14 @@ func TestBench_Outage(t *testing.T) {
 	mqttURL := testservices.MQTTURL(t)
 	run := runID("outage")
 	s := newBenchSink(t, total, keys, poison)
+	// GOBRIDGE_OUTAGE_SINK_DELAY (e.g. 20ms): the target answers after that
+	// long, as across a WAN; the load generator meets the same delay.
+	if d := envStr("GOBRIDGE_OUTAGE_SINK_DELAY", ""); d != "" {
+		var err error
+		if s.delay, err = time.ParseDuration(d); err != nil {
+			t.Fatalf("GOBRIDGE_OUTAGE_SINK_DELAY: %v", err)
+		}
+	}
 	conc := maxInFlight
 	if keys > 0 {
 		conc = min(keys, maxInFlight) // the most sends the drainer may have open
@@ -207,7 +217,7 @@ func TestBench_Outage(t *testing.T) {
 	s.mu.Lock()
 	dups, disorder := s.dups, s.disorder
 	s.mu.Unlock()
-	report(t, "outage-drain", "store", store, "bin", binaryName(), "n", n, "keys", keys,
+	report(t, "outage-drain", "store", store, "bin", binaryName(), "n", n, "keys", keys, "sink_delay", s.delay,
 		"probe_wait_s", first.Sub(up).Seconds(), "drain_msg_s", pureRate,
 		"sink_req_s", fmt.Sprintf("%.0f/%.0f", sinkRate[0], sinkRate[1]), "conc", conc,
 		"drain_vs_sink", pureRate/meanSink,
