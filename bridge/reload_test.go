@@ -34,7 +34,7 @@ routes:
 `, id, db, addr, senders, routesYAML))
 }
 
-// steadyPublisher publishes "<prefix>-N" on topic at QoS 1 from its own
+// steadyPublisher publishes "<prefix>-N" (startSteady) on topic at QoS 1 from its own
 // connection until stop; acked returns the payloads the listener
 // acknowledged.
 type steadyPublisher struct {
@@ -48,11 +48,17 @@ type steadyPublisher struct {
 
 func startSteady(t *testing.T, addr, id, topic, prefix string) *steadyPublisher {
 	t.Helper()
+	return startSteadyWith(t, addr, id, topic, 2*time.Millisecond, func(i int) string { return fmt.Sprintf("%s-%05d", prefix, i) })
+}
+
+// startSteadyWith publishes payload(0), payload(1), ... one per every.
+func startSteadyWith(t *testing.T, addr, id, topic string, every time.Duration, payload func(int) string) *steadyPublisher {
+	t.Helper()
 	p := &steadyPublisher{stop: make(chan struct{}), done: make(chan struct{}), toks: map[string]paho.Token{}}
 	p.c = connectCounting(t, addr, id, &p.lost)
 	go func() {
 		defer close(p.done)
-		tick := time.NewTicker(2 * time.Millisecond) // the publishing rate, not synchronisation
+		tick := time.NewTicker(every) // the publishing rate, not synchronisation
 		defer tick.Stop()
 		for i := 0; ; i++ {
 			select {
@@ -60,10 +66,10 @@ func startSteady(t *testing.T, addr, id, topic, prefix string) *steadyPublisher 
 				return
 			case <-tick.C:
 			}
-			payload := fmt.Sprintf("%s-%05d", prefix, i)
-			tok := p.c.Publish(topic, 1, false, payload)
+			msg := payload(i)
+			tok := p.c.Publish(topic, 1, false, msg)
 			p.mu.Lock()
-			p.toks[payload] = tok
+			p.toks[msg] = tok
 			p.mu.Unlock()
 		}
 	}()
@@ -78,6 +84,13 @@ func (p *steadyPublisher) halt() {
 		close(p.stop)
 	}
 	<-p.done
+}
+
+// sent is how many messages were published so far.
+func (p *steadyPublisher) sent() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.toks)
 }
 
 // acked halts the publisher, waits for every acknowledgement and returns
