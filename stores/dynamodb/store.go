@@ -44,11 +44,16 @@
 // claimed and one stats item per session. About 45 plain records fit one
 // transaction. A larger Write is split into transactions committed in
 // order, each atomic: when one fails, the earlier ones stay committed and
-// their records stamped. Retrying the same Batch in the same process is
-// idempotent: an append a failed attempt inserted, still where it was put,
-// is reported as stored (its Seq and current Token: the owner's drainer
-// holds it, as its claims skip its own token), at the cost of one
-// BatchGetItem; settlements already applied report Stale.
+// their records stamped. So are the failed one's records, at the Seq they
+// were written at, unless DynamoDB answered that it refused it (4xx): it
+// may have applied, its answer lost (a connection dropped after the
+// request was sent, on every attempt of the SDK). Retrying the same Batch
+// in the same process is idempotent: an append a failed attempt inserted,
+// still where it was put, is reported as stored (its Seq and current
+// Token: the owner's drainer holds it, as its claims skip its own token),
+// at the cost of one BatchGetItem; a settlement a failed attempt applied or
+// may have, whose record is in the state it leaves, is reported applied
+// (not Stale), even if another process did it.
 package dynamodb
 
 import (
@@ -106,8 +111,9 @@ type Store struct {
 
 	wmu  sync.Mutex       // one Write at a time: a process's writes never conflict with each other
 	seqs map[string]int64 // under wmu: partition pk → the highest counter this process knows committed
-	// partial, under wmu: the appends that the committed transactions of
-	// failed Writes inserted, by key → their Seq, until a Write retries them.
+	// partial, under wmu: what the transactions of failed Writes did or
+	// may have done (see lost), until a Write retries it: appends by key →
+	// their Seq, settlements by key → 0.
 	partial map[stores.Key]int64
 }
 
@@ -243,8 +249,8 @@ func retry(ctx context.Context, f func() error) error {
 		if err == nil || !transient(err) || attempt == maxAttempts {
 			return err
 		}
-		if err := backoff(ctx, attempt); err != nil {
-			return err
+		if berr := backoff(ctx, attempt); berr != nil {
+			return errors.Join(err, berr) // refused, not lost (see lost)
 		}
 	}
 }

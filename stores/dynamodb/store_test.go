@@ -4,6 +4,8 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -57,13 +59,21 @@ func uniqueName(prefix string) string {
 // processes then interleave in more ways.
 // With hold set, it stops its first transaction before sending it: it
 // reports on hold and waits to be released by a receive from it.
+// With lose above 0, it counts transactions down: from the one it
+// reaches 1 at, it loses their answers (an error instead, as when the
+// connection drops after the request was sent; with unsent, before).
 type counter struct {
-	n     atomic.Int64
-	next  http.RoundTripper
-	delay time.Duration
-	hold  chan struct{}
-	held  atomic.Bool
+	n      atomic.Int64
+	next   http.RoundTripper
+	delay  time.Duration
+	hold   chan struct{}
+	held   atomic.Bool
+	lose   atomic.Int64
+	unsent atomic.Bool
+	lost   atomic.Int64 // transactions whose answers it lost
 }
+
+var errLost = errors.New("test: connection reset, the answer is lost")
 
 func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
@@ -81,12 +91,26 @@ func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 			return nil, r.Context().Err()
 		}
 	}
-	return c.next.RoundTrip(r)
+	if !tx || c.lose.Load() == 0 || c.lose.Add(-1) > 0 {
+		return c.next.RoundTrip(r)
+	}
+	c.lose.Store(1)
+	c.lost.Add(1)
+	if !c.unsent.Load() {
+		res, err := c.next.RoundTrip(r)
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, res.Body) // read, so that the connection stays usable
+		res.Body.Close()
+	}
+	return nil, errLost
 }
 
 // newClient returns a DynamoDB Local client whose requests cnt counts (cnt
-// may be nil). Each call makes a client of its own, as a process would.
-func newClient(t testing.TB, cnt *counter) *awsddb.Client {
+// may be nil), with opts applied. Each call makes a client of its own, as
+// a process would.
+func newClient(t testing.TB, cnt *counter, opts ...func(*awsddb.Options)) *awsddb.Client {
 	t.Helper()
 	endpoint := testservices.DynamoDBEndpoint(t)
 	cfg, err := config.LoadDefaultConfig(context.Background(), config.WithRegion("us-east-1"))
@@ -99,6 +123,9 @@ func newClient(t testing.TB, cnt *counter) *awsddb.Client {
 		if cnt != nil {
 			cnt.next = http.DefaultTransport
 			o.HTTPClient = &http.Client{Transport: cnt}
+		}
+		for _, f := range opts {
+			f(o)
 		}
 	})
 }

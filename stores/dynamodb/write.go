@@ -2,6 +2,7 @@ package dynamodb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 
 	"github.com/gobridge/gobridge/stores"
 )
@@ -56,16 +58,35 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	}
 	cs := chunks(ops)
 	for i, c := range cs {
-		if err := s.commit(ctx, c, now); err != nil {
-			for _, o := range slices.Concat(cs[:i]...) {
-				if o.rec != nil && o.rec.Seq != 0 {
-					s.partial[o.rec.Key()] = o.rec.Seq // committed: a retry reports it (read)
-				}
-			}
-			return fmt.Errorf("dynamodb: write: %w", mapErr(err))
+		err := s.commit(ctx, c, now)
+		if err == nil {
+			continue
 		}
+		done := cs[:i] // committed, and c too perhaps if its answer was lost (commit stamped it then)
+		if lost(err) {
+			done = cs[:i+1]
+		}
+		for _, o := range slices.Concat(done...) { // a retry reports what they did (read)
+			switch {
+			case o.rec != nil && o.rec.Seq != 0:
+				s.partial[o.rec.Key()] = o.rec.Seq
+			case o.st != nil && !o.st.Stale:
+				s.partial[o.st.Key] = 0
+			}
+		}
+		return fmt.Errorf("dynamodb: write: %w", mapErr(err))
 	}
 	return nil
+}
+
+// lost reports whether a transaction that failed with err may have
+// committed, its answer lost: unless DynamoDB answered that it refused it
+// (4xx: a cancellation, an invalid request), after a connection dropped or
+// a timeout once the request was sent (the SDK reports status 0), or a
+// server error.
+func lost(err error) bool {
+	var re *awshttp.ResponseError
+	return !errors.As(err, &re) || re.HTTPStatusCode()/100 != 4
 }
 
 // plan turns b into ops, dropping duplicate keys within the batch and
@@ -150,8 +171,11 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 		if o.st.Outcome == stores.Drop {
 			want = stores.Dead
 		}
-		if o.ki == nil || getS(o.ki, "state") != string(want) {
-			o.st.Stale, o.skip = true, true
+		if state := getS(o.ki, "state"); state != string(want) {
+			// Stale, unless it is the state a failed Write this one
+			// retries may have made (see Atomicity in the package doc).
+			seq, ok := s.partial[o.st.Key]
+			o.st.Stale, o.skip = !ok || seq != 0 || state != leaves[o.st.Outcome], true
 		} else if o.st.Outcome == stores.DeadLetter {
 			bodies = append(bodies, loc(o.ki))
 		}
@@ -195,8 +219,13 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 	return nil
 }
 
+// leaves is the state each outcome leaves a record's key item in.
+var leaves = map[stores.Outcome]string{stores.Done: "done", stores.Retry: string(stores.Live),
+	stores.DeadLetter: string(stores.Dead), stores.Drop: "done"}
+
 // retried reports whether o appends again, at the Seq stamped on it, a
-// record that a failed Write inserted (see Atomicity in the package doc).
+// record that a failed Write inserted or may have (see Atomicity in the
+// package doc).
 func (s *Store) retried(o *op) bool {
 	return len(s.partial) > 0 && o.rec != nil && o.r.Seq != 0 && !o.skip && s.partial[o.rec.Key()] == o.r.Seq
 }
@@ -269,9 +298,9 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 		if len(t.items) > 0 {
 			err = s.transact(ctx, t.items)
 		}
-		if err == nil {
-			s.finish(c, t)
-			return nil
+		if err == nil || lost(err) {
+			s.finish(c, t) // (if lost, a retry of the batch finds out: see read)
+			return err
 		}
 		rs := reasons(err)
 		if len(rs) != len(t.items) || attempt == maxAttempts {
@@ -290,8 +319,8 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 		if t.busy && attempt > 0 {
 			// Several processes keep appending to one partition: spread
 			// them out.
-			if err := backoff(ctx, attempt); err != nil {
-				return err
+			if berr := backoff(ctx, attempt); berr != nil {
+				return errors.Join(err, berr) // refused, not lost
 			}
 		}
 	}
@@ -301,12 +330,11 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 // remembers the partition counters and pointers.
 func (s *Store) finish(c []*op, t *txn) {
 	for _, o := range c {
-		if o.rec == nil {
+		if o.st != nil {
+			delete(s.partial, o.st.Key)
 			continue
 		}
-		if len(s.partial) > 0 { // only after a failed Write
-			delete(s.partial, o.rec.Key())
-		}
+		delete(s.partial, o.rec.Key())
 		switch {
 		case o.kept:
 			*o.rec = o.r
