@@ -168,7 +168,11 @@ type Settlement struct {
 	Stale bool
 }
 
-// Batch is one atomic write: Write commits all of it, or nothing.
+// Batch is one atomic write: Write commits all of it, or nothing. (A
+// backend that cannot commit a large Batch at once, DynamoDB, may commit a
+// part before it fails.) After a failed Write the stamps on its records and
+// settlements mean nothing: the caller retries the same Batch, which
+// reports what a failed attempt stored, or may have, as stored by it.
 type Batch struct {
 	// Settle is applied first, each settlement on its own: a stale one is
 	// skipped (Stale set) and does not fail the batch.
