@@ -147,8 +147,7 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 		// fixes a bad certificate, not the message), timeouts and a
 		// cancelled ctx: all may pass. The *url.Error is unwrapped: its text
 		// holds the whole URL, secrets in the query included.
-		var ue *url.Error
-		if errors.As(err, &ue) {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
 		return fmt.Errorf("http: %s %s: %w", s.method, redact.URL(req.URL.String()), err)
@@ -212,8 +211,7 @@ var ErrTemplatedHost = errors.New("the Host header cannot come from a placeholde
 func parseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err // its text holds raw unredacted
 		}
 		return nil, fmt.Errorf("%w %q: %w", errBadURL, redact.URL(raw), err)
