@@ -3,8 +3,7 @@
 // time-ordered ID, and the per-message templates that fill sender options
 // and processor keys from it.
 //
-// It is a leaf package: receivers, processors, stores, senders and the
-// drainer all import it, and it imports none of them.
+// It is a leaf package: it imports no other gobridge package.
 package message
 
 import (

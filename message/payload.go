@@ -52,17 +52,15 @@ func (p *ParsedPayload) Value(payload []byte) (any, error) {
 }
 
 // Reset forgets the decoded payload.
-func (p *ParsedPayload) Reset() { p.src, p.done, p.val, p.err = nil, false, nil, nil }
+func (p *ParsedPayload) Reset() { *p = ParsedPayload{} }
 
 func sameSlice(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // decodeJSON decodes b as exactly one JSON value (surrounding whitespace
-// allowed) with encoding/json, then converts its numbers: an integer within
-// int64 becomes an int, a larger one stays a json.Number (exact text; expr
-// would compare a uint64 or a rounded float64 wrongly), and any other
-// number becomes a float64 (a json.Number when out of range).
+// allowed) and converts its numbers as ParsedPayload says: expr would
+// compare a uint64 or a rounded float64 wrongly.
 func decodeJSON(b []byte) (any, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
@@ -76,7 +74,8 @@ func decodeJSON(b []byte) (any, error) {
 	return numbers(v), nil
 }
 
-// numbers converts the json.Numbers of a decoded tree in place.
+// numbers converts the json.Numbers of a decoded tree in place (a float out
+// of range stays a json.Number).
 func numbers(v any) any {
 	switch t := v.(type) {
 	case map[string]any:

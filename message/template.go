@@ -238,17 +238,15 @@ func (t *Template) renderPart(pt *part, e *Envelope, p *ParsedPayload) (string, 
 // topicSegment returns the n-th '/'-separated segment of topic without
 // allocating.
 func topicSegment(topic string, n int) (string, bool) {
-	for i := 0; i < n; i++ {
-		j := strings.IndexByte(topic, '/')
-		if j < 0 {
+	for range n {
+		_, rest, ok := strings.Cut(topic, "/")
+		if !ok {
 			return "", false
 		}
-		topic = topic[j+1:]
+		topic = rest
 	}
-	if j := strings.IndexByte(topic, '/'); j >= 0 {
-		return topic[:j], true
-	}
-	return topic, true
+	segment, _, _ := strings.Cut(topic, "/")
+	return segment, true
 }
 
 func lookupHeader(h map[string]string, name string) (string, bool) {

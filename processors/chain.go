@@ -3,14 +3,10 @@
 // on each message.
 //
 // Expressions (filter, transform) use expr-lang/expr and templates use
-// message.Template; both compile once, in Compile, which is what
-// `gobridge check` calls, so a bad expression or template is a configuration
-// error with its position. Per message, Chain.Process runs the steps in
-// order, decoding the JSON payload at most once (again only after a
-// transform replaced it). A processor that fails on a message returns a
-// *senders.PermanentError with the reason; Process never panics on data.
-// The options each type takes are checked by routes (`gobridge check`);
-// Compile reports what only compiling finds.
+// message.Template; both compile once, in Compile, which `gobridge check`
+// calls (routes checks the options each type takes). Per message,
+// Chain.Process runs the steps in order, decoding the JSON payload at most
+// once (again only after a transform replaced it); it never panics on data.
 package processors
 
 import (
@@ -45,8 +41,7 @@ type Result struct {
 	CoalesceKey string
 }
 
-// step is one compiled processor. It reads and changes the message through
-// s, and sets s.res.Drop to stop the chain.
+// step is one compiled processor; it sets s.res.Drop to stop the chain.
 type step func(s *state) error
 
 // Chain is a route's compiled processor chain. It is immutable after
@@ -83,11 +78,10 @@ func (es CompileErrors) Unwrap() []error {
 }
 
 // Compile compiles route.Processors, in order, and route.OrderingKey. It
-// reports every problem it finds as a CompileErrors of *CompileError values,
-// each naming the processor index and field at fault: an unknown type, a
-// missing or superfluous field for the type, an expression or template that
-// does not compile. A route without processors or ordering key compiles to a
-// chain whose Process does nothing.
+// reports every problem it finds (an unknown type, a missing or superfluous
+// field, an expression or template that does not compile) as CompileErrors.
+// A route without processors or ordering key compiles to a chain whose
+// Process does nothing.
 func Compile(route routes.RouteConfig) (*Chain, error) {
 	c := &Chain{}
 	var errs CompileErrors

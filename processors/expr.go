@@ -64,8 +64,7 @@ func compileExpr(i int, src string, asBool bool) (p *program, cerr *CompileError
 	prog, err := expr.Compile(src, opts...)
 	if err != nil {
 		off := -1
-		var fe *file.Error
-		if errors.As(err, &fe) {
+		if fe, ok := errors.AsType[*file.Error](err); ok {
 			off = runeToByteOffset(src, fe.From)
 			err = fmt.Errorf("%s (line %d, column %d)", fe.Message, fe.Line, fe.Column+1)
 		}
@@ -107,8 +106,7 @@ func (s *state) run(p *program) (any, error) {
 	}
 	out, err := s.vm.Run(p.prog, s.env)
 	if err != nil {
-		var fe *file.Error
-		if errors.As(err, &fe) {
+		if fe, ok := errors.AsType[*file.Error](err); ok {
 			return nil, fmt.Errorf("evaluate %q: %s (column %d)", p.src, fe.Message, fe.Column+1)
 		}
 		return nil, fmt.Errorf("evaluate %q: %w", p.src, err)

@@ -63,10 +63,7 @@ func (w *Window) NewAcker(capacity int) *Acker {
 }
 
 // Acker acknowledges messages in the order they were added, each only once
-// it and every message added before it were settled (MQTT 3.1.1 §4.6), even
-// when a later one is settled first. Both MQTT receivers acknowledge
-// through it: the mqtt receiver with one Acker, the listener with one per
-// publisher connection.
+// it and every message added before it were settled (MQTT 3.1.1 §4.6).
 type Acker struct {
 	w     *Window
 	slots chan struct{} // one per message added and not yet acknowledged

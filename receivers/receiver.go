@@ -1,15 +1,12 @@
 // Package receivers defines how inbound messages reach gobridge's routes.
-// The MQTT backends are receivers/mqtt (a paho client of an existing
-// broker) and receivers/listener (an embedded mochi-mqtt broker); both
-// acknowledge through the one in-order Acker of this package and pass the
-// conformance suite in receivers/receivertest. receivers/httplistener
-// (HTTP ingest) answers each request on its own once its message settled
-// (Message.Report).
-//
-// Each message is handed to a Sink together with a done callback. The
-// receiver acknowledges the message to its publisher or broker only after
-// done was called, and in the order the messages arrived (MQTT 3.1.1 §4.6),
-// even when a later message is settled first.
+// A receiver hands each message to a Sink with a done callback, and
+// acknowledges it to its publisher or broker only after done was called, in
+// arrival order (MQTT 3.1.1 §4.6), even when a later message is settled
+// first. receivers/mqtt (a paho client of a broker) and receivers/listener
+// (an embedded mochi-mqtt broker) do so through this package's Acker and
+// pass the conformance suite in receivers/receivertest;
+// receivers/httplistener (HTTP ingest) answers each request once its message
+// is settled (Message.Report).
 package receivers
 
 import (
@@ -41,32 +38,26 @@ const (
 	ReasonBusy            = "busy"
 )
 
-// Message is one inbound MQTT message.
+// Message is one inbound message.
 type Message struct {
-	// Receiver is the id of the receiver it came through.
-	Receiver   string
+	Receiver   string // the id of the receiver it came through
 	Topic      string
 	Payload    []byte
 	QoS        byte
 	Retained   bool
 	Duplicate  bool
 	ReceivedAt time.Time
-	// Size is the size of the whole payload in bytes, also when Truncated.
-	Size int
-	// Truncated is set when the payload was larger than the receiver's
-	// max_payload_bytes: Payload then holds only its first TruncatedBytes
-	// and SHA256 identifies the whole. The sink must settle such a message
-	// as a dead letter with reason ReasonPayloadTooLarge (or drop and count
-	// it where there is nowhere to keep one), never route it.
+	Size       int // of the whole payload in bytes, also when Truncated
+	// Truncated is set when the payload was over max_payload_bytes (see
+	// Limit). The sink must settle such a message as a dead letter with
+	// reason ReasonPayloadTooLarge (or drop and count it where there is
+	// nowhere to keep one), never route it.
 	Truncated bool
-	// SHA256 is the hex SHA-256 of the whole payload; set only when
-	// Truncated.
-	SHA256 string
-	// ID, when set, is the envelope ID of the message (a producer's
-	// idempotency key: HTTP ingest); empty: each route makes a fresh one.
-	ID string
-	// Headers are carried into the envelope's headers (HTTP ingest).
-	Headers map[string]string
+	SHA256    string // hex SHA-256 of the whole payload, when Truncated
+	// ID, when set, is the envelope ID (HTTP ingest: from the producer's
+	// idempotency key); empty: each route makes a fresh one.
+	ID      string
+	Headers map[string]string // carried into the envelope (HTTP ingest)
 	// Report, when set, is called once, just before done, with how the
 	// message was settled: for receivers that answer their producer.
 	Report func(Settled)
@@ -90,10 +81,10 @@ const (
 	OutcomeUnrouted     = "unrouted"      // no route matched
 )
 
-// Limit truncates m when its payload is larger than max bytes (see
-// Truncated) and reports whether it did. It sets Size either way. The kept
-// prefix (the first TruncatedBytes) is a copy, so the large payload can be
-// freed.
+// Limit truncates m when its payload is larger than max bytes and reports
+// whether it did: Payload then holds a copy of its first TruncatedBytes (so
+// the large payload can be freed) and SHA256 identifies the whole. It sets
+// Size either way.
 func (m *Message) Limit(max int) bool {
 	m.Size = len(m.Payload)
 	if m.Size <= max {
@@ -125,11 +116,10 @@ type Status struct {
 	Reason string
 }
 
-// Stats are a receiver's counters since it was created, for metrics. The
-// bridge reads them on scrape; receivers stay free of Prometheus.
+// Stats are a receiver's counters since it was created, which the bridge
+// reads for metrics on scrape.
 type Stats struct {
-	// Received counts messages handed to the sink.
-	Received uint64
+	Received uint64 // messages handed to the sink
 	// Acked counts messages acknowledged after their done (QoS 0 messages
 	// count when settled).
 	Acked uint64
@@ -143,9 +133,8 @@ type Stats struct {
 	// Abandoned counts messages left unacknowledged because the receiver
 	// stopped (or lost its connection) before they were settled; the
 	// publisher or broker sends them again.
-	Abandoned uint64
-	// Reconnects counts successful connections after the first (mqtt only).
-	Reconnects uint64
+	Abandoned  uint64
+	Reconnects uint64 // successful connections after the first (mqtt only)
 	// TooLarge counts payloads over max_payload_bytes, handed to the sink
 	// truncated (reason payload_too_large); http_listener: refused with 413.
 	TooLarge uint64
@@ -159,9 +148,7 @@ type Stats struct {
 	// Busy counts requests refused with 503 before their message was
 	// handed on: max_in_flight requests open, or no room within
 	// max_inflight_bytes in time (http_listener only).
-	Busy uint64
-	// InFlight is the number of messages received and not yet acknowledged.
-	InFlight int
-	// InFlightBytes is the payload bytes of those messages.
-	InFlightBytes int64
+	Busy          uint64
+	InFlight      int   // messages received and not yet acknowledged
+	InFlightBytes int64 // their payload bytes
 }

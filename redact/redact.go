@@ -1,7 +1,7 @@
 // Package redact removes credentials from URLs and from text that may hold
 // URLs (error messages, log lines, dead-letter reasons), so that they never
-// leave the process. It is a leaf package: receivers, senders, the admin
-// API and the bridge all use it at the boundary where text goes out.
+// leave the process. It is a leaf package, used at every boundary where
+// text goes out.
 //
 // Two things are redacted, and replaced by Mask:
 //   - a URL's user-info ("tcp://user:pass@host" becomes "tcp://REDACTED@host";
@@ -22,10 +22,8 @@ import (
 // Mask replaces every redacted value.
 const Mask = "REDACTED"
 
-// secretWords are the words of a query parameter name that make it secret.
-// A name is split into words at every character that is not a letter or
-// digit and at lower-to-upper case changes ("X-Amz-Security-Token",
-// "sessionToken", "api_key" all qualify).
+// secretWords are the words of a query parameter name that make it secret
+// (see Secret).
 var secretWords = map[string]bool{
 	"token": true, "key": true, "apikey": true, "secret": true, "password": true,
 	"passwd": true, "pwd": true, "pass": true, "sig": true, "signature": true,
@@ -33,12 +31,11 @@ var secretWords = map[string]bool{
 	"credentials": true, "accesstoken": true, "sessionid": true,
 }
 
-// Secret reports whether a query parameter called name holds a secret: one
-// of its words (split at punctuation and case changes, compared
-// case-insensitively) is token, key, apikey, secret, password, passwd, pwd,
-// pass, sig, signature, auth, authorization, code, credential(s),
-// accesstoken or sessionid. So api_key, access_token, X-Amz-Signature,
-// X-Amz-Credential and X-Amz-Security-Token are secret; page and topic are
+// Secret reports whether a query parameter called name holds a secret: the
+// name or one of its words (split at every character that is not a letter
+// or digit and at lower-to-upper case changes) is one of secretWords,
+// compared case-insensitively. So api_key, access_token, sessionId,
+// X-Amz-Signature and X-Amz-Security-Token are secret; page and topic are
 // not.
 func Secret(name string) bool {
 	if u, err := url.QueryUnescape(name); err == nil {

@@ -80,46 +80,25 @@ func stripShare(f string) string {
 // (MQTT 3.1.1 §4.7.2). Match does not allocate.
 func Match(filter, topic string) bool {
 	filter = stripShare(filter)
-	if len(topic) > 0 && topic[0] == '$' && len(filter) > 0 && (filter[0] == '+' || filter[0] == '#') {
+	if strings.HasPrefix(topic, "$") && (strings.HasPrefix(filter, "+") || strings.HasPrefix(filter, "#")) {
 		return false
 	}
-	fi, ti := 0, 0
 	for {
-		// next filter level [fi, fe), topic level [ti, te)
-		fe := strings.IndexByte(filter[fi:], '/')
-		if fe < 0 {
-			fe = len(filter)
-		} else {
-			fe += fi
-		}
-		flevel := filter[fi:fe]
-		if flevel == "#" {
+		level, filterRest, filterMore := strings.Cut(filter, "/")
+		if level == "#" {
 			return true
 		}
-		if ti > len(topic) {
-			// topic exhausted: only "x/#" matches "x"
+		topicLevel, topicRest, topicMore := strings.Cut(topic, "/")
+		if level != "+" && level != topicLevel {
 			return false
 		}
-		te := strings.IndexByte(topic[ti:], '/')
-		if te < 0 {
-			te = len(topic)
-		} else {
-			te += ti
-		}
-		if flevel != "+" && flevel != topic[ti:te] {
-			return false
-		}
-		fdone, tdone := fe == len(filter), te == len(topic)
 		switch {
-		case fdone && tdone:
-			return true
-		case fdone:
-			return false
-		case tdone:
-			// the filter has more levels; only a final "#" matches.
-			return filter[fe+1:] == "#"
+		case !filterMore:
+			return !topicMore
+		case !topicMore:
+			return filterRest == "#" // "x/#" matches its parent "x"
 		}
-		fi, ti = fe+1, te+1
+		filter, topic = filterRest, topicRest
 	}
 }
 

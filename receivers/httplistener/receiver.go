@@ -4,20 +4,18 @@
 //	POST /v1/publish/{topic...}   one message; the body is the payload
 //	POST /v1/publish              application/x-ndjson, one message a line
 //
-// A request is answered only once the bridge has settled its message (the
-// sink's done): 200 {"id":..., "outcome":...} for every settled outcome but
-// unrouted (404). 503 with Retry-After when it was not settled within
-// SettleTimeout (admission into a full outbox waits that long too) or when
-// MaxInFlight requests are already open; the message may still be
-// committed after such an answer, and a retry with the same Idempotency-Key
-// is then absorbed by the outbox (the envelope ID is derived from the key).
+// A request is answered once the bridge has settled its message: 200
+// {"id":..., "outcome":...} for every outcome but unrouted (404); 503 with
+// Retry-After when it was not settled within SettleTimeout or MaxInFlight
+// requests are open. The message may still be committed after a 503: a
+// retry with the same Idempotency-Key is then absorbed by the outbox
+// (EnvelopeID).
 //
 // Refused before the body is read: 403 for a request with an Origin header
 // (a browser) or to a topic none of Topics matches, 401 without the bearer
 // Token, 413 for a Content-Length over the limit. A body is read through a
-// limit of max+1 bytes and refused with 413 past it, so no request holds
-// more than the limit in memory; the bytes of open requests are bounded by
-// MaxInflightBytes.
+// limit of max+1 bytes (413 past it), so no request holds more than the
+// limit in memory.
 package httplistener
 
 import (
@@ -64,9 +62,8 @@ var (
 
 // Options configure a Receiver. Zero fields take the defaults named.
 type Options struct {
-	// ID names the receiver in logs, and is the producer identity in
-	// envelope IDs derived from an Idempotency-Key (see EnvelopeID).
-	// Required.
+	// ID names the receiver in logs and is the producer identity in
+	// EnvelopeID. Required.
 	ID string
 	// Listen is the TCP address; defaults to DefaultListen.
 	Listen string
@@ -82,25 +79,25 @@ type Options struct {
 	AllowAnonymous bool
 	// TLS, when set, serves HTTPS only.
 	TLS *tls.Config
-	// MaxPayloadBytes bounds one message's payload (413 past it). Defaults
+	// MaxPayloadBytes bounds one message's payload (413 past it); defaults
 	// to receivers.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
-	// MaxInflightBytes bounds the request bodies held by open requests; a
-	// request waits for room up to SettleTimeout (then 503). Defaults to
+	// MaxInflightBytes bounds the bodies of open requests; a request waits
+	// for room up to SettleTimeout (then 503). Defaults to
 	// receivers.DefaultMaxInflightBytes.
 	MaxInflightBytes int
-	// MaxInFlight bounds the requests served at once; one more is answered
-	// 503 at once. Defaults to DefaultMaxInFlight.
+	// MaxInFlight bounds the requests served at once (503 beyond);
+	// defaults to DefaultMaxInFlight.
 	MaxInFlight int
 	// SettleTimeout bounds how long a request waits for room and for its
-	// message(s) to be settled before it is answered 503. Defaults to
-	// DefaultSettleTimeout.
+	// messages to be settled (admission into a full outbox included)
+	// before it is answered 503; defaults to DefaultSettleTimeout.
 	SettleTimeout time.Duration
 	// ReadHeaderTimeout, ReadTimeout and WriteTimeout are the server's
 	// (net/http.Server); WriteTimeout must exceed SettleTimeout.
 	ReadHeaderTimeout, ReadTimeout, WriteTimeout time.Duration
-	// Headers are the request headers carried into each message's headers,
-	// besides Content-Type (canonical names).
+	// Headers names the request headers carried into each message, besides
+	// Content-Type.
 	Headers []string
 	// MaxBatchLines and MaxBatchBytes bound one NDJSON batch (413 past
 	// them). Default DefaultMaxBatchLines and DefaultMaxBatchBytes.
@@ -165,10 +162,9 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 }
 
 // Run listens and serves until ctx is done, then stops accepting, gives
-// open requests a moment to be answered (their contexts end with ctx, so
-// those still waiting for a settlement are answered 503) and returns nil.
-// It returns an error only when it cannot listen or serve. Run may be
-// called once.
+// open requests a moment to be answered (their contexts end with ctx: those
+// still waiting for a settlement get 503) and returns nil. It returns an
+// error only when it cannot listen or serve. Run may be called once.
 func (r *Receiver) Run(ctx context.Context) error {
 	if !r.ran.CompareAndSwap(false, true) {
 		return ErrAlreadyRun
@@ -237,10 +233,9 @@ func (r *Receiver) Status() receivers.Status { return *r.status.Load() }
 func (r *Receiver) Stats() receivers.Stats { return r.win.Stats() }
 
 // EnvelopeID is the envelope ID of a message published with an
-// Idempotency-Key: the hex SHA-256 of the receiver's ID (the producer
-// identity: one token per receiver), the topic and the key, each preceded
-// by its length (8 bytes, big-endian). The same key on another topic or
-// another receiver gives another ID.
+// Idempotency-Key: the hex SHA-256 of the receiver's ID (one token per
+// receiver), the topic and the key, each preceded by its length (8 bytes,
+// big-endian), so the same key on another topic or receiver differs.
 func EnvelopeID(receiver, topic, key string) string {
 	h := sha256.New()
 	for _, s := range []string{receiver, topic, key} {

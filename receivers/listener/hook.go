@@ -82,9 +82,6 @@ func (h *hook) OnPacketEncode(_ *mochi.Client, pk packets.Packet) packets.Packet
 // PUBACK/PUBREC (see the package documentation for the flow). It waits
 // while the connection's acker or the receiver's byte window is full, and
 // while the sink pushes back.
-//
-// If Run's ctx ends first, the publisher's connection is dropped and the
-// packet rejected, so no acknowledgement is sent for an unsettled message.
 func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	l := h.l
 	if cl.Net.Inline {

@@ -1,35 +1,26 @@
 // Package listener is the receiver that embeds an MQTT broker (mochi-mqtt):
 // publishers connect to gobridge itself.
 //
-// A PUBLISH is handled by mochi's OnPublish hook, in the publisher's read
-// loop, so messages reach the sink in the order each publisher sent them.
-// Every PUBLISH of a connection is queued on that connection's
-// receivers.Acker, so acknowledgements go back in arrival order (MQTT
-// 3.1.1 §4.6) whatever became of each message:
+// mochi's OnPublish hook runs in the publisher's read loop, so messages
+// reach the sink in the order each publisher sent them, and queues every
+// PUBLISH on its connection's receivers.Acker, so acknowledgements go back
+// in arrival order whatever became of each message: routed (handed to the
+// sink, acknowledged after done; truncated when over max_payload_bytes,
+// MQTT 5 reason 0x95), unrouted (no topic matches) or denied by the
+// client's publish ACL (discarded, MQTT 5 reason 0x87), the last two
+// acknowledged in turn and counted.
 //
-//   - routed (its topic matches one of the receiver's topics and the ACL
-//     allows it): handed to the sink, acknowledged after done;
-//   - unrouted (no topic matches): acknowledged in turn, counted;
-//   - denied by the client's publish ACL: discarded, acknowledged in turn
-//     (MQTT 5: PUBACK reason 0x87), counted;
-//   - over max_payload_bytes: handed to the sink truncated
-//     (receivers.Message.Truncated), acknowledged after done (MQTT 5:
-//     reason 0x95).
-//
-// QoS 0 and 1: the hook returns packets.ErrRejectPacket, so mochi writes no
-// PUBACK and routes nothing; the acker writes the PUBACK itself and then
-// re-publishes the message (routed and unrouted ones) to the embedded
-// broker's subscribers through mochi's inline client, which the hook
-// ignores. QoS 2: the hook waits until the acker releases the message and
-// returns; mochi then writes the PUBREC and runs PUBREL/PUBCOMP, so one QoS
-// 2 message per publisher is in flight at a time. (mochi ignores any
-// OnPublish error other than ErrRejectPacket/CodeSuccessIgnore for an MQTT
-// 3.1.1 client and acknowledges anyway, so rejection is the only safe way
-// to withhold an acknowledgement.)
+// QoS 0 and 1: the hook returns packets.ErrRejectPacket, so mochi neither
+// acknowledges nor routes; the acker writes the PUBACK, then re-publishes
+// the message to the embedded subscribers through mochi's inline client.
+// QoS 2: the hook waits for the acker and returns; mochi then writes the
+// PUBREC, so one QoS 2 message per publisher is in flight at a time.
+// Rejection is the only safe way to withhold an acknowledgement: mochi
+// acknowledges an MQTT 3.1.1 client whatever else OnPublish returns.
 //
 // When Run's ctx is done before a message is settled, the publisher's
-// connection is closed and no acknowledgement is sent for it: the publisher
-// sends it again after reconnecting.
+// connection is closed without an acknowledgement: the publisher sends it
+// again after reconnecting.
 package listener
 
 import (
@@ -141,8 +132,8 @@ type ACL struct {
 	Publish, Subscribe []string
 }
 
-// Listener is an embedded MQTT broker that hands matching messages to a
-// sink. Create it with New; it is safe for concurrent use.
+// Listener is an embedded MQTT broker. Create it with New; it is safe for
+// concurrent use.
 type Listener struct {
 	o       Options
 	access  atomic.Pointer[access] // SetUsers replaces it
@@ -156,9 +147,8 @@ type Listener struct {
 	status  atomic.Pointer[receivers.Status]
 	refused atomic.Uint64 // connections refused (authentication, will ACL)
 
-	// running counts the ackers' Run calls. Run waits for them once the
-	// server closed: no hook starts one then, since closing the server
-	// waits for every connection (see netListener) and its hooks.
+	// running counts the ackers' Run calls, which Run waits for after the
+	// server closed (with every connection and hook: see netListener).
 	running sync.WaitGroup
 	mu      sync.Mutex
 	ackers  map[*mochi.Client]*pubAcker // under mu: one per publisher connection
@@ -212,10 +202,9 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Listener, error)
 
 // SetUsers replaces the users, the anonymous ACL and AllowAnonymous while
 // the listener runs (a config reload), validated as New does; on error
-// nothing changes. Connections stay open: every ACL applies from the next
-// PUBLISH or SUBSCRIBE on. A connected client is disconnected only when its
-// user was removed or its password changed, or, for an anonymous client,
-// when anonymous access ended: it must authenticate again.
+// nothing changes. The new ACLs apply from the next PUBLISH or SUBSCRIBE on.
+// A client is disconnected, to authenticate again, only when its user was
+// removed or its password changed, or anonymous access ended.
 func (l *Listener) SetUsers(users []User, anonymous ACL, allowAnonymous bool) error {
 	o := l.o
 	o.Users, o.Anonymous, o.AllowAnonymous = users, anonymous, allowAnonymous
@@ -242,11 +231,10 @@ func (l *Listener) SetUsers(users []User, anonymous ACL, allowAnonymous bool) er
 	return nil
 }
 
-// Run listens and serves publishers until ctx is done, then closes the
-// listener and every client connection, waits for the hooks in progress
-// (messages still waiting for their done are not acknowledged) and returns
-// nil. It returns an error only when it cannot listen; a failing Accept is
-// retried with backoff. Run may be called once.
+// Run listens and serves publishers until ctx is done, then closes every
+// connection (unsettled messages are not acknowledged), waits for the hooks
+// in progress and returns nil. It returns an error only when it cannot
+// listen. Run may be called once.
 func (l *Listener) Run(ctx context.Context) error {
 	if !l.ran.CompareAndSwap(false, true) {
 		return ErrAlreadyRun

@@ -13,31 +13,23 @@ import (
 )
 
 // netListener serves mochi on a net.Listener, like mochi's listeners.Net,
-// with the limits mochi lacks:
+// with the limits mochi v2.7.9 lacks:
 //
-//   - At most maxConns connections are open (with a CONNECT or not); one
-//     more is closed at once. mochi's own MaximumClients counts only
-//     clients past their CONNECT.
+//   - At most maxConns connections are open, with a CONNECT or not (mochi's
+//     MaximumClients counts only clients past it); one more is closed at once.
 //   - A connection must send its CONNECT (and finish its TLS handshake)
-//     within connectTimeout: mochi v2.7.9 sets no deadline before the
-//     CONNECT, so a silent connection would be held forever. mochi replaces
-//     the deadline with the keep-alive one after the CONNECT.
-//   - A failing Accept (EMFILE: out of file descriptors) is retried with
-//     backoff (5ms doubling to 1s) instead of ending Serve, which would
-//     stop the listener for good while its status still said listening.
+//     within connectTimeout: mochi sets no deadline before the CONNECT, and
+//     replaces this one with the keep-alive deadline after it.
+//   - A failing Accept (EMFILE) is retried with backoff (5ms doubling to 1s)
+//     instead of ending Serve, which would stop the listener for good while
+//     its status still said listening.
 //
-// Close waits until every connection it handed to mochi has been released.
-// mochi v2.7.9 adds a client to Server.Listeners.ClientsWg inside the
-// goroutine that serves it, while Server.Close waits on that group: a
-// connection accepted during shutdown races with the Wait (the race detector
-// reports it, and the client may outlive Close). Waiting here, before mochi's
-// Wait, orders every such Add before it.
-//
-// Close also does not call mochi's CloseFn: in v2.7.9 it runs
-// Clients.GetByListener, which read-locks the client map twice (via Len), so a
-// client detaching in between (Clients.Delete waiting for the write lock)
-// deadlocks shutdown for good. Close disconnects the listener's clients
-// itself, taking the client map's read lock once.
+// Close waits for every connection it handed to mochi: mochi adds a client
+// to Server.Listeners.ClientsWg inside the goroutine that serves it, which
+// races with the Wait in Server.Close. Close also disconnects the
+// listener's clients itself instead of calling mochi's CloseFn, whose
+// Clients.GetByListener read-locks the client map twice: a client detaching
+// in between (waiting for the write lock) deadlocks shutdown.
 type netListener struct {
 	id             string
 	ln             net.Listener
@@ -122,10 +114,9 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
-// Close stops accepting, tells the clients mochi knows that the server is
-// shutting down and closes them, closes the connections it does not know
-// yet, and waits for every establish call.
-// mochi's CloseFn is not used (see netListener).
+// Close stops accepting, disconnects the clients mochi knows (server
+// shutting down), closes the connections it does not know yet, and waits
+// for every establish call.
 func (l *netListener) Close(listeners.CloseFn) {
 	l.mu.Lock()
 	if l.closed {

@@ -1,13 +1,10 @@
 // Package mqtt is the receiver that subscribes to an existing MQTT broker
 // (Mosquitto, EMQX, HiveMQ, ...) with the paho v3.1.1 client.
 //
-// Messages are acknowledged manually: paho's handler only queues each
-// message on the receiver's receivers.Acker (bounded in messages and bytes)
-// and on its dispatch queue, and returns (it must not block: while it does,
-// paho stops reading the socket). A dispatcher hands the messages to the
-// sink in arrival order; the acker sends PUBACK/PUBREC in arrival order,
-// each only after the sink called done for it and for every message before
-// it (MQTT 3.1.1 §4.6).
+// paho's handler only queues each message on the receiver's receivers.Acker
+// (bounded in messages and bytes) and dispatch queue, and returns: while it
+// blocks, paho stops reading the socket. A dispatcher hands the messages to
+// the sink in arrival order, and the acker acknowledges them in that order.
 package mqtt
 
 import (
@@ -258,7 +255,7 @@ func (r *Receiver) dispatch(ctx context.Context) {
 }
 
 // drain waits, up to grace, until every message handed to the sink is
-// acknowledged (the acker acknowledges in dispatch order).
+// acknowledged.
 func (r *Receiver) drain(grace time.Duration) {
 	deadline := time.After(grace)
 	tick := time.NewTicker(10 * time.Millisecond)

@@ -24,9 +24,8 @@ const (
 	drainLimit = 256 << 10
 )
 
-// StatusError is a non-2xx response. It is wrapped in senders.Capacity or
-// senders.Permanent when the status says so, and returned bare (transient)
-// otherwise.
+// StatusError is a non-2xx response, wrapped in senders.Capacity or
+// senders.Permanent when classify says so.
 type StatusError struct {
 	Method string
 	URL    string // redacted (package redact)
@@ -49,9 +48,9 @@ func (e *StatusError) Error() string {
 	return b.String()
 }
 
-// classify turns a response into a delivery outcome and drains and closes its
-// body so that the connection can be reused. It tells the target's failures
-// (retried; DESIGN.md §11.3) from the message's (settled at once):
+// classify turns a response into a delivery outcome, and drains and closes
+// its body so that the connection can be reused. It tells the target's
+// failures (retried; DESIGN.md §11.3) from the message's:
 //
 //	2xx                          nil
 //	429, 503                     senders.Capacity, with Retry-After (seconds or HTTP date)
@@ -60,8 +59,6 @@ func (e *StatusError) Error() string {
 //	  per-message placeholders   senders.Permanent: this message's URL is wrong
 //	anything else (3xx, 401, 403, 404/410 on a fixed URL, 405, 407, 408,
 //	  other 4xx, 5xx)            transient: the target is down or misconfigured
-//
-// The first 512 body bytes go into the error.
 func classify(resp *nethttp.Response, now time.Time, method string, u *url.URL, perMessageURL bool) error {
 	defer resp.Body.Close()
 	code := resp.StatusCode

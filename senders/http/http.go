@@ -49,12 +49,10 @@ type Sender struct {
 
 // New builds a Sender from cfg.Options: url (required, templates allowed),
 // method (default POST), headers (templates allowed), timeout (per request,
-// default 5s) and tls (ca_file: trust only that CA; cert_file and key_file: a
-// client certificate; insecure_skip_verify). maxInFlight sizes the keep-alive
-// pool: up to that many idle connections per host are kept for reuse (pass
-// the route's max_in_flight); <= 0 means DefaultMaxInFlight. A nil
-// logger discards. It returns an error for a bad template, an unreadable TLS
-// file, or a half-configured client certificate.
+// default 5s) and tls. maxInFlight (the route's max_in_flight; <= 0:
+// DefaultMaxInFlight) is how many idle connections per host are kept for
+// reuse. A nil logger discards. It returns an error for a bad template, an
+// unreadable TLS file, or a half-configured client certificate.
 func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender, error) {
 	o := cfg.Options
 	if o.URL == "" {
@@ -128,10 +126,8 @@ func (s *Sender) Close() error {
 }
 
 // Send delivers envs one request each, in order, and returns one error per
-// envelope (nil: the target answered 2xx). See the package README section
-// for the classification: 429/503 are senders.Capacity with the Retry-After
-// hint; 408, other 5xx, connection errors and timeouts are transient; other
-// statuses and messages the templates cannot render are senders.Permanent.
+// envelope (nil: the target answered 2xx), classified as classify says; a
+// message the templates cannot render is senders.Permanent.
 func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 	errs := make([]error, len(envs))
 	for i, e := range envs {
@@ -147,14 +143,11 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		// Connection refused or reset, DNS, TLS handshake, timeouts and a
-		// cancelled ctx: all may pass. (A bad certificate is permanent in
-		// practice, but an operator fixes it by rotating certificates, not
-		// the message, so the record waits for its replay budget.) The
-		// *url.Error is unwrapped: its text holds the whole URL, secrets
-		// in the query included.
-		var ue *url.Error
-		if errors.As(err, &ue) {
+		// Connection refused or reset, DNS, TLS handshake (an operator
+		// fixes a bad certificate, not the message), timeouts and a
+		// cancelled ctx: all may pass. The *url.Error is unwrapped: its text
+		// holds the whole URL, secrets in the query included.
+		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
 		return fmt.Errorf("http: %s %s: %w", s.method, redact.URL(req.URL.String()), err)
@@ -218,8 +211,7 @@ var ErrTemplatedHost = errors.New("the Host header cannot come from a placeholde
 func parseURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err // its text holds raw unredacted
 		}
 		return nil, fmt.Errorf("%w %q: %w", errBadURL, redact.URL(raw), err)

@@ -24,10 +24,8 @@ var throttleCodes = func() map[string]bool {
 }()
 
 // messageCodes are the error codes that say this message (not the queue,
-// the credentials or the service) can never be accepted: the message's
-// failures of DESIGN.md §11.3. Every other error is the target's and is
-// retried: AccessDenied, QueueDoesNotExist, InvalidClientTokenId,
-// ExpiredToken, KMS errors, throttling, 5xx.
+// the credentials or the service) can never be accepted (DESIGN.md §11.3);
+// every other error is the target's and is retried.
 var messageCodes = map[string]bool{
 	"InvalidMessageContents": true,
 	"MessageTooLong":         true,
@@ -83,11 +81,8 @@ func (e *EntryError) Error() string {
 	return fmt.Sprintf("sqs: entry failed: %s (%s fault): %s", e.Code, fault, e.Message)
 }
 
-// classifyEntry sorts a failed entry: throttling codes are
-// senders.Capacity, a sender fault with a message error code is
-// senders.Permanent (SQS says this message will never be accepted),
-// anything else (a sender fault about the queue or the credentials, a
-// server fault) is transient.
+// classifyEntry sorts a failed entry as classifyCall does, except that a
+// message error code is permanent only as a sender fault.
 func classifyEntry(f types.BatchResultErrorEntry) error {
 	e := &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
 	switch {

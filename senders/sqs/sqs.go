@@ -37,12 +37,11 @@ type Sender struct {
 // New builds a Sender from cfg.Options: queue_url (required; a URL ending
 // in .fifo is a FIFO queue), region (default: the SDK's chain, then the
 // region in an amazonaws.com queue URL), endpoint (an SQS-compatible
-// server), message_group_id (a template, required for FIFO queues and
-// rejected otherwise), attributes (name: template) and batch_size (1..10,
-// default 10). Credentials come from the SDK's default chain (environment,
-// shared config and profiles, ECS/IMDS roles). The SDK does not retry:
-// gobridge's own backoff and concurrency limit see every failure. A nil
-// logger discards. ctx bounds loading the AWS configuration only.
+// server), message_group_id (a template, FIFO queues only, required there),
+// attributes (name: template) and batch_size (1..10, default 10).
+// Credentials come from the SDK's default chain. The SDK does not retry:
+// gobridge's backoff and concurrency limit see every failure. A nil logger
+// discards. ctx bounds loading the AWS configuration only.
 func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Sender, error) {
 	o := cfg.Options
 	fail := func(format string, args ...any) (*Sender, error) {
@@ -123,12 +122,11 @@ func regionOf(queueURL string) string {
 // BatchSize returns the configured batch size (1..10).
 func (s *Sender) BatchSize() int { return s.batchSize }
 
-// Send delivers envs and returns one error per envelope (nil: SQS accepted
-// it). The envelopes go out together, in order, in SendMessageBatch calls of
-// at most BatchSize entries and MaxBatchBytes bytes. A message SQS would
-// refuse (see MessageError) fails alone with senders.Permanent; a failed
-// call fails each of its entries with the call's class; a failed entry gets
-// its own class (see classifyEntry).
+// Send delivers envs, in order, in SendMessageBatch calls of at most
+// BatchSize entries and MaxBatchBytes bytes, and returns one error per
+// envelope (nil: SQS accepted it). A message SQS would refuse (see
+// MessageError) fails alone with senders.Permanent; a failed call fails each
+// of its entries (classifyCall), a failed entry only itself (classifyEntry).
 func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 	errs := make([]error, len(envs))
 	entries := make([]entry, 0, len(envs))
