@@ -45,7 +45,6 @@ type schedule struct {
 	ready  map[string][]*item // per route: eligible and due, in order
 	timers timerHeap          // eligible, not due yet
 	byCo   map[[2]string]*item
-	held   int
 }
 
 func newSchedule() *schedule {
@@ -71,7 +70,6 @@ func (s *schedule) add(it *item, now time.Time) (superseded *item) {
 		}
 		s.byCo[k] = it
 	}
-	s.held++
 	it.where = waiting
 	if k := it.key(); k != "" {
 		s.keys[k] = append(s.keys[k], it)
@@ -98,9 +96,7 @@ func (s *schedule) eligible(it *item, now time.Time) {
 // the next one is due (zero when none waits).
 func (s *schedule) tick(now time.Time) time.Time {
 	for len(s.timers) > 0 && !s.timers[0].due.After(now) {
-		it := heap.Pop(&s.timers).(*item)
-		it.where = ready
-		s.ready[it.rec.Route] = append(s.ready[it.rec.Route], it)
+		s.eligible(heap.Pop(&s.timers).(*item), now)
 	}
 	if len(s.timers) == 0 {
 		return time.Time{}
@@ -140,7 +136,6 @@ func (s *schedule) done(it *item, now time.Time) {
 
 // remove takes it out of every structure.
 func (s *schedule) remove(it *item) {
-	s.held--
 	switch it.where {
 	case timed:
 		heap.Remove(&s.timers, it.heapIdx)
