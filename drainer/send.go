@@ -17,7 +17,6 @@ var errSendTimedOut = errors.New("send timed out: the sender ignored its context
 // sendResult is the outcome of one Sender.Send call.
 type sendResult struct {
 	route   *Route
-	lim     *limiter
 	items   []*item
 	errs    []error
 	start   time.Time
@@ -37,7 +36,7 @@ func (p *partition) launch(now time.Time) (probeWait time.Duration, limited bool
 		if len(p.sched.ready[id]) == 0 {
 			continue
 		}
-		lim := g.limiters[id]
+		lim := r.lim
 		for len(p.sched.ready[id]) > 0 {
 			p.collect() // results already back keep the sender's health current
 			if len(p.sched.ready[id]) == 0 {
@@ -59,7 +58,7 @@ func (p *partition) launch(now time.Time) (probeWait time.Duration, limited bool
 				break
 			}
 			chunk := p.sched.take(id, n)
-			p.send(r, lim, chunk)
+			p.send(r, chunk)
 			for len(p.sched.ready[id]) > 0 && !p.prepare(p.sched.ready[id][0], now) {
 			}
 		}
@@ -103,7 +102,7 @@ func (p *partition) prepare(it *item, now time.Time) bool {
 // after send_timeout + AbandonGrace as a transient failure; the concurrency
 // slot stays taken until Send really returns, so that hung sends cannot
 // pile up beyond max_in_flight.
-func (p *partition) send(r *Route, lim *limiter, chunk []*item) {
+func (p *partition) send(r *Route, chunk []*item) {
 	g := p.g
 	envs := make([]*message.Envelope, len(chunk))
 	for i, it := range chunk {
@@ -115,7 +114,7 @@ func (p *partition) send(r *Route, lim *limiter, chunk []*item) {
 	var once sync.Once
 	report := func(errs []error) {
 		once.Do(func() {
-			p.results <- sendResult{route: r, lim: lim, items: chunk, errs: errs, start: start, latency: g.now().Sub(start)}
+			p.results <- sendResult{route: r, items: chunk, errs: errs, start: start, latency: g.now().Sub(start)}
 		})
 	}
 	stopWatch := context.AfterFunc(ctx, func() {
@@ -123,7 +122,7 @@ func (p *partition) send(r *Route, lim *limiter, chunk []*item) {
 			once.Do(func() {
 				g.obs.Abandoned(r.ID)
 				g.log.Warn("abandoned a send that ignored its context", "route", r.ID, "timeout", timeout)
-				p.results <- sendResult{route: r, lim: lim, items: chunk, errs: fill(len(envs), errSendTimedOut),
+				p.results <- sendResult{route: r, items: chunk, errs: fill(len(envs), errSendTimedOut),
 					start: start, latency: g.now().Sub(start)}
 			})
 		})
@@ -132,7 +131,7 @@ func (p *partition) send(r *Route, lim *limiter, chunk []*item) {
 	g.sends.Add(1)
 	go func() {
 		defer g.sends.Done()
-		defer lim.release()
+		defer r.lim.release()
 		errs := r.Sender.Send(ctx, envs)
 		stopWatch()
 		cancel()
@@ -217,7 +216,7 @@ func (p *partition) handle(res sendResult) {
 			p.settle(it, stores.Retry, it.rec.LastError, ResultTransient, now)
 		}
 	}
-	res.lim.record(anyOK, anyCap)
+	r.lim.record(anyOK, anyCap)
 }
 
 // settleDead dead-letters it, unless its route holds max_dead_letters:
