@@ -28,21 +28,19 @@ type sendResult struct {
 // until a down sender may be probed again (0: none waits) and whether a
 // route waits for a concurrency slot.
 func (p *partition) launch(now time.Time) (probeWait time.Duration, limited bool) {
-	g := p.g
 	for _, id := range p.order {
-		r := g.routes[id]
-		for len(p.sched.ready[id]) > 0 && !p.prepare(p.sched.ready[id][0], now) {
-		}
-		if len(p.sched.ready[id]) == 0 {
-			continue
-		}
-		lim := r.lim
-		for len(p.sched.ready[id]) > 0 {
+		r := p.g.routes[id]
+		for {
+			for len(p.sched.ready[id]) > 0 && !p.prepare(p.sched.ready[id][0], now) {
+			}
+			if len(p.sched.ready[id]) == 0 {
+				break
+			}
 			p.collect() // results already back keep the sender's health current
 			if len(p.sched.ready[id]) == 0 {
 				break
 			}
-			if !lim.tryAcquire() {
+			if !r.lim.tryAcquire() {
 				limited = true
 				break
 			}
@@ -51,16 +49,13 @@ func (p *partition) launch(now time.Time) (probeWait time.Duration, limited bool
 				n = 1 // a probe
 			}
 			if ok, wait := r.Health.Probe(now); !ok {
-				lim.release()
+				r.lim.release()
 				if wait > 0 && (probeWait == 0 || wait < probeWait) {
 					probeWait = wait
 				}
 				break
 			}
-			chunk := p.sched.take(id, n)
-			p.send(r, chunk)
-			for len(p.sched.ready[id]) > 0 && !p.prepare(p.sched.ready[id][0], now) {
-			}
+			p.send(r, p.sched.take(id, n))
 		}
 	}
 	return probeWait, limited
