@@ -107,20 +107,18 @@ func (p *partition) send(r *Route, chunk []*item) {
 	ctx, cancel := context.WithTimeout(p.workCtx, timeout)
 	start := g.now()
 	var once sync.Once
-	report := func(errs []error) {
+	report := func(errs []error, abandoned bool) {
 		once.Do(func() {
+			if abandoned {
+				g.obs.Abandoned(r.ID)
+				g.log.Warn("abandoned a send that ignored its context", "route", r.ID, "timeout", timeout)
+				errs = fill(len(envs), errSendTimedOut)
+			}
 			p.results <- sendResult{route: r, items: chunk, errs: errs, start: start, latency: g.now().Sub(start)}
 		})
 	}
 	stopWatch := context.AfterFunc(ctx, func() {
-		time.AfterFunc(g.opts.AbandonGrace, func() {
-			once.Do(func() {
-				g.obs.Abandoned(r.ID)
-				g.log.Warn("abandoned a send that ignored its context", "route", r.ID, "timeout", timeout)
-				p.results <- sendResult{route: r, items: chunk, errs: fill(len(envs), errSendTimedOut),
-					start: start, latency: g.now().Sub(start)}
-			})
-		})
+		time.AfterFunc(g.opts.AbandonGrace, func() { report(nil, true) })
 	})
 	p.inflight++
 	g.sends.Add(1)
@@ -133,7 +131,7 @@ func (p *partition) send(r *Route, chunk []*item) {
 		if len(errs) != len(envs) {
 			errs = fill(len(envs), fmt.Errorf("sender returned %d results for %d envelopes", len(errs), len(envs)))
 		}
-		report(errs)
+		report(errs, false)
 	}()
 }
 
