@@ -167,7 +167,7 @@ func (p *partition) handle(res sendResult) {
 		err := res.errs[i]
 		if cutShort && (err != nil || p.lost()) {
 			if err == nil { // delivered, but the outcome cannot be recorded: the next owner sends it again
-				p.g.obs.Delivered(p.outcome(it, ResultStale, errors.New("lease lost before the outcome was recorded"), now))
+				p.g.obs.Delivered(p.outcome(it, ResultStale, "lease lost before the outcome was recorded", now))
 			}
 			p.sched.retry(it, now, now) // left claimed: the next owner sends it
 			continue
@@ -185,7 +185,7 @@ func (p *partition) handle(res sendResult) {
 			anyCap = true
 			it.rec.NextAttemptAt = pol.Backoff.Next(now, it.rec.Attempts+1, retryAfter, p.rnd)
 			p.sched.retry(it, it.rec.NextAttemptAt, now)
-			p.g.obs.Delivered(p.outcome(it, ResultCapacity, err, now))
+			p.g.obs.Delivered(p.outcome(it, ResultCapacity, err.Error(), now))
 		case senders.Fatal:
 			it.rec.Attempts++
 			if pol.DropPermanent {
@@ -251,20 +251,13 @@ func (p *partition) settleNow(it *item, o stores.Outcome, reason, result string,
 				"attempt", it.rec.Attempts, "error", reason)
 		}
 	}
-	var err error
-	if reason != "" && result != ResultOK {
-		err = errors.New(reason)
-	}
-	p.g.obs.Delivered(p.outcome(it, result, err, now))
+	p.g.obs.Delivered(p.outcome(it, result, reason, now))
 }
 
-func (p *partition) outcome(it *item, result string, err error, at time.Time) Outcome {
-	o := Outcome{
+// outcome reports it's result; reason is the error or settlement reason.
+func (p *partition) outcome(it *item, result, reason string, at time.Time) Outcome {
+	return Outcome{
 		Session: p.g.opts.Session, Route: it.rec.Route, ID: it.rec.Envelope.ID, Partition: p.n,
-		Result: result, Attempt: it.rec.Attempts, Latency: it.latency, At: at,
+		Result: result, Attempt: it.rec.Attempts, Err: reason, Latency: it.latency, At: at,
 	}
-	if err != nil {
-		o.Err = err.Error()
-	}
-	return o
 }
