@@ -2,6 +2,7 @@ package drainer
 
 import (
 	"container/heap"
+	"slices"
 	"time"
 
 	"github.com/gobridge/gobridge/message"
@@ -140,24 +141,11 @@ func (s *schedule) remove(it *item) {
 	case timed:
 		heap.Remove(&s.timers, it.heapIdx)
 	case ready:
-		q := s.ready[it.rec.Route]
-		for i, o := range q {
-			if o == it {
-				s.ready[it.rec.Route] = append(q[:i:i], q[i+1:]...)
-				break
-			}
-		}
+		s.ready[it.rec.Route] = without(s.ready[it.rec.Route], it)
 	}
 	it.where = sending // out of every queue
 	if k := it.key(); k != "" {
-		q := s.keys[k]
-		for i, o := range q {
-			if o == it {
-				q = append(q[:i:i], q[i+1:]...)
-				break
-			}
-		}
-		if len(q) == 0 {
+		if q := without(s.keys[k], it); len(q) == 0 {
 			delete(s.keys, k)
 		} else {
 			s.keys[k] = q
@@ -166,6 +154,14 @@ func (s *schedule) remove(it *item) {
 	if ck := it.rec.CoalesceKey; ck != "" && s.byCo[[2]string{it.rec.Route, ck}] == it {
 		delete(s.byCo, [2]string{it.rec.Route, ck})
 	}
+}
+
+// without returns q without it (a copy when it was there).
+func without(q []*item, it *item) []*item {
+	if i := slices.Index(q, it); i >= 0 {
+		return append(q[:i:i], q[i+1:]...)
+	}
+	return q
 }
 
 // timerHeap orders items by due time, then Seq.
