@@ -154,14 +154,10 @@ func DeadCursor(r *Record) string {
 // ParseDeadCursor reads a DeadCursor back: DeadAt in Unix nanoseconds and
 // Seq. A malformed cursor is ErrInvalid.
 func ParseDeadCursor(c string) (deadAt, seq int64, err error) {
-	a, b, ok := strings.Cut(c, ".")
-	if ok {
-		deadAt, err = strconv.ParseInt(a, 10, 64)
-		if err == nil {
-			seq, err = strconv.ParseInt(b, 10, 64)
-		}
-	}
-	if !ok || err != nil {
+	a, b, _ := strings.Cut(c, ".")
+	deadAt, errAt := strconv.ParseInt(a, 10, 64)
+	seq, errSeq := strconv.ParseInt(b, 10, 64)
+	if errAt != nil || errSeq != nil {
 		return 0, 0, fmt.Errorf("%w: bad cursor %q", ErrInvalid, c)
 	}
 	return deadAt, seq, nil
