@@ -216,13 +216,11 @@ func (s *Store) enter(ctx context.Context, write bool) error {
 	return nil
 }
 
-// tx runs fn in a transaction on s.conn: BEGIN IMMEDIATE, then COMMIT when
-// fn returns nil, else ROLLBACK. ctx may interrupt fn, never the COMMIT: its
-// result must be what happened. A durable commit fsyncs (with Sync "full");
-// one that is not is written to the WAL without an fsync and becomes
-// durable with the next fsync (the next durable commit or a checkpoint): a
-// power loss may undo it, a process crash cannot, and the file stays
-// consistent either way (what survives is a prefix of the commits).
+// tx runs fn in a transaction on s.conn, committed when fn returns nil. ctx
+// may interrupt fn, never the COMMIT: its result must be what happened. A
+// commit that need not be durable skips the fsync (synchronous=normal): a
+// power loss may undo it, a process crash cannot, and what survives is a
+// prefix of the commits.
 func (s *Store) tx(ctx context.Context, durable bool, fn func() error) error {
 	mode := s.opts.Sync
 	if !durable {

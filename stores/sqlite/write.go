@@ -70,7 +70,7 @@ func tuples(k, n int) string {
 	return strings.TrimSuffix(strings.Repeat(t, n), ",")
 }
 
-// Write implements stores.Store: one transaction, one durable commit.
+// Write implements stores.Store in one transaction.
 func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err := b.Validate(); err != nil {
 		return err
@@ -104,11 +104,8 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	return nil
 }
 
-// durable reports whether b's commit must be durable when Write returns:
-// it appends (the caller acknowledges the source on it) or drops a dead
-// letter (an operator's request). Settlements of claimed records alone may
-// be undone by a power loss: their records are then sent again, which
-// at-least-once delivery allows.
+// durable reports whether b's commit must be durable when Write returns
+// (see stores.Store.Write): it appends, or drops a dead letter.
 func durable(b *stores.Batch) bool {
 	return len(b.Append) > 0 || slices.ContainsFunc(b.Settle, func(s stores.Settlement) bool { return s.Outcome == stores.Drop })
 }
