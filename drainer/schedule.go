@@ -37,10 +37,8 @@ const (
 func (it *item) key() string { return it.rec.Envelope.Key }
 
 // schedule orders the records a partition holds: per ordering key one at a
-// time, in the order they arrived (which is Seq order: the partition's
-// absorb sorts what the writer hands over and what claims take, and the
-// writer hands records over only while the store holds no backlog of the
-// partition), each once its due time has passed.
+// time, in the order they were added (Seq order: see partition.absorb),
+// each once its due time has passed.
 type schedule struct {
 	keys   map[string][]*item // records of one key; the head is the eligible one
 	ready  map[string][]*item // per route: eligible and due, in order

@@ -143,8 +143,7 @@ const (
 type Settlement struct {
 	Key
 	// Token is the claim being settled: the record must be live and
-	// claimed under exactly this token (Done, Retry,
-	// DeadLetter).
+	// claimed under exactly this token (Done, Retry, DeadLetter).
 	Token   int64
 	Outcome Outcome
 	// Attempts, FirstAttemptAt, NextAttemptAt: the record's bookkeeping
