@@ -44,9 +44,6 @@ const (
 	countsQuery  = `INSERT INTO counts VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE
 		SET live=live+excluded.live, dead=dead+excluded.dead, bytes=bytes+excluded.bytes`
 	compactQuery = `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state=2 ORDER BY tomb LIMIT ?)`
-	insertCols   = `seq, session, part, route, id, state, token, size, created_at, ckey, received_at, topic,
-		payload, headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error,
-		dead_at, dead_reason`
 )
 
 // doneQuery settles n Done settlements (id, route, session, token) of the
@@ -57,10 +54,10 @@ func doneQuery(n int) string {
 		AND outbox.token=d.column4 RETURNING outbox.id, outbox.route, outbox.session, outbox.size`
 }
 
-// insertQuery inserts n records (insertCols), skipping those whose key is
-// present, and returns the Seqs of those it inserted.
+// insertQuery inserts n records (columns, then size), skipping those whose
+// key is present, and returns the Seqs of those it inserted.
 func insertQuery(n int) string {
-	return `INSERT INTO outbox (` + insertCols + `) VALUES ` + tuples(26, n) +
+	return `INSERT INTO outbox (` + columns + `, size) VALUES ` + tuples(26, n) +
 		` ON CONFLICT (id, route, session) DO NOTHING RETURNING seq`
 }
 
@@ -278,10 +275,10 @@ func (w *write) insert(rs []stores.Record, at int) error {
 		}
 		s.seq++
 		e := &r.Envelope
-		args = append(args, s.seq, r.Session, r.Partition, r.Route, e.ID, state, w.tokens[at+i], r.Size(),
+		args = append(args, s.seq, r.Session, r.Partition, r.Route, e.ID, state, w.tokens[at+i],
 			nanos(cmp.Or(r.CreatedAt, w.now)), r.CoalesceKey, nanos(e.ReceivedAt), e.Topic, e.Payload, headers,
 			int64(e.QoS), e.Key, r.CausationID, r.Raw, r.Truncated, nanos(r.ExpiresAt), r.Attempts,
-			nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt), r.LastError, deadAt, r.DeadReason)
+			nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt), r.LastError, deadAt, r.DeadReason, r.Size())
 	}
 	return s.each(w.ctx, insertQuery(len(rs)), args, func(sc *sql.Rows) error {
 		var seq int64
