@@ -19,6 +19,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -116,6 +118,7 @@ type Group struct {
 	log     *slog.Logger
 	obs     Observer
 	routes  map[string]*Route
+	order   []string // route IDs, sorted: the order launch serves them in
 	note    *notifier
 
 	mu    sync.Mutex
@@ -153,6 +156,7 @@ func New(opts Options, store Store, settler Settler) *Group {
 		r.ID, r.lim = id, newLimiter(id, r.Policy.MaxInFlight, g.obs, g.note)
 		g.routes[id] = &r
 	}
+	g.order = slices.Sorted(maps.Keys(g.routes))
 	return g
 }
 

@@ -28,7 +28,7 @@ type sendResult struct {
 // until a down sender may be probed again (0: none waits) and whether a
 // route waits for a concurrency slot.
 func (p *partition) launch(now time.Time) (probeWait time.Duration, limited bool) {
-	for _, id := range p.order {
+	for _, id := range p.g.order {
 		r := p.g.routes[id]
 		for {
 			for len(p.sched.ready[id]) > 0 && !p.prepare(p.sched.ready[id][0], now) {
