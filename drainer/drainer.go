@@ -169,7 +169,7 @@ func New(opts Options, store Store, settler Settler) *Group {
 // goroutine it started, except sends abandoned for ignoring their context,
 // which it waits for only up to AbandonGrace.
 func (g *Group) Run(ctx context.Context) error {
-	err := newMembership(g).run(ctx)
+	newMembership(g).run(ctx)
 	done := make(chan struct{})
 	go func() { g.sends.Wait(); close(done) }()
 	t := time.NewTimer(g.opts.AbandonGrace)
@@ -179,7 +179,7 @@ func (g *Group) Run(ctx context.Context) error {
 	case <-t.C:
 		g.log.Warn("sends abandoned for ignoring their context are still running at shutdown")
 	}
-	return err
+	return nil
 }
 
 // Reserve is asked by the bridge's writer before it appends a record to

@@ -33,7 +33,7 @@ func newMembership(g *Group) *membership {
 	return &membership{g: g, exited: make(chan *partition, g.opts.Partitions)}
 }
 
-func (m *membership) run(ctx context.Context) error {
+func (m *membership) run(ctx context.Context) {
 	g := m.g
 	tick := g.opts.LeaseTTL / 3
 	t := time.NewTimer(0)
@@ -70,7 +70,6 @@ func (m *membership) run(ctx context.Context) error {
 			g.log.Warn("release member lease", "error", err)
 		}
 	}
-	return nil
 }
 
 func (m *membership) forget(p *partition) {
