@@ -19,6 +19,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,6 +69,8 @@ type Route struct {
 	// would die is retried at Backoff.Max instead, without counting an
 	// attempt (DESIGN.md §11.1). Nil: never full.
 	DeadFull func() bool
+
+	lim *limiter // the route's AIMD limit, set by New
 }
 
 // Options configure the drainer of one session. Every field holds its
@@ -108,14 +112,14 @@ type Options struct {
 // Group drains one session: it holds a fair share of the session's
 // partition leases and runs one loop per partition it holds.
 type Group struct {
-	opts     Options
-	store    Store
-	settler  Settler
-	log      *slog.Logger
-	obs      Observer
-	routes   map[string]*Route
-	limiters map[string]*limiter
-	note     *notifier
+	opts    Options
+	store   Store
+	settler Settler
+	log     *slog.Logger
+	obs     Observer
+	routes  map[string]*Route
+	order   []string // route IDs, sorted: the order launch serves them in
+	note    *notifier
 
 	mu    sync.Mutex
 	parts map[int]*partition // the partitions this instance drains
@@ -142,17 +146,17 @@ func New(opts Options, store Store, settler Settler) *Group {
 	}
 	g := &Group{
 		opts: opts, store: store, settler: settler, obs: opts.Observer,
-		routes: map[string]*Route{}, limiters: map[string]*limiter{}, note: newNotifier(), parts: map[int]*partition{},
+		routes: map[string]*Route{}, note: newNotifier(), parts: map[int]*partition{},
 		log: opts.Logger.With("component", "drainer", "session", opts.Session),
 	}
 	for id, r := range opts.Routes {
 		if r.Sender == nil || r.Health == nil {
 			panic(fmt.Sprintf("drainer: route %q needs a sender and its health", id))
 		}
-		r.ID = id
+		r.ID, r.lim = id, newLimiter(id, r.Policy.MaxInFlight, g.obs, g.note)
 		g.routes[id] = &r
-		g.limiters[id] = newLimiter(id, r.Policy.MaxInFlight, g.obs, g.note)
 	}
+	g.order = slices.Sorted(maps.Keys(g.routes))
 	return g
 }
 
@@ -165,7 +169,7 @@ func New(opts Options, store Store, settler Settler) *Group {
 // goroutine it started, except sends abandoned for ignoring their context,
 // which it waits for only up to AbandonGrace.
 func (g *Group) Run(ctx context.Context) error {
-	err := newMembership(g).run(ctx)
+	newMembership(g).run(ctx)
 	done := make(chan struct{})
 	go func() { g.sends.Wait(); close(done) }()
 	t := time.NewTimer(g.opts.AbandonGrace)
@@ -175,7 +179,7 @@ func (g *Group) Run(ctx context.Context) error {
 	case <-t.C:
 		g.log.Warn("sends abandoned for ignoring their context are still running at shutdown")
 	}
-	return err
+	return nil
 }
 
 // Reserve is asked by the bridge's writer before it appends a record to

@@ -84,7 +84,7 @@ func fuzzDrainer(t *testing.T, seed uint64, count, keys int) {
 		if t.Failed() {
 			if p := g.part(0); p != nil {
 				p.mu.Lock()
-				t.Logf("held %d reserved %d backlog %v inbox %d inflight %d sched.held %d ready %v timers %d keys %d", p.held, p.reserved, p.backlog, len(p.inbox), p.inflight, p.sched.held, len(p.sched.ready["r"]), len(p.sched.timers), len(p.sched.keys))
+				t.Logf("held %d reserved %d backlog %v inbox %d inflight %d ready %v timers %d keys %d", p.held, p.reserved, p.backlog, len(p.inbox), p.inflight, len(p.sched.ready["r"]), len(p.sched.timers), len(p.sched.keys))
 				for k, q := range p.sched.keys {
 					for _, it := range q {
 						t.Logf("key %s: %s where %d due %v", k, it.rec.Envelope.ID, it.where, it.due)

@@ -8,12 +8,8 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// MemberLease is the name of the lease that announces owner as a live
-// drainer of session; live members share the partitions fairly.
-func MemberLease(session, owner string) string {
-	return "member/" + session + "/" + owner
-}
-
+// memberPrefix starts the names of the member leases of session: one per
+// live drainer, named by its owner; live members share the partitions fairly.
 func memberPrefix(session string) string { return "member/" + session + "/" }
 
 // fairShare is how many partitions one of members live instances drains.
@@ -26,18 +22,18 @@ func fairShare(partitions, members int) int {
 // partition leases. Every LeaseTTL/3 it renews what it holds, counts the
 // live members, starts loops on free partitions up to its share and
 // gracefully stops loops above it (they release their lease when done).
+// It is the only writer of g.parts, so it reads g.parts without g.mu.
 type membership struct {
 	g      *Group
 	member stores.Lease
-	held   map[int]*partition
 	exited chan *partition
 }
 
 func newMembership(g *Group) *membership {
-	return &membership{g: g, held: map[int]*partition{}, exited: make(chan *partition, g.opts.Partitions)}
+	return &membership{g: g, exited: make(chan *partition, g.opts.Partitions)}
 }
 
-func (m *membership) run(ctx context.Context) error {
+func (m *membership) run(ctx context.Context) {
 	g := m.g
 	tick := g.opts.LeaseTTL / 3
 	t := time.NewTimer(0)
@@ -55,10 +51,10 @@ func (m *membership) run(ctx context.Context) error {
 	// Shutdown: stop every loop, keep renewing their leases until they are
 	// done (a shutdown may outlast the lease TTL), then leave.
 	bg := context.WithoutCancel(ctx)
-	for _, p := range m.held {
+	for _, p := range g.parts {
 		p.stop()
 	}
-	for len(m.held) > 0 {
+	for len(g.parts) > 0 {
 		select {
 		case p := <-m.exited:
 			m.forget(p)
@@ -74,13 +70,9 @@ func (m *membership) run(ctx context.Context) error {
 			g.log.Warn("release member lease", "error", err)
 		}
 	}
-	return nil
 }
 
 func (m *membership) forget(p *partition) {
-	if m.held[p.n] == p {
-		delete(m.held, p.n)
-	}
 	m.g.mu.Lock()
 	if m.g.parts[p.n] == p {
 		delete(m.g.parts, p.n)
@@ -94,13 +86,12 @@ func (m *membership) tick(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, g.opts.LeaseTTL/3)
 	defer cancel()
 	now := g.now()
-	name := MemberLease(g.opts.Session, g.opts.Owner)
 	var err error
 	if m.member.Token != 0 {
 		m.member, err = g.store.Renew(ctx, m.member, g.opts.LeaseTTL, now)
 	}
 	if m.member.Token == 0 || err != nil {
-		m.member, err = g.store.Acquire(ctx, name, g.opts.Owner, g.opts.LeaseTTL, now)
+		m.member, err = g.store.Acquire(ctx, memberPrefix(g.opts.Session)+g.opts.Owner, g.opts.Owner, g.opts.LeaseTTL, now)
 		if err != nil {
 			m.member = stores.Lease{}
 			g.log.Warn("acquire member lease", "error", err)
@@ -115,14 +106,14 @@ func (m *membership) tick(ctx context.Context) {
 	}
 	share := fairShare(g.opts.Partitions, len(members))
 	active := 0
-	for _, p := range m.held {
+	for _, p := range g.parts {
 		if !p.stopping() {
 			active++
 		}
 	}
 	// Give up partitions above the share, highest first.
 	for n := g.opts.Partitions - 1; n >= 0 && active > share; n-- {
-		if p := m.held[n]; p != nil && !p.stopping() {
+		if p := g.parts[n]; p != nil && !p.stopping() {
 			g.log.Info("handing partition over", "partition", n, "members", len(members))
 			p.stop()
 			active--
@@ -130,7 +121,7 @@ func (m *membership) tick(ctx context.Context) {
 	}
 	// Take free partitions up to the share.
 	for n := 0; n < g.opts.Partitions && active < share; n++ {
-		if m.held[n] != nil {
+		if g.parts[n] != nil {
 			continue
 		}
 		l, err := g.store.Acquire(ctx, stores.PartitionLease(g.opts.Session, n), g.opts.Owner, g.opts.LeaseTTL, now)
@@ -142,7 +133,6 @@ func (m *membership) tick(ctx context.Context) {
 			continue
 		}
 		p := newPartition(g, n, l)
-		m.held[n] = p
 		g.mu.Lock()
 		g.parts[n] = p
 		g.mu.Unlock()
@@ -158,7 +148,7 @@ func (m *membership) renewHeld(ctx context.Context) {
 	g := m.g
 	ctx, cancel := context.WithTimeout(ctx, g.opts.LeaseTTL/3)
 	defer cancel()
-	for n, p := range m.held {
+	for n, p := range g.parts {
 		l := p.lease()
 		now := g.now()
 		nl, err := g.store.Renew(ctx, l, g.opts.LeaseTTL, now)

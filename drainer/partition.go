@@ -54,7 +54,6 @@ type partition struct {
 	full     bool   // the last claim filled its limit: more may wait
 	results  chan sendResult
 	inflight int
-	order    []string // route IDs, in a fixed order for launching
 }
 
 func newPartition(g *Group, n int, l stores.Lease) *partition {
@@ -66,10 +65,6 @@ func newPartition(g *Group, n int, l stores.Lease) *partition {
 	p.lostCtx, p.loseFn = context.WithCancel(context.Background())
 	p.stopCtx, p.stopFn = context.WithCancel(p.lostCtx)
 	p.workCtx, p.cancelWork = context.WithCancel(p.lostCtx)
-	for id := range g.opts.Routes {
-		p.order = append(p.order, id)
-	}
-	slices.Sort(p.order)
 	return p
 }
 

@@ -91,8 +91,8 @@ func nextLimit(limit, ceiling int, succeeded, capacity bool) int {
 
 // Poll says how often a partition that holds nothing due looks in the
 // store for records it does not hold (appended by other instances,
-// requeued): every Interval (fixed), or from Min doubling by Multiplier up
-// to Max while nothing is found (adaptive, Multiplier > 1).
+// requeued): every Min, or from Min growing by Multiplier up to Max while
+// nothing is found (adaptive, Multiplier > 1).
 type Poll struct {
 	Min, Max   time.Duration
 	Multiplier float64

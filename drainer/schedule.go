@@ -2,6 +2,7 @@ package drainer
 
 import (
 	"container/heap"
+	"slices"
 	"time"
 
 	"github.com/gobridge/gobridge/message"
@@ -36,16 +37,13 @@ const (
 func (it *item) key() string { return it.rec.Envelope.Key }
 
 // schedule orders the records a partition holds: per ordering key one at a
-// time, in the order they arrived (which is Seq order: the partition's
-// absorb sorts what the writer hands over and what claims take, and the
-// writer hands records over only while the store holds no backlog of the
-// partition), each once its due time has passed.
+// time, in the order they were added (Seq order: see partition.absorb),
+// each once its due time has passed.
 type schedule struct {
 	keys   map[string][]*item // records of one key; the head is the eligible one
 	ready  map[string][]*item // per route: eligible and due, in order
 	timers timerHeap          // eligible, not due yet
 	byCo   map[[2]string]*item
-	held   int
 }
 
 func newSchedule() *schedule {
@@ -71,7 +69,6 @@ func (s *schedule) add(it *item, now time.Time) (superseded *item) {
 		}
 		s.byCo[k] = it
 	}
-	s.held++
 	it.where = waiting
 	if k := it.key(); k != "" {
 		s.keys[k] = append(s.keys[k], it)
@@ -98,9 +95,7 @@ func (s *schedule) eligible(it *item, now time.Time) {
 // the next one is due (zero when none waits).
 func (s *schedule) tick(now time.Time) time.Time {
 	for len(s.timers) > 0 && !s.timers[0].due.After(now) {
-		it := heap.Pop(&s.timers).(*item)
-		it.where = ready
-		s.ready[it.rec.Route] = append(s.ready[it.rec.Route], it)
+		s.eligible(heap.Pop(&s.timers).(*item), now)
 	}
 	if len(s.timers) == 0 {
 		return time.Time{}
@@ -140,29 +135,15 @@ func (s *schedule) done(it *item, now time.Time) {
 
 // remove takes it out of every structure.
 func (s *schedule) remove(it *item) {
-	s.held--
 	switch it.where {
 	case timed:
 		heap.Remove(&s.timers, it.heapIdx)
 	case ready:
-		q := s.ready[it.rec.Route]
-		for i, o := range q {
-			if o == it {
-				s.ready[it.rec.Route] = append(q[:i:i], q[i+1:]...)
-				break
-			}
-		}
+		s.ready[it.rec.Route] = without(s.ready[it.rec.Route], it)
 	}
 	it.where = sending // out of every queue
 	if k := it.key(); k != "" {
-		q := s.keys[k]
-		for i, o := range q {
-			if o == it {
-				q = append(q[:i:i], q[i+1:]...)
-				break
-			}
-		}
-		if len(q) == 0 {
+		if q := without(s.keys[k], it); len(q) == 0 {
 			delete(s.keys, k)
 		} else {
 			s.keys[k] = q
@@ -171,6 +152,14 @@ func (s *schedule) remove(it *item) {
 	if ck := it.rec.CoalesceKey; ck != "" && s.byCo[[2]string{it.rec.Route, ck}] == it {
 		delete(s.byCo, [2]string{it.rec.Route, ck})
 	}
+}
+
+// without returns q without it (a copy when it was there).
+func without(q []*item, it *item) []*item {
+	if i := slices.Index(q, it); i >= 0 {
+		return append(q[:i:i], q[i+1:]...)
+	}
+	return q
 }
 
 // timerHeap orders items by due time, then Seq.

@@ -17,7 +17,6 @@ var errSendTimedOut = errors.New("send timed out: the sender ignored its context
 // sendResult is the outcome of one Sender.Send call.
 type sendResult struct {
 	route   *Route
-	lim     *limiter
 	items   []*item
 	errs    []error
 	start   time.Time
@@ -29,21 +28,19 @@ type sendResult struct {
 // until a down sender may be probed again (0: none waits) and whether a
 // route waits for a concurrency slot.
 func (p *partition) launch(now time.Time) (probeWait time.Duration, limited bool) {
-	g := p.g
-	for _, id := range p.order {
-		r := g.routes[id]
-		for len(p.sched.ready[id]) > 0 && !p.prepare(p.sched.ready[id][0], now) {
-		}
-		if len(p.sched.ready[id]) == 0 {
-			continue
-		}
-		lim := g.limiters[id]
-		for len(p.sched.ready[id]) > 0 {
+	for _, id := range p.g.order {
+		r := p.g.routes[id]
+		for {
+			for len(p.sched.ready[id]) > 0 && !p.prepare(p.sched.ready[id][0], now) {
+			}
+			if len(p.sched.ready[id]) == 0 {
+				break
+			}
 			p.collect() // results already back keep the sender's health current
 			if len(p.sched.ready[id]) == 0 {
 				break
 			}
-			if !lim.tryAcquire() {
+			if !r.lim.tryAcquire() {
 				limited = true
 				break
 			}
@@ -52,16 +49,13 @@ func (p *partition) launch(now time.Time) (probeWait time.Duration, limited bool
 				n = 1 // a probe
 			}
 			if ok, wait := r.Health.Probe(now); !ok {
-				lim.release()
+				r.lim.release()
 				if wait > 0 && (probeWait == 0 || wait < probeWait) {
 					probeWait = wait
 				}
 				break
 			}
-			chunk := p.sched.take(id, n)
-			p.send(r, lim, chunk)
-			for len(p.sched.ready[id]) > 0 && !p.prepare(p.sched.ready[id][0], now) {
-			}
+			p.send(r, p.sched.take(id, n))
 		}
 	}
 	return probeWait, limited
@@ -103,7 +97,7 @@ func (p *partition) prepare(it *item, now time.Time) bool {
 // after send_timeout + AbandonGrace as a transient failure; the concurrency
 // slot stays taken until Send really returns, so that hung sends cannot
 // pile up beyond max_in_flight.
-func (p *partition) send(r *Route, lim *limiter, chunk []*item) {
+func (p *partition) send(r *Route, chunk []*item) {
 	g := p.g
 	envs := make([]*message.Envelope, len(chunk))
 	for i, it := range chunk {
@@ -113,33 +107,31 @@ func (p *partition) send(r *Route, lim *limiter, chunk []*item) {
 	ctx, cancel := context.WithTimeout(p.workCtx, timeout)
 	start := g.now()
 	var once sync.Once
-	report := func(errs []error) {
+	report := func(errs []error, abandoned bool) {
 		once.Do(func() {
-			p.results <- sendResult{route: r, lim: lim, items: chunk, errs: errs, start: start, latency: g.now().Sub(start)}
+			if abandoned {
+				g.obs.Abandoned(r.ID)
+				g.log.Warn("abandoned a send that ignored its context", "route", r.ID, "timeout", timeout)
+				errs = fill(len(envs), errSendTimedOut)
+			}
+			p.results <- sendResult{route: r, items: chunk, errs: errs, start: start, latency: g.now().Sub(start)}
 		})
 	}
 	stopWatch := context.AfterFunc(ctx, func() {
-		time.AfterFunc(g.opts.AbandonGrace, func() {
-			once.Do(func() {
-				g.obs.Abandoned(r.ID)
-				g.log.Warn("abandoned a send that ignored its context", "route", r.ID, "timeout", timeout)
-				p.results <- sendResult{route: r, lim: lim, items: chunk, errs: fill(len(envs), errSendTimedOut),
-					start: start, latency: g.now().Sub(start)}
-			})
-		})
+		time.AfterFunc(g.opts.AbandonGrace, func() { report(nil, true) })
 	})
 	p.inflight++
 	g.sends.Add(1)
 	go func() {
 		defer g.sends.Done()
-		defer lim.release()
+		defer r.lim.release()
 		errs := r.Sender.Send(ctx, envs)
 		stopWatch()
 		cancel()
 		if len(errs) != len(envs) {
 			errs = fill(len(envs), fmt.Errorf("sender returned %d results for %d envelopes", len(errs), len(envs)))
 		}
-		report(errs)
+		report(errs, false)
 	}()
 }
 
@@ -175,7 +167,7 @@ func (p *partition) handle(res sendResult) {
 		err := res.errs[i]
 		if cutShort && (err != nil || p.lost()) {
 			if err == nil { // delivered, but the outcome cannot be recorded: the next owner sends it again
-				p.g.obs.Delivered(p.outcome(it, ResultStale, errors.New("lease lost before the outcome was recorded"), now))
+				p.g.obs.Delivered(p.outcome(it, ResultStale, "lease lost before the outcome was recorded", now))
 			}
 			p.sched.retry(it, now, now) // left claimed: the next owner sends it
 			continue
@@ -193,7 +185,7 @@ func (p *partition) handle(res sendResult) {
 			anyCap = true
 			it.rec.NextAttemptAt = pol.Backoff.Next(now, it.rec.Attempts+1, retryAfter, p.rnd)
 			p.sched.retry(it, it.rec.NextAttemptAt, now)
-			p.g.obs.Delivered(p.outcome(it, ResultCapacity, err, now))
+			p.g.obs.Delivered(p.outcome(it, ResultCapacity, err.Error(), now))
 		case senders.Fatal:
 			it.rec.Attempts++
 			if pol.DropPermanent {
@@ -217,7 +209,7 @@ func (p *partition) handle(res sendResult) {
 			p.settle(it, stores.Retry, it.rec.LastError, ResultTransient, now)
 		}
 	}
-	res.lim.record(anyOK, anyCap)
+	r.lim.record(anyOK, anyCap)
 }
 
 // settleDead dead-letters it, unless its route holds max_dead_letters:
@@ -259,20 +251,13 @@ func (p *partition) settleNow(it *item, o stores.Outcome, reason, result string,
 				"attempt", it.rec.Attempts, "error", reason)
 		}
 	}
-	var err error
-	if reason != "" && result != ResultOK {
-		err = errors.New(reason)
-	}
-	p.g.obs.Delivered(p.outcome(it, result, err, now))
+	p.g.obs.Delivered(p.outcome(it, result, reason, now))
 }
 
-func (p *partition) outcome(it *item, result string, err error, at time.Time) Outcome {
-	o := Outcome{
+// outcome reports it's result; reason is the error or settlement reason.
+func (p *partition) outcome(it *item, result, reason string, at time.Time) Outcome {
+	return Outcome{
 		Session: p.g.opts.Session, Route: it.rec.Route, ID: it.rec.Envelope.ID, Partition: p.n,
-		Result: result, Attempt: it.rec.Attempts, Latency: it.latency, At: at,
+		Result: result, Attempt: it.rec.Attempts, Err: reason, Latency: it.latency, At: at,
 	}
-	if err != nil {
-		o.Err = err.Error()
-	}
-	return o
 }

@@ -121,13 +121,10 @@ func Requeued(d Record, session string, partitions int, now time.Time) (Record, 
 		return Record{}, fmt.Errorf("%w: %s was truncated (%s): only its first %d payload bytes were kept, so it cannot be delivered",
 			ErrInvalid, d.Envelope.ID, d.DeadReason, TruncatedPayload)
 	}
-	r := d
-	r.Envelope.ID = uuid.NewSHA1(requeueSpace, []byte(d.Envelope.ID+"|"+strconv.FormatInt(d.DeadAt.UnixNano(), 10))).String()
-	r.Session, r.Partition = session, PartitionOf(cmp.Or(r.Envelope.Key, r.Envelope.ID), partitions)
-	r.CoalesceKey, r.CausationID, r.CreatedAt = "", d.Envelope.ID, now
-	r.State, r.Seq, r.Token, r.Attempts = Live, 0, 0, 0
-	r.FirstAttemptAt, r.NextAttemptAt, r.LastError = time.Time{}, time.Time{}, ""
-	r.DeadAt, r.DeadReason = time.Time{}, ""
+	env := d.Envelope
+	env.ID = uuid.NewSHA1(requeueSpace, []byte(d.Envelope.ID+"|"+strconv.FormatInt(d.DeadAt.UnixNano(), 10))).String()
+	r := Record{Session: session, Partition: PartitionOf(cmp.Or(env.Key, env.ID), partitions), Route: d.Route,
+		Envelope: env, CausationID: d.Envelope.ID, Raw: d.Raw, State: Live, CreatedAt: now}
 	if !d.ExpiresAt.IsZero() {
 		r.ExpiresAt = d.ExpiresAt.Add(now.Sub(d.CreatedAt))
 	}
@@ -154,14 +151,10 @@ func DeadCursor(r *Record) string {
 // ParseDeadCursor reads a DeadCursor back: DeadAt in Unix nanoseconds and
 // Seq. A malformed cursor is ErrInvalid.
 func ParseDeadCursor(c string) (deadAt, seq int64, err error) {
-	a, b, ok := strings.Cut(c, ".")
-	if ok {
-		deadAt, err = strconv.ParseInt(a, 10, 64)
-		if err == nil {
-			seq, err = strconv.ParseInt(b, 10, 64)
-		}
-	}
-	if !ok || err != nil {
+	a, b, _ := strings.Cut(c, ".")
+	deadAt, errAt := strconv.ParseInt(a, 10, 64)
+	seq, errSeq := strconv.ParseInt(b, 10, 64)
+	if errAt != nil || errSeq != nil {
 		return 0, 0, fmt.Errorf("%w: bad cursor %q", ErrInvalid, c)
 	}
 	return deadAt, seq, nil

@@ -8,14 +8,9 @@
 // every backend shares (validation, partitioning, requeue, truncation) are
 // code in this package; backends only translate them into their storage.
 //
-// The engine (DESIGN.md §4–5): a process that holds a partition's lease
-// appends its records already claimed under the lease's token, in the same
-// write, and hands them to its drainer in memory; the store is the log and
-// the recovery path. Claim serves what the owner does not hold in memory:
-// records appended by other instances, a backlog that did not fit in memory,
-// requeued dead letters, and the claims of a previous owner (a crashed
-// process, a lost lease), which are void as soon as a newer token owns the
-// partition.
+// The store is the log and the recovery path of the engine that package
+// drainer describes (DESIGN.md §4–5): an owner appends its records already
+// claimed, and Claim serves what it does not hold in memory.
 package stores
 
 import (
@@ -148,8 +143,7 @@ const (
 type Settlement struct {
 	Key
 	// Token is the claim being settled: the record must be live and
-	// claimed under exactly this token (Done, Retry,
-	// DeadLetter).
+	// claimed under exactly this token (Done, Retry, DeadLetter).
 	Token   int64
 	Outcome Outcome
 	// Attempts, FirstAttemptAt, NextAttemptAt: the record's bookkeeping

@@ -63,3 +63,27 @@ func networkFS(magic int64) string {
 	return map[uint32]string{0x6969: "nfs", 0x517b: "smb", 0xff534d42: "cifs", 0xfe534d42: "smb2", 0x01021997: "9p",
 		0x5346414f: "afs", 0x73757245: "coda", 0x00c36400: "ceph", 0x564c: "ncp", 0x0bd00bd0: "lustre"}[uint32(magic)]
 }
+
+// ensureDir creates dir 0700 when it does not exist.
+func ensureDir(dir string) error {
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700) // whatever the umask
+}
+
+// createFile creates path 0600 when it does not exist; SQLite gives its
+// -wal and -shm files the same mode.
+func createFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Chmod(0o600), f.Close())
+}

@@ -99,7 +99,7 @@ func fromNanos(n int64) time.Time {
 	return time.Unix(0, n).UTC()
 }
 
-// columns are what scanRecord reads.
+// columns are what scanRecord reads and, with size, what Write inserts.
 const columns = `seq, session, part, route, id, state, token, created_at, ckey, received_at, topic, payload,
 	headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error, dead_at, dead_reason`
 

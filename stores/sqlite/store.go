@@ -1,37 +1,13 @@
 // Package sqlite is the single-node durable backend of the stores contract:
 // one SQLite file (modernc.org/sqlite, pure Go, WAL) owned by one process
-// holds the outbox, its dead letters and the lease table.
+// holds the outbox, its dead letters and the lease table. docs/DESIGN.md §4
+// describes its schema (schema.go), its transactions and single ownership.
 //
-// Schema: one outbox table whose rowid is Record.Seq (commit order, from a
-// counter that only grows), with a state column (0 live, 1 dead, 2
-// tombstone) and a token column (the claim; 0 unclaimed). Partial indexes
-// serve the claim (session, part, seq) of live rows, coalescing, the age of
-// the oldest live row, dead-letter listing and tombstone compaction; a
-// unique index on the key (id, route, session) makes appends idempotent in
-// every state. A delivered or dropped record becomes a tombstone: the same
-// row with its payload, topic and headers cleared, stamped with the Write
-// that made it; the oldest beyond Options.DoneRetention are deleted inside
-// Write, a bounded number per call. Beside it, the lease table and one meta
-// row (the fencing-token counter, the seq counter and the epoch).
-//
-// Each Write is one BEGIN IMMEDIATE transaction on the store's single
-// connection, with one commit, fsynced when it appends or drops (a claim,
-// or settlements alone, are not worth an fsync: see Store.Write): the
-// settlements, then the appends (a
-// claimed append is checked against the lease table in that transaction),
-// then a compaction step; runs of Done settlements and of appends go in
-// multi-row statements. Claim is one transaction too: the lease check, then
-// one UPDATE ... RETURNING. The counts Stats reports are a small table that
-// Write keeps in the same transaction (one upsert per session and route).
-//
-// Single ownership: Open takes an exclusive flock on <path>.lock (holding
-// the owner's host name and pid) for the life of the Store; a second Open of
-// the file fails at once with a *LockedError, and the lock dies with the
-// process. Opening under the lock starts a new epoch: every lease in the
-// file ends, so the claims of the previous process are void as soon as this
-// one acquires the partitions' leases (tokens keep growing). Options.ReadOnly
-// opens without the lock for the command line, which may read a file a
-// running process owns.
+// Open takes an exclusive flock on <path>.lock for the life of the Store (a
+// second Open, in any process, fails with a *LockedError) and starts a new
+// epoch: every lease in the file ends, so the claims of the previous process
+// are void as soon as this one acquires the partitions' leases.
+// Options.ReadOnly opens without the lock, for the command line.
 package sqlite
 
 import (
@@ -240,13 +216,11 @@ func (s *Store) enter(ctx context.Context, write bool) error {
 	return nil
 }
 
-// tx runs fn in a transaction on s.conn: BEGIN IMMEDIATE, then COMMIT when
-// fn returns nil, else ROLLBACK. ctx may interrupt fn, never the COMMIT: its
-// result must be what happened. A durable commit fsyncs (with Sync "full");
-// one that is not is written to the WAL without an fsync and becomes
-// durable with the next fsync (the next durable commit or a checkpoint): a
-// power loss may undo it, a process crash cannot, and the file stays
-// consistent either way (what survives is a prefix of the commits).
+// tx runs fn in a transaction on s.conn, committed when fn returns nil. ctx
+// may interrupt fn, never the COMMIT: its result must be what happened. A
+// commit that need not be durable skips the fsync (synchronous=normal): a
+// power loss may undo it, a process crash cannot, and what survives is a
+// prefix of the commits.
 func (s *Store) tx(ctx context.Context, durable bool, fn func() error) error {
 	mode := s.opts.Sync
 	if !durable {

@@ -44,9 +44,6 @@ const (
 	countsQuery  = `INSERT INTO counts VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE
 		SET live=live+excluded.live, dead=dead+excluded.dead, bytes=bytes+excluded.bytes`
 	compactQuery = `DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state=2 ORDER BY tomb LIMIT ?)`
-	insertCols   = `seq, session, part, route, id, state, token, size, created_at, ckey, received_at, topic,
-		payload, headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error,
-		dead_at, dead_reason`
 )
 
 // doneQuery settles n Done settlements (id, route, session, token) of the
@@ -57,10 +54,10 @@ func doneQuery(n int) string {
 		AND outbox.token=d.column4 RETURNING outbox.id, outbox.route, outbox.session, outbox.size`
 }
 
-// insertQuery inserts n records (insertCols), skipping those whose key is
-// present, and returns the Seqs of those it inserted.
+// insertQuery inserts n records (columns, then size), skipping those whose
+// key is present, and returns the Seqs of those it inserted.
 func insertQuery(n int) string {
-	return `INSERT INTO outbox (` + insertCols + `) VALUES ` + tuples(26, n) +
+	return `INSERT INTO outbox (` + columns + `, size) VALUES ` + tuples(26, n) +
 		` ON CONFLICT (id, route, session) DO NOTHING RETURNING seq`
 }
 
@@ -70,7 +67,7 @@ func tuples(k, n int) string {
 	return strings.TrimSuffix(strings.Repeat(t, n), ",")
 }
 
-// Write implements stores.Store: one transaction, one durable commit.
+// Write implements stores.Store in one transaction.
 func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err := b.Validate(); err != nil {
 		return err
@@ -104,11 +101,8 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	return nil
 }
 
-// durable reports whether b's commit must be durable when Write returns:
-// it appends (the caller acknowledges the source on it) or drops a dead
-// letter (an operator's request). Settlements of claimed records alone may
-// be undone by a power loss: their records are then sent again, which
-// at-least-once delivery allows.
+// durable reports whether b's commit must be durable when Write returns
+// (see stores.Store.Write): it appends, or drops a dead letter.
 func durable(b *stores.Batch) bool {
 	return len(b.Append) > 0 || slices.ContainsFunc(b.Settle, func(s stores.Settlement) bool { return s.Outcome == stores.Drop })
 }
@@ -281,10 +275,10 @@ func (w *write) insert(rs []stores.Record, at int) error {
 		}
 		s.seq++
 		e := &r.Envelope
-		args = append(args, s.seq, r.Session, r.Partition, r.Route, e.ID, state, w.tokens[at+i], r.Size(),
+		args = append(args, s.seq, r.Session, r.Partition, r.Route, e.ID, state, w.tokens[at+i],
 			nanos(cmp.Or(r.CreatedAt, w.now)), r.CoalesceKey, nanos(e.ReceivedAt), e.Topic, e.Payload, headers,
 			int64(e.QoS), e.Key, r.CausationID, r.Raw, r.Truncated, nanos(r.ExpiresAt), r.Attempts,
-			nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt), r.LastError, deadAt, r.DeadReason)
+			nanos(r.FirstAttemptAt), nanos(r.NextAttemptAt), r.LastError, deadAt, r.DeadReason, r.Size())
 	}
 	return s.each(w.ctx, insertQuery(len(rs)), args, func(sc *sql.Rows) error {
 		var seq int64
