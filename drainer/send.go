@@ -254,7 +254,7 @@ func (p *partition) settleNow(it *item, o stores.Outcome, reason, result string,
 	p.g.obs.Delivered(p.outcome(it, result, reason, now))
 }
 
-// outcome reports it's result; reason is the error or settlement reason.
+// outcome reports its result; reason is the error or the settlement's reason.
 func (p *partition) outcome(it *item, result, reason string, at time.Time) Outcome {
 	return Outcome{
 		Session: p.g.opts.Session, Route: it.rec.Route, ID: it.rec.Envelope.ID, Partition: p.n,
