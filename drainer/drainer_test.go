@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -304,39 +306,54 @@ func TestGroup_HoldsWhatWouldDieWhenDeadLettersAreFull(t *testing.T) {
 	})
 }
 
+// TestGroup_RunsProcessorsOfRawRecords checks that every record of a send
+// is prepared (processors of a raw record, expiry), also when the sender
+// takes several records per call.
 func TestGroup_RunsProcessorsOfRawRecords(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		snd := newScriptSender(1, nil)
-		opts := testOptions(t, snd, testPolicy(), nil)
-		r := opts.Routes["r"]
-		r.Prepare = func(env *message.Envelope) (bool, error) {
-			switch string(env.Payload) {
-			case "drop":
-				return true, nil
-			case "bad":
-				return false, errors.New("no such field")
-			}
-			env.Payload = append([]byte("processed:"), env.Payload...)
-			return false, nil
-		}
-		opts.Routes["r"] = r
-		g, w, store := newGroup(t, opts)
-		recs, _ := records(3, nil)
-		for i, p := range []string{"ok", "drop", "bad"} {
-			recs[i].Raw, recs[i].Envelope.Payload = true, []byte(p)
-		}
-		w.append(recs...)
-		stop := running(t, g)
-		eventually(t, time.Minute, "settled", func() bool { return live(t, store) == 0 })
-		if err := stop(); err != nil {
-			t.Fatal(err)
-		}
-		d := dead(t, store)
-		if snd.total() != 1 || string(snd.log[0].Payload) != "processed:ok" || len(d) != 1 ||
-			string(d[0].Envelope.Payload) != "bad" || d[0].DeadReason != "processor: no such field" {
-			t.Errorf("sent %d, dead %+v", snd.total(), d)
-		}
-	})
+	for _, batch := range []int{1, 10} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				snd := newScriptSender(batch, nil)
+				opts := testOptions(t, snd, testPolicy(), nil)
+				r := opts.Routes["r"]
+				r.Prepare = func(env *message.Envelope) (bool, error) {
+					switch string(env.Payload) {
+					case "drop":
+						return true, nil
+					case "bad":
+						return false, errors.New("no such field")
+					}
+					env.Payload = append([]byte("processed:"), env.Payload...)
+					return false, nil
+				}
+				opts.Routes["r"] = r
+				g, w, store := newGroup(t, opts)
+				recs, _ := records(5, nil)
+				for i, p := range []string{"ok", "drop", "bad", "late", "ok2"} {
+					recs[i].Raw, recs[i].Envelope.Payload = true, []byte(p)
+				}
+				recs[3].ExpiresAt = time.Now().Add(-time.Second)
+				w.append(recs...)
+				stop := running(t, g)
+				eventually(t, time.Minute, "settled", func() bool { return live(t, store) == 0 })
+				if err := stop(); err != nil {
+					t.Fatal(err)
+				}
+				var sent []string
+				for _, e := range snd.log {
+					sent = append(sent, string(e.Payload))
+				}
+				reasons := map[string]string{}
+				for _, d := range dead(t, store) {
+					reasons[string(d.Envelope.Payload)] = d.DeadReason
+				}
+				if !slices.Equal(sent, []string{"processed:ok", "processed:ok2"}) ||
+					!maps.Equal(reasons, map[string]string{"bad": "processor: no such field", "late": "expired"}) {
+					t.Errorf("sent %q, dead letters %v", sent, reasons)
+				}
+			})
+		})
+	}
 }
 
 func TestGroup_ShutdownFinishesInFlightAndLeavesTheRestClaimed(t *testing.T) {

@@ -103,17 +103,12 @@ func (s *schedule) tick(now time.Time) time.Time {
 	return s.timers[0].due
 }
 
-// take removes up to n ready items of route (oldest first) to send them.
-func (s *schedule) take(route string, n int) []*item {
-	q := s.ready[route]
-	n = min(n, len(q))
-	out := make([]*item, n)
-	copy(out, q[:n])
-	s.ready[route] = q[n:]
-	for _, it := range out {
-		it.where = sending
-	}
-	return out
+// take removes the oldest ready item of route, to send it.
+func (s *schedule) take(route string) *item {
+	it := s.ready[route][0]
+	s.ready[route] = s.ready[route][1:]
+	it.where = sending
+	return it
 }
 
 // retry puts a sent item back, due at due; it stays the head of its key.

@@ -30,14 +30,9 @@ type sendResult struct {
 func (p *partition) launch(now time.Time) (probeWait time.Duration, limited bool) {
 	for _, id := range p.g.order {
 		r := p.g.routes[id]
-		for {
-			for len(p.sched.ready[id]) > 0 && !p.prepare(p.sched.ready[id][0], now) {
-			}
-			if len(p.sched.ready[id]) == 0 {
-				break
-			}
+		for p.next(id, now) {
 			p.collect() // results already back keep the sender's health current
-			if len(p.sched.ready[id]) == 0 {
+			if !p.next(id, now) {
 				break
 			}
 			if !r.lim.tryAcquire() {
@@ -55,10 +50,26 @@ func (p *partition) launch(now time.Time) (probeWait time.Duration, limited bool
 				}
 				break
 			}
-			p.send(r, p.sched.take(id, n))
+			chunk := make([]*item, 1, n)
+			chunk[0] = p.sched.take(id)
+			for len(chunk) < n && p.next(id, now) {
+				chunk = append(chunk, p.sched.take(id))
+			}
+			p.send(r, chunk)
 		}
 	}
 	return probeWait, limited
+}
+
+// next prepares the head of route id's ready queue, settling the records
+// ahead of it that cannot be sent, and reports whether one is left to send.
+func (p *partition) next(id string, now time.Time) bool {
+	for len(p.sched.ready[id]) > 0 {
+		if p.prepare(p.sched.ready[id][0], now) {
+			return true
+		}
+	}
+	return false
 }
 
 // prepare readies the head record of a ready queue for sending: it settles
