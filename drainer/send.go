@@ -246,7 +246,7 @@ func (p *partition) settle(it *item, o stores.Outcome, reason, result string, no
 	p.sched.done(it, now)
 }
 
-// settleNow queues it's outcome without touching the schedule (for records
+// settleNow queues its outcome without touching the schedule (for records
 // that never entered it).
 func (p *partition) settleNow(it *item, o stores.Outcome, reason, result string, now time.Time) {
 	p.g.settler.Settle(stores.Settlement{
