@@ -16,14 +16,17 @@ import (
 )
 
 // adoptionConfig is one of two bridges sharing a $share subscription with
-// persistent sessions, a DynamoDB outbox and its leases.
+// persistent sessions, a DynamoDB outbox and its leases. The lease TTL is
+// 12 s (renewed every 4 s): a DynamoDB Local that other tests load may
+// stall a renewal past 2 s, which would cost a 6 s lease. (The tests stop
+// instances gracefully, which ends their leases at once.)
 func adoptionConfig(run, name, mqttURL, ddb, sinkURL string) string {
 	return fmt.Sprintf(`version: 1
 bridge:
   id: %[1]s-%[2]s
   admin: {listen: ""}
   shutdown_timeout: 5s
-  lease_ttl: 6s
+  lease_ttl: 12s
 stores:
   outbox: {type: dynamodb, options: {table: %[1]s, region: us-east-1, endpoint: %[4]q}}
 receivers:
@@ -184,11 +187,7 @@ func TestBridge_ReloadTakesBackTheSessionAnotherInstanceAdopted(t *testing.T) {
 	testservices.DropTablesAtCleanup(t, ddb, run)
 	s := newSink(t)
 
-	// A 12 s lease TTL (renewed every 4 s): a DynamoDB Local that other
-	// tests load may stall a renewal past 2 s, which would cost a 6 s lease.
-	config := func(name string) string {
-		return strings.Replace(adoptionConfig(run, name, mqttURL, ddb, s.srv.URL), "lease_ttl: 6s", "lease_ttl: 12s", 1)
-	}
+	config := func(name string) string { return adoptionConfig(run, name, mqttURL, ddb, s.srv.URL) }
 	cfgA := config("a")
 	a, err := New(parseConfig(t, cfgA), Options{Logger: testLogger(t), Stdout: io.Discard})
 	if err != nil {
