@@ -161,8 +161,11 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err := parseArgs(fs, args, &pos); err != nil {
 		return err
 	}
-	if len(pos) != 1 {
+	switch {
+	case len(pos) != 1:
 		return usageErr(fs, "dlq show: exactly one ID is required")
+	case pos[0] == "":
+		return usageErr(fs, "dlq show: an ID must not be empty")
 	}
 	_, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {
@@ -234,6 +237,8 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 		return usageErr(fs, "dlq %s: give one or more IDs, or --all (with --route R)", verb)
 	case !*all && *route != "":
 		return usageErr(fs, "dlq %s: --route needs --all", verb)
+	case slices.Contains(ids, ""): // a store takes an empty ID for no ID at all
+		return usageErr(fs, "dlq %s: an ID must not be empty", verb)
 	}
 	_, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {
