@@ -15,10 +15,7 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// DLQCommand manages dead letters in the configured outbox store:
-// `gobridge dlq list|show|requeue|drop -c FILE ...`. It works while a bridge
-// runs on the same store (changes go through its admin API when it owns a
-// SQLite file) and while none does.
+// DLQCommand is `gobridge dlq` (dlqUsage says what it does).
 type DLQCommand struct {
 	Stdout, Stderr io.Writer
 	// Now is the clock; nil means time.Now.
