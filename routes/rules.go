@@ -71,6 +71,9 @@ func checkListenAddr(a string) error {
 	if port == "" {
 		return fmt.Errorf("%q has no port", a)
 	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%q: %s is not a port (0 to 65535, or a service name)", a, port)
+	}
 	return nil
 }
 

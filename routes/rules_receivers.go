@@ -3,6 +3,7 @@ package routes
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -191,23 +192,49 @@ func isLoopback(listen string) bool {
 	return strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback())
 }
 
-// checkListenConflicts reports two servers configured on one address.
+// checkListenConflicts reports two servers configured on one address, or
+// on addresses that cannot both be bound (bindConflict).
 func (c *Config) checkListenConflicts(add func(Problem)) {
-	used := map[string]string{}
+	type server struct{ path, listen string }
+	var used []server
 	if l := c.Bridge.Admin.Listen; l != nil && *l != "" {
-		used[*l] = "bridge.admin.listen"
+		used = append(used, server{"bridge.admin.listen", *l})
 	}
 	for i, r := range c.Receivers {
 		if r.Type == ReceiverMQTT || r.Options.Listen == "" {
 			continue
 		}
 		path := fmt.Sprintf("receivers[%d].options.listen", i)
-		if other, dup := used[r.Options.Listen]; dup {
-			add(c.Errorf(path, "listen", "%s: %s is already used by %s", path, r.Options.Listen, other))
+		if k := slices.IndexFunc(used, func(s server) bool { return bindConflict(s.listen, r.Options.Listen) }); k >= 0 {
+			add(c.Errorf(path, "listen", "%s: %s is already used by %s", path, r.Options.Listen, used[k].path))
 			continue
 		}
-		used[r.Options.Listen] = path
+		used = append(used, server{path, r.Options.Listen})
 	}
+}
+
+// bindConflict reports whether the listen addresses a and b cannot both be
+// bound: they are equal, or they have the same port (not 0) and hosts that
+// overlap. A wildcard host ("", 0.0.0.0, ::) takes the port on every
+// address (Go listens dual-stack), and localhost is 127.0.0.1 and ::1.
+func bindConflict(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if a == b || errA != nil || errB != nil {
+		return a == b
+	}
+	na, errA := net.LookupPort("tcp", pa)
+	nb, errB := net.LookupPort("tcp", pb)
+	if errA != nil || errB != nil || na != nb || na == 0 {
+		return false
+	}
+	ha, hb = strings.ToLower(ha), strings.ToLower(hb)
+	wildcard := func(h string) bool {
+		ip, err := netip.ParseAddr(h)
+		return h == "" || (err == nil && ip.IsUnspecified())
+	}
+	local := func(x, y string) bool { return x == "localhost" && (y == "127.0.0.1" || y == "::1") }
+	return ha == hb || wildcard(ha) || wildcard(hb) || local(ha, hb) || local(hb, ha)
 }
 
 // routesOf returns the routes that take messages from receiver id.

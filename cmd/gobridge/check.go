@@ -15,11 +15,8 @@ import (
 	"github.com/gobridge/gobridge/routes"
 )
 
-// CheckCommand validates config files: `gobridge check [flags] FILE...`.
-// It checks every file, prints every problem of every file, and fails
-// (errInvalid) if any is an error, or with --strict a warning. A file that
-// cannot be read, and a pattern that matches nothing, are problems in the
-// output like any other.
+// CheckCommand is `gobridge check` (checkUsage says what it does). It
+// fails with errInvalid on any error, or with --strict on any problem.
 type CheckCommand struct {
 	Stdout, Stderr io.Writer
 }

@@ -15,10 +15,7 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// DLQCommand manages dead letters in the configured outbox store:
-// `gobridge dlq list|show|requeue|drop -c FILE ...`. It works while a bridge
-// runs on the same store (changes go through its admin API when it owns a
-// SQLite file) and while none does.
+// DLQCommand is `gobridge dlq` (dlqUsage says what it does).
 type DLQCommand struct {
 	Stdout, Stderr io.Writer
 	// Now is the clock; nil means time.Now.
@@ -161,8 +158,11 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err := parseArgs(fs, args, &pos); err != nil {
 		return err
 	}
-	if len(pos) != 1 {
+	switch {
+	case len(pos) != 1:
 		return usageErr(fs, "dlq show: exactly one ID is required")
+	case pos[0] == "":
+		return usageErr(fs, "dlq show: an ID must not be empty")
 	}
 	_, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {
@@ -234,6 +234,8 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 		return usageErr(fs, "dlq %s: give one or more IDs, or --all (with --route R)", verb)
 	case !*all && *route != "":
 		return usageErr(fs, "dlq %s: --route needs --all", verb)
+	case slices.Contains(ids, ""): // a store takes an empty ID for no ID at all
+		return usageErr(fs, "dlq %s: an ID must not be empty", verb)
 	}
 	_, st, err := openOutbox(ctx, fs, *path)
 	if err != nil {

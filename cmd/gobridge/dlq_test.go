@@ -160,6 +160,28 @@ func TestDLQ_RequeueAndDrop(t *testing.T) {
 	}
 }
 
+// TestDLQ_EmptyIDTouchesNothing checks that an empty ID (an unset shell
+// variable: dlq drop "$ID") is a usage error. A store's query by an empty
+// ID is no ID query at all: it answered the oldest dead letter of any
+// route, which drop then dropped and requeue requeued (and with no dead
+// letter, the command panicked).
+func TestDLQ_EmptyIDTouchesNothing(t *testing.T) {
+	fx := newStoreFixture(t, "sqlite")
+	ids := fx.dead(t, "alarms", 2, []byte(`x`), "boom", time.Now().Add(-time.Minute))
+	for _, args := range [][]string{
+		{"dlq", "drop", "-c", fx.cfg, ""},
+		{"dlq", "requeue", "-c", fx.cfg, ids[1], ""},
+		{"dlq", "show", "-c", fx.cfg, ""},
+	} {
+		if code, out, _ := gobridge(t, args...); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d\n%s", args, code, exitUsage, out)
+		}
+	}
+	if left := fx.listDead(t, ""); len(left) != 2 {
+		t.Errorf("%d dead letters left, want both", len(left))
+	}
+}
+
 func TestDLQ_UsageAndStoreErrors(t *testing.T) {
 	fx := newStoreFixture(t, "sqlite")
 	for _, args := range [][]string{

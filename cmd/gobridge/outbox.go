@@ -13,8 +13,7 @@ import (
 	"github.com/gobridge/gobridge/routes"
 )
 
-// OutboxCommand reports on the outbox: `gobridge outbox stats -c FILE
-// [--format table|json]`.
+// OutboxCommand is `gobridge outbox stats` (outboxUsage says what it does).
 type OutboxCommand struct {
 	Stdout, Stderr io.Writer
 }

@@ -50,41 +50,37 @@ func openOutbox(ctx context.Context, fs *flag.FlagSet, path string) (*routes.Con
 	if sc == nil {
 		return nil, nil, errNoOutbox
 	}
-	place := bridge.Placer(cfg)
+	var st stores.Store
+	var locked *sqlite.LockedError
 	switch sc.Type {
 	case "memory":
 		return nil, nil, errMemoryStore
 	case "sqlite":
 		opts := bridge.SQLiteOptions(*sc)
-		st, err := sqlite.Open(sc.Options.Path, opts)
-		var locked *sqlite.LockedError
+		st, err = sqlite.Open(sc.Options.Path, opts)
 		if errors.As(err, &locked) {
 			opts.ReadOnly = true
-			ro, rerr := sqlite.Open(sc.Options.Path, opts)
-			if rerr != nil {
-				return nil, nil, rerr
-			}
-			listen := *cfg.Bridge.Admin.Listen
-			if listen == "" {
-				return cfg, &outbox{Outbox: offline{ro, place}, close: ro.Close, via: locked.Error() +
-					"; its admin API is disabled, so this command can only read"}, nil
-			}
-			api := owned{offline{ro, place}, "http://" + listen, cfg.Bridge.Admin.Token.Reveal()}
-			return cfg, &outbox{Outbox: api, close: ro.Close,
-				via: fmt.Sprintf("the bridge that owns it (pid %d), through its admin API at %s", locked.PID, api.base)}, nil
+			st, err = sqlite.Open(sc.Options.Path, opts)
 		}
-		if err != nil {
-			return nil, nil, err
-		}
-		return cfg, &outbox{Outbox: offline{st, place}, close: st.Close}, nil
 	case "dynamodb":
-		st, err := dynamodb.Open(ctx, dynamodb.Options{Table: sc.Options.Table, Region: sc.Options.Region, Endpoint: sc.Options.Endpoint})
-		if err != nil {
-			return nil, nil, err
-		}
-		return cfg, &outbox{Outbox: offline{st, place}, close: st.Close}, nil
+		st, err = dynamodb.Open(ctx, dynamodb.Options{Table: sc.Options.Table, Region: sc.Options.Region, Endpoint: sc.Options.Endpoint})
+	default:
+		return nil, nil, fmt.Errorf("outbox store type %q is not supported", sc.Type)
 	}
-	return nil, nil, fmt.Errorf("outbox store type %q is not supported", sc.Type)
+	if err != nil {
+		return nil, nil, err
+	}
+	off := offline{st, bridge.Placer(cfg)}
+	ob := &outbox{Outbox: off, close: st.Close}
+	switch listen := *cfg.Bridge.Admin.Listen; {
+	case locked == nil:
+	case listen == "":
+		ob.via = locked.Error() + "; its admin API is disabled, so this command can only read"
+	default:
+		api := owned{off, "http://" + listen, cfg.Bridge.Admin.Token.Reveal()}
+		ob.Outbox, ob.via = api, fmt.Sprintf("the bridge that owns it (pid %d), through its admin API at %s", locked.PID, api.base)
+	}
+	return cfg, ob, nil
 }
 
 // offline is the outbox of a store the CLI uses directly.

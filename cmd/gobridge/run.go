@@ -16,11 +16,9 @@ import (
 	"github.com/gobridge/gobridge/routes"
 )
 
-// RunCommand runs the bridge: `gobridge run -c FILE`. It loads the config
-// exactly as `gobridge check` does and refuses to start on any error check
-// would report (printing the problems); warnings are logged. It runs until
-// ctx is done (SIGINT or SIGTERM, from main) and then shuts down gracefully
-// within bridge.shutdown_timeout; a clean shutdown returns nil (exit 0).
+// RunCommand is `gobridge run` (runUsage says what it does). It fails with
+// errInvalid on a config with errors, runs until ctx is done (SIGINT or
+// SIGTERM, from main), and returns nil after a clean shutdown.
 type RunCommand struct {
 	Stdout, Stderr io.Writer
 }

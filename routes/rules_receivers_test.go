@@ -1,0 +1,80 @@
+package routes_test
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+)
+
+const listenDoc = `version: 1
+bridge: {id: test, admin: {listen: "%s", token: secret}}
+receivers:
+  - {id: web, type: http_listener, options: {listen: "%s", token: secret}, topics: [{topic: a}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: a, receiver: web, topic: a, sender: out, policy: {on_expired: drop, on_permanent_failure: drop}}
+`
+
+// listenProblems returns the listen problems of a config whose admin server
+// and http_listener listen on admin and web.
+func listenProblems(t *testing.T, admin, web string) []string {
+	t.Helper()
+	_, probs := load(t, fmt.Sprintf(listenDoc, admin, web), nil)
+	var out []string
+	for _, p := range probs {
+		if p.Rule == "listen" {
+			out = append(out, p.String())
+		}
+	}
+	return out
+}
+
+// TestCheck_ListenPortMustBeListenable checks that a port net.Listen
+// refuses is a check error, not a failure of run.
+func TestCheck_ListenPortMustBeListenable(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1:no-such-service"} {
+		if _, err := net.Listen("tcp", addr); err == nil {
+			t.Fatalf("net.Listen(%q) succeeded; the case is not a mistake", addr)
+		}
+		if got := listenProblems(t, addr, "127.0.0.1:0"); len(got) != 1 || !strings.Contains(got[0], "bridge.admin.listen") {
+			t.Errorf("admin listen %s: listen problems %q, want one at bridge.admin.listen", addr, got)
+		}
+		if got := listenProblems(t, "127.0.0.1:0", addr); len(got) != 1 || !strings.Contains(got[0], "receivers[0].options.listen") {
+			t.Errorf("http_listener listen %s: listen problems %q, want one at receivers[0].options.listen", addr, got)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:9090", "127.0.0.1:0", "[::1]:9090", ":9090"} {
+		if got := listenProblems(t, addr, "127.0.0.1:8080"); len(got) != 0 {
+			t.Errorf("admin listen %s: unexpected listen problems %q", addr, got)
+		}
+	}
+}
+
+// TestCheck_ListenConflicts checks that two servers that cannot both bind
+// their addresses are reported, not only two identical addresses: a
+// wildcard host takes the port on every address, and localhost is a
+// loopback address.
+func TestCheck_ListenConflicts(t *testing.T) {
+	cases := []struct {
+		admin, web string
+		conflict   bool
+	}{
+		{"127.0.0.1:9100", "127.0.0.1:9100", true},
+		{":9100", "127.0.0.1:9100", true},
+		{"0.0.0.0:9100", "[::1]:9100", true},
+		{"127.0.0.1:9100", "[::]:9100", true},
+		{"localhost:9100", "127.0.0.1:9100", true},
+		{"[::1]:9100", "LocalHost:9100", true},
+		{"127.0.0.1:9100", "127.0.0.1:9101", false},
+		{"127.0.0.1:9100", "127.0.0.2:9100", false},
+		{":0", "127.0.0.1:0", false}, // port 0: each gets a free port
+	}
+	for _, c := range cases {
+		got := listenProblems(t, c.admin, c.web)
+		if (len(got) > 0) != c.conflict {
+			t.Errorf("admin %s, http_listener %s: listen problems %q, want a conflict: %v", c.admin, c.web, got, c.conflict)
+		}
+	}
+}
