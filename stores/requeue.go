@@ -18,11 +18,11 @@ type Placer func(route string) (session string, partitions int, err error)
 // Drop of the dead letter. It returns the new record. ErrNotFound when
 // there is no such dead letter; ErrInvalid when it cannot be requeued.
 func Requeue(ctx context.Context, s Store, id, route string, place Placer, now time.Time) (Record, error) {
-	dead, _, err := s.Dead(ctx, DeadQuery{ID: id})
+	d, err := deadLetter(ctx, s, id)
 	if err != nil {
 		return Record{}, err
 	}
-	d := dead[0]
+	orig := d
 	d.Route = cmp.Or(route, d.Route)
 	session, partitions, err := place(d.Route)
 	if err != nil {
@@ -32,7 +32,7 @@ func Requeue(ctx context.Context, s Store, id, route string, place Placer, now t
 	if err != nil {
 		return Record{}, err
 	}
-	b, err := dropDead(ctx, s, "requeue", dead[0], r)
+	b, err := dropDead(ctx, s, "requeue", orig, r)
 	if err != nil {
 		return Record{}, err
 	}
@@ -41,11 +41,24 @@ func Requeue(ctx context.Context, s Store, id, route string, place Placer, now t
 
 // DropDead deletes dead letter id. ErrNotFound when there is none.
 func DropDead(ctx context.Context, s Store, id string) error {
-	dead, _, err := s.Dead(ctx, DeadQuery{ID: id})
+	d, err := deadLetter(ctx, s, id)
 	if err == nil {
-		_, err = dropDead(ctx, s, "drop", dead[0])
+		_, err = dropDead(ctx, s, "drop", d)
 	}
 	return err
+}
+
+// deadLetter reads dead letter id; ErrNotFound when there is none. An
+// empty id names none (as a query, it would list every dead letter).
+func deadLetter(ctx context.Context, s Store, id string) (Record, error) {
+	if id == "" {
+		return Record{}, fmt.Errorf("%w: a dead letter's ID is required", ErrNotFound)
+	}
+	dead, _, err := s.Dead(ctx, DeadQuery{ID: id})
+	if err != nil {
+		return Record{}, err
+	}
+	return dead[0], nil
 }
 
 // dropDead writes the Drop of dead letter d with the appends rs in one
