@@ -234,6 +234,8 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 		return usageErr(fs, "dlq %s: give one or more IDs, or --all (with --route R)", verb)
 	case !*all && *route != "":
 		return usageErr(fs, "dlq %s: --route needs --all", verb)
+	case verb == "drop" && *to != "":
+		return usageErr(fs, "dlq drop: --to-route is for requeue")
 	case slices.Contains(ids, ""): // a store takes an empty ID for no ID at all
 		return usageErr(fs, "dlq %s: an ID must not be empty", verb)
 	}

@@ -194,6 +194,7 @@ func TestDLQ_UsageAndStoreErrors(t *testing.T) {
 		{"dlq", "requeue", "-c", fx.cfg},
 		{"dlq", "drop", "-c", fx.cfg, "--all", "some-id"},
 		{"dlq", "drop", "-c", fx.cfg, "--route", "alarms", "some-id"},
+		{"dlq", "drop", "-c", fx.cfg, "--to-route", "alarms", "some-id"},
 		{"outbox"},
 		{"outbox", "stats"},
 		{"outbox", "stats", "-c", fx.cfg, "--format", "yaml"},
