@@ -102,12 +102,15 @@ func (w *writer) Settle(s stores.Settlement) {
 }
 
 // Flush implements drainer.Settler: it returns once the batch that will
-// carry everything queued now is written, or at once when the writer was
-// aborted.
+// carry everything queued now is written (with nothing queued, the batch
+// being written, if any), or at once when the writer was aborted.
 func (w *writer) Flush(ctx context.Context) error {
 	w.mu.Lock()
 	n := w.queued
-	if w.flushed >= n || (len(w.appends) == 0 && len(w.settles) == 0) {
+	if len(w.appends) == 0 && len(w.settles) == 0 {
+		n-- // the write under way may carry what was queued before
+	}
+	if w.flushed >= n {
 		w.mu.Unlock()
 		return nil
 	}
