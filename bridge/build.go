@@ -224,7 +224,10 @@ func (b *Bridge) addToSession(p *parts, r *route) {
 		}
 		p.sessions[r.home] = s
 	}
+	// A session is held to the tightest of its routes' settings.
 	s.stallAfter = min(s.stallAfter, r.stallAfter)
+	s.maxLive = min(s.maxLive, rc.Policy.MaxOutboxDepth)
+	s.maxBytes = min(s.maxBytes, rc.Policy.MaxOutboxBytes)
 	prep := func(env *message.Envelope) (bool, error) {
 		res, err := r.chain.Process(env)
 		return res.Drop, err
