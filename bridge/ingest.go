@@ -92,6 +92,11 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		s.done()
 		return
 	}
+	var tooLarge string
+	if m.Truncated {
+		tooLarge = fmt.Sprintf("%s: %d bytes, sha256 %s; the first %d bytes are kept",
+			receivers.ReasonPayloadTooLarge, m.Size, m.SHA256, len(m.Payload))
+	}
 	s.left.Store(int32(len(matched)))
 	for i, r := range matched {
 		env := message.Envelope{ID: m.ID, Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, QoS: m.QoS, ReceivedAt: m.ReceivedAt}
@@ -101,17 +106,7 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		if i == 0 {
 			firstID = env.ID
 		}
-		settle := s.route(i == 0)
-		var ok bool
-		if m.Truncated {
-			// Never routed (DESIGN.md §11.1): an ingest dead letter of its
-			// first 1 KiB, or dropped and counted without an outbox store.
-			reason := fmt.Sprintf("%s: %d bytes, sha256 %s; the first %d bytes are kept",
-				receivers.ReasonPayloadTooLarge, m.Size, m.SHA256, len(m.Payload))
-			ok = in.b.failAtIngest(ctx, r, env, reason, true, settle)
-		} else {
-			ok = in.b.dispatch(ctx, r, env, settle)
-		}
+		ok := in.b.dispatch(ctx, r, env, tooLarge, s.route(i == 0))
 		r.busy.Done()
 		if !ok {
 			for _, r := range matched[i+1:] {
@@ -125,8 +120,11 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 // dispatch runs env through route r (processors, then its delivery mode)
 // and arranges for settle to be called once its delivery has settled. It
 // returns false when ctx ended before the delivery was accepted (settle
-// will not be called).
-func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, settle settleFunc) bool {
+// will not be called). A message truncated at tooLarge (its reason; "" when
+// it is whole) is never routed (DESIGN.md §11.1): it becomes an ingest dead
+// letter of its first 1 KiB, or is dropped and counted without an outbox
+// store.
+func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, tooLarge string, settle settleFunc) bool {
 	if r.ready != nil {
 		select {
 		case <-r.ready: // the route this one replaced has settled
@@ -139,6 +137,9 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, s
 	settleRoute := func(outcome string) {
 		mt.routeAcked.WithLabelValues(r.id).Inc()
 		settle(outcome)
+	}
+	if tooLarge != "" {
+		return b.failAtIngest(ctx, r, env, tooLarge, true, settleRoute)
 	}
 	received := env // an ingest dead letter keeps the message as it arrived
 	var coalesceKey string
