@@ -27,10 +27,7 @@ type route struct {
 	sender drainer.Sender
 	health *senders.Health
 	policy drainer.Policy
-	// chain runs the processors and sets the ordering key; process is its
-	// Process for ingest, nil when the route has neither.
-	chain   *processors.Chain
-	process func(env *message.Envelope) (drop bool, coalesceKey string, err error)
+	chain  *processors.Chain // runs the processors and sets the ordering key
 	// session and partitions: where an outbox route's records go.
 	session    string
 	partitions int
@@ -180,12 +177,6 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 		return nil, fmt.Errorf("bridge: route %s: compile processors: %w", rc.ID, err)
 	}
 	r.chain = ch
-	if len(rc.Processors) > 0 || rc.OrderingKey != "" {
-		r.process = func(env *message.Envelope) (bool, string, error) {
-			res, err := ch.Process(env)
-			return res.Drop, res.CoalesceKey, err
-		}
-	}
 	r.home, r.homePartitions = home(rc)
 	switch r.mode {
 	case routes.SharedOutbox, routes.DirectOrOutbox:

@@ -142,27 +142,23 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, t
 		return b.failAtIngest(ctx, r, env, tooLarge, true, settleRoute)
 	}
 	received := env // an ingest dead letter keeps the message as it arrived
-	var coalesceKey string
-	if r.process != nil {
-		drop, ck, err := r.process(&env)
-		if err != nil {
-			return b.failAtIngest(ctx, r, received, "processor: "+err.Error(), false, settleRoute)
-		}
-		if drop {
-			mt.filtered.WithLabelValues(r.id).Inc()
-			settleRoute(receivers.OutcomeFiltered)
-			return true
-		}
-		coalesceKey = ck
+	res, err := r.chain.Process(&env)
+	if err != nil {
+		return b.failAtIngest(ctx, r, received, "processor: "+err.Error(), false, settleRoute)
+	}
+	if res.Drop {
+		mt.filtered.WithLabelValues(r.id).Inc()
+		settleRoute(receivers.OutcomeFiltered)
+		return true
 	}
 	switch r.mode {
 	case routes.DirectHold:
 		return r.hold.submit(ctx, &env, received, settleRoute)
 	case routes.DirectOrOutbox:
-		return r.fallback.submit(ctx, &env, received, coalesceKey, settleRoute)
+		return r.fallback.submit(ctx, &env, received, res.CoalesceKey, settleRoute)
 	}
 	rec := stores.Record{
-		Session: r.session, Route: r.id, Envelope: env, CoalesceKey: coalesceKey,
+		Session: r.session, Route: r.id, Envelope: env, CoalesceKey: res.CoalesceKey,
 		Partition: stores.PartitionOf(partitionKey(&env), r.partitions),
 	}
 	if r.ttl > 0 {
