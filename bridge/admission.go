@@ -137,29 +137,21 @@ func (a *admission) unwritten(rec *stores.Record, n int) {
 	}
 }
 
-// written notes that the store has answered for an admitted record (it is
-// in the store's counts now, or refused and released). The writer calls
-// it holding io.
-func (a *admission) written(rec *stores.Record) {
+// written notes that the store has answered for an admitted record rec:
+// it holds it now as stored (its truncated dead letter, when the store
+// refused it), or, with stored nil, not at all (a duplicate, absorbed, or
+// refused), and its room is given back. The writer calls it holding io.
+func (a *admission) written(rec, stored *stores.Record) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.unwritten(rec, -1)
-	a.mu.Unlock()
-}
-
-// add counts a record stored without admit (a truncated dead letter that
-// replaced a record the store refused).
-func (a *admission) add(rec *stores.Record) {
-	a.mu.Lock()
-	a.count(rec, 1)
-	a.mu.Unlock()
-}
-
-// release gives back the room of a record admitted but not stored (a
-// duplicate, absorbed, refused, or ingest gave up on it).
-func (a *admission) release(rec *stores.Record) {
-	a.mu.Lock()
+	if stored != nil && (stored.State == stores.Dead) == (rec.State == stores.Dead) {
+		return // it counts where it was admitted
+	}
 	a.count(rec, -1)
-	a.mu.Unlock()
+	if stored != nil {
+		a.count(stored, 1)
+	}
 }
 
 // settled applies the drainers' settlements written in one batch: done and

@@ -259,17 +259,15 @@ func (w *writer) writeOnce(reserve bool) (n, appends int) {
 		if g := groups[rec.Session]; g != nil {
 			g.Delivered(rec, tokens[i])
 		}
-		orig := &reqs[i].rec
-		w.limits.written(orig)
+		orig, stored := &reqs[i].rec, rec
 		switch {
 		case errs[i] != nil || rec.Seq == 0: // refused, or already there: no room taken
-			w.limits.release(orig)
+			stored = nil
 		case rec.State == stores.Dead && orig.State != stores.Dead: // kept as a truncated dead letter instead
-			w.limits.release(orig)
-			w.limits.add(rec)
 		default:
 			w.metrics.persisted.WithLabelValues(rec.Route).Inc()
 		}
+		w.limits.written(orig, stored)
 		reqs[i].done(errs[i])
 	}
 	w.limits.settled(settles)
