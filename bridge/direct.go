@@ -216,7 +216,7 @@ func (h *holder) deliver(env *message.Envelope, received message.Envelope) strin
 		switch class {
 		case senders.OK:
 			h.sent.Inc()
-			b.noteSent(r.home, time.Now())
+			b.noteSent(r.session, time.Now())
 			return receivers.OutcomeDelivered
 		case senders.Fatal:
 			received.ID = env.ID

@@ -211,9 +211,9 @@ func (b *Bridge) failAtIngest(ctx context.Context, r *route, received message.En
 		return true
 	}
 	rec := stores.Record{
-		Session: r.home, Route: r.id, Envelope: received, Raw: true, Truncated: truncated,
+		Session: r.session, Route: r.id, Envelope: received, Raw: true, Truncated: truncated,
 		State: stores.Dead, DeadReason: reason, LastError: reason, DeadAt: time.Now(),
-		Partition: stores.PartitionOf(received.ID, r.homePartitions),
+		Partition: stores.PartitionOf(received.ID, r.partitions),
 	}
 	log.Warn("message dead-lettered at ingest", "error", reason)
 	return b.persist(ctx, rec, func(outcome string) {

@@ -207,7 +207,7 @@ func (b *Bridge) prepare(p *parts) {
 	b.limits.configure(p)
 	for _, r := range p.routes {
 		b.metrics.initRoute(r.id)
-		if r.session != "" {
+		if r.hold == nil {
 			b.journal.Register(r.session, r.id)
 		}
 	}
