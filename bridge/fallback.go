@@ -8,7 +8,6 @@ import (
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/senders"
-	"github.com/gobridge/gobridge/stores"
 )
 
 // fallback delivers a direct_or_outbox route's messages (DESIGN.md §11.6,
@@ -49,14 +48,8 @@ func (f *fallback) submit(ctx context.Context, env *message.Envelope, received m
 		f.b.metrics.fallback.WithLabelValues(f.r.id).Inc()
 		f.mark(env.Key, 1)
 		defer f.mark("", -1) // admitted (counted live) or given up by now
-		rec := stores.Record{
-			Session: f.r.session, Route: f.r.id, Envelope: *env, CoalesceKey: coalesceKey,
-			Partition: stores.PartitionOf(partitionKey(env), f.r.partitions),
-		}
-		if f.r.ttl > 0 {
-			rec.ExpiresAt = env.ReceivedAt.Add(f.r.ttl)
-		}
-		f.b.persist(ctx, rec, settle) // false at shutdown: left unacknowledged
+		// At shutdown persist gives up: the message is left unacknowledged.
+		f.b.persist(ctx, f.r.record(env, coalesceKey), settle)
 	})
 }
 

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -157,14 +158,20 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, t
 	case routes.DirectOrOutbox:
 		return r.fallback.submit(ctx, &env, received, res.CoalesceKey, settleRoute)
 	}
+	return b.persist(ctx, r.record(&env, res.CoalesceKey), settleRoute)
+}
+
+// record is env as a live record of r, placed by its ordering key (else
+// its ID).
+func (r *route) record(env *message.Envelope, coalesceKey string) stores.Record {
 	rec := stores.Record{
-		Session: r.session, Route: r.id, Envelope: env, CoalesceKey: res.CoalesceKey,
-		Partition: stores.PartitionOf(partitionKey(&env), r.partitions),
+		Session: r.session, Route: r.id, Envelope: *env, CoalesceKey: coalesceKey,
+		Partition: stores.PartitionOf(cmp.Or(env.Key, env.ID), r.partitions),
 	}
 	if r.ttl > 0 {
 		rec.ExpiresAt = env.ReceivedAt.Add(r.ttl)
 	}
-	return b.persist(ctx, rec, settleRoute)
+	return rec
 }
 
 // persist admits rec (waiting while its limits are reached) and queues it
@@ -187,13 +194,6 @@ func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle settleFu
 		}
 	})
 	return true
-}
-
-func partitionKey(env *message.Envelope) string {
-	if env.Key != "" {
-		return env.Key
-	}
-	return env.ID
 }
 
 // failAtIngest settles a message that cannot be delivered as it is (a
