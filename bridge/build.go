@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gobridge/gobridge/drainer"
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/processors"
@@ -37,6 +39,9 @@ type route struct {
 	dlq           bool      // failures are dead-lettered (else dropped)
 	hold          *holder   // direct_hold only
 	fallback      *fallback // direct_or_outbox only
+	// The route's direct sends' metrics, looked up once.
+	sent        prometheus.Counter
+	sendSeconds prometheus.Observer
 
 	// busy counts the messages the route is dispatching and its direct
 	// deliveries in progress; a reload waits for it before the route's
@@ -166,6 +171,7 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 		},
 		ttl: p.TTL.D(), stallAfter: p.StallAfter.D(), directTimeout: p.DirectTimeout.D(),
 		dlq: p.OnPermanentFailure == routes.PolicyDLQ && b.store != nil, quit: make(chan struct{}),
+		sent: b.metrics.sent.WithLabelValues(rc.ID), sendSeconds: b.metrics.sendSeconds.WithLabelValues(rc.ID),
 	}
 	ch, err := processors.Compile(rc)
 	if err != nil {

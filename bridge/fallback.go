@@ -3,7 +3,6 @@ package bridge
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/receivers"
@@ -60,17 +59,10 @@ func (f *fallback) direct(env *message.Envelope, received message.Envelope, sett
 	if f.held(env.Key) || !r.health.Up() {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.directTimeout)
-	start := time.Now()
-	err := r.sender.Send(ctx, []*message.Envelope{env})[0]
-	cancel()
-	b.metrics.sendSeconds.WithLabelValues(r.id).Observe(time.Since(start).Seconds())
-	r.health.Record(env.ID, err, time.Now(), r.policy.Backoff.Ceiling)
-	switch class, _ := senders.Classify(err); class {
+	class, _, err := b.sendDirect(r, env, r.directTimeout)
+	switch class {
 	case senders.OK:
-		b.metrics.sent.WithLabelValues(r.id).Inc()
 		b.metrics.direct.WithLabelValues(r.id).Inc()
-		b.noteSent(r.session, time.Now())
 		settle(receivers.OutcomeDelivered)
 		return true
 	case senders.Fatal:
