@@ -174,13 +174,8 @@ func (w *writer) run() {
 			continue
 		}
 		linger.Stop()
-		if last > 1 && writeLinger > 0 {
-			t := time.NewTimer(writeLinger)
-			select {
-			case <-t.C:
-			case <-w.abortCtx.Done():
-			}
-			t.Stop()
+		if last > 1 {
+			sleep(w.abortCtx.Done(), writeLinger)
 		}
 		for {
 			n, appends := w.writeOnce(true)
@@ -381,11 +376,7 @@ func (w *writer) retry(b *stores.Batch) error {
 			w.log.Warn("outbox write failed; retrying", "error", err, "attempt", attempt,
 				"records", len(b.Append), "settlements", len(b.Settle), "retry_in", wait)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-w.abortCtx.Done():
-			t.Stop()
+		if !sleep(w.abortCtx.Done(), wait) {
 			w.log.Error("shutdown deadline: records not written are left unacknowledged", "records", len(b.Append))
 			return w.abortCtx.Err()
 		}
