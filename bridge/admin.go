@@ -134,9 +134,6 @@ func (b *Bridge) HandleMutating(pattern string, h http.Handler) {
 	b.mux.Handle(pattern, b.ops)
 }
 
-// Journal returns the delivery journal.
-func (b *Bridge) Journal() *admin.Journal { return b.journal }
-
 // Store returns the outbox store the bridge opened (nil when the config has
 // none), for admin endpoints registered with Handle and HandleMutating. It
 // is closed when Run returns.
