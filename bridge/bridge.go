@@ -79,7 +79,7 @@ type Bridge struct {
 	holdCtx    context.Context
 	holdCancel context.CancelFunc
 
-	lastSent  sync.Map // session -> time.Time of the last successful send
+	lastSent  sync.Map // session -> time.Time of the last successful send, for stall detection
 	closeOnce sync.Once
 }
 
@@ -291,6 +291,3 @@ func (b *Bridge) closeAll() {
 		}
 	})
 }
-
-// noteSent records a successful send on a session, for stall detection.
-func (b *Bridge) noteSent(session string, at time.Time) { b.lastSent.Store(session, at) }

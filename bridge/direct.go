@@ -240,7 +240,7 @@ func (b *Bridge) sendDirect(r *route, env *message.Envelope, timeout time.Durati
 	class, retryAfter := senders.Classify(err)
 	if class == senders.OK {
 		r.sent.Inc()
-		b.noteSent(r.session, time.Now())
+		b.lastSent.Store(r.session, time.Now())
 	}
 	return class, retryAfter, err
 }

@@ -252,6 +252,6 @@ func (o *observer) Abandoned(route string) { o.b.metrics.abandoned.WithLabelValu
 
 // Sent implements drainer.Observer.
 func (o *observer) Sent(session string, at time.Time) {
-	o.b.noteSent(session, at)
+	o.b.lastSent.Store(session, at)
 	o.b.journal.Sent(session, at)
 }

@@ -21,22 +21,14 @@ var ErrRefused = errors.New("bridge: the new configuration changes what only a r
 var ErrNotRunning = errors.New("bridge: not running")
 
 // Reload applies cfg (from routes.Load, without errors) to the running
-// bridge by difference (DESIGN.md §11.5). It refuses, changing nothing, a
-// different bridge id, admin server, shutdown_timeout, log format or
-// outbox store, a session whose partitions changed, and the removal of a
-// route (or its move to another session) while the outbox holds live
-// records of it. Otherwise receivers, senders, routes and sessions whose
-// config did not change keep running untouched; an embedded listener whose
-// users or ACLs alone changed takes them live. Receivers that changed or
-// went stop (acknowledging what settles within their grace; the broker
-// redelivers the rest), and the new ones start. A route that changed or
-// went first settles what it holds, within shutdown_timeout, while its
-// successor waits; one that does not settle in time is stopped and the
-// receiver that fed it reconnects, so that the broker redelivers what it
-// left unacknowledged. Then the sessions that changed stop (their drainers
-// finish their sends, and the records they held are claimed again by their
-// successors) and their successors start, and the senders no longer used
-// close. Reload returns once all that is done; reloads run one at a time.
+// bridge by difference (DESIGN.md §11.5; docs/DESIGN.md §4, "parts"): what
+// did not change keeps running untouched, and an embedded listener takes
+// changed users and ACLs live. It refuses with ErrRefused, changing
+// nothing, what only a restart can change (see refusals). A route that
+// changed or went settles what it holds, within shutdown_timeout, before
+// its successor takes messages; one that does not is stopped and its
+// receiver reconnects, so that the broker redelivers. Reload returns once
+// all that is done; reloads run one at a time.
 func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
