@@ -87,8 +87,7 @@ func (a *admission) admit(ctx context.Context, rec *stores.Record) bool {
 		t := a.tallyOf(rec)
 		ok := t == nil || !t.full()
 		if ok {
-			a.count(rec, 1)
-			a.unwritten(rec, 1)
+			a.add(rec, 1, 1)
 		}
 		ch, stale := a.changed, time.Since(a.lastRead) >= refreshWhileBlocked
 		a.mu.Unlock()
@@ -120,20 +119,18 @@ func (a *admission) tallyOf(rec *stores.Record) *tally {
 	return a.sessions[rec.Session]
 }
 
-// count adds n records like rec to the counts (n < 0 takes them away).
-func (a *admission) count(rec *stores.Record, n int) {
+// add adds n records like rec to the counts, of which unwritten are
+// admitted and not written yet (negative numbers take them away).
+func (a *admission) add(rec *stores.Record, n, unwritten int) {
 	if t := a.tallyOf(rec); t != nil {
+		size := rec.Size()
 		t.n += n
-		t.bytes += int64(n) * rec.Size()
+		t.bytes += int64(n) * size
+		t.unwritten += unwritten
+		t.unwrittenBytes += int64(unwritten) * size
 	}
-	a.notify()
-}
-
-// unwritten adds n to the records like rec admitted and not written yet.
-func (a *admission) unwritten(rec *stores.Record, n int) {
-	if t := a.tallyOf(rec); t != nil {
-		t.unwritten += n
-		t.unwrittenBytes += int64(n) * rec.Size()
+	if n != 0 {
+		a.notify()
 	}
 }
 
@@ -144,13 +141,13 @@ func (a *admission) unwritten(rec *stores.Record, n int) {
 func (a *admission) written(rec, stored *stores.Record) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.unwritten(rec, -1)
 	if stored != nil && (stored.State == stores.Dead) == (rec.State == stores.Dead) {
-		return // it counts where it was admitted
+		a.add(rec, 0, -1) // it counts where it was admitted
+		return
 	}
-	a.count(rec, -1)
+	a.add(rec, -1, -1)
 	if stored != nil {
-		a.count(stored, 1)
+		a.add(stored, 1, 0)
 	}
 }
 
