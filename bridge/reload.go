@@ -94,8 +94,11 @@ func (b *Bridge) apply(old, p *parts) {
 	for _, rc := range p.receivers {
 		if rc.run == nil {
 			b.startReceiver(rc, false)
-		} else if l, ok := rc.r.(*listener.Listener); ok {
-			b.setUsers(l, rc.cfg)
+		} else if l, ok := rc.r.(*listener.Listener); ok { // kept: users and ACLs apply live
+			o := listenerOptions(rc.cfg, nil)
+			if err := l.SetUsers(o.Users, o.Anonymous, o.AllowAnonymous); err != nil {
+				b.log.Error("reload: users and ACLs not applied", "receiver", rc.id, "error", err)
+			}
 		}
 	}
 	// Routes that changed or went settle what they hold; their successors
@@ -181,14 +184,6 @@ func settled(ctx context.Context, wg *sync.WaitGroup) bool {
 		return true
 	case <-ctx.Done():
 		return false
-	}
-}
-
-// setUsers gives a kept embedded listener its users and ACLs.
-func (b *Bridge) setUsers(l *listener.Listener, rc routes.ReceiverConfig) {
-	o := listenerOptions(rc, nil)
-	if err := l.SetUsers(o.Users, o.Anonymous, o.AllowAnonymous); err != nil {
-		b.log.Error("reload: users and ACLs not applied", "receiver", rc.ID, "error", err)
 	}
 }
 
