@@ -39,7 +39,7 @@ type route struct {
 	dlq           bool      // failures are dead-lettered (else dropped)
 	hold          *holder   // direct_hold only
 	fallback      *fallback // direct_or_outbox only
-	// The route's direct sends' metrics, looked up once.
+	// The metrics of the route's direct sends, looked up once.
 	sent        prometheus.Counter
 	sendSeconds prometheus.Observer
 
@@ -171,7 +171,6 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 		},
 		ttl: p.TTL.D(), stallAfter: p.StallAfter.D(), directTimeout: p.DirectTimeout.D(),
 		dlq: p.OnPermanentFailure == routes.PolicyDLQ && b.store != nil, quit: make(chan struct{}),
-		sent: b.metrics.sent.WithLabelValues(rc.ID), sendSeconds: b.metrics.sendSeconds.WithLabelValues(rc.ID),
 	}
 	ch, err := processors.Compile(rc)
 	if err != nil {
@@ -179,6 +178,9 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 	}
 	r.chain = ch
 	r.session, r.partitions = home(rc)
+	if r.mode != routes.SharedOutbox { // it sends directly
+		r.sent, r.sendSeconds = b.metrics.sent.WithLabelValues(rc.ID), b.metrics.sendSeconds.WithLabelValues(rc.ID)
+	}
 	switch r.mode {
 	case routes.SharedOutbox, routes.DirectOrOutbox:
 		if b.store == nil || rc.Session.ID == "" {
