@@ -24,6 +24,12 @@ import (
 // opens the listener (so that AdminAddr is known before Run). /metrics
 // serves gather.
 func (b *Bridge) openAdmin(gather prometheus.Gatherer) error {
+	a := b.cfg.Bridge.Admin
+	opts := admin.Options{Journal: b.journal, Token: a.Token.Reveal(), AllowedHosts: a.AllowedHosts, Logger: b.log, Listen: *a.Listen}
+	if b.store != nil {
+		opts.Store = (*Outbox)(b)
+	}
+	b.ops = admin.New(opts)
 	b.mux = http.NewServeMux()
 	b.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -31,12 +37,13 @@ func (b *Bridge) openAdmin(gather prometheus.Gatherer) error {
 	})
 	b.mux.HandleFunc("GET /readyz", b.readyz)
 	b.mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{DisableCompression: true}))
-	b.mountOperatorTools()
-	listen := *b.cfg.Bridge.Admin.Listen
-	if listen == "" {
+	b.mux.Handle("/api/", b.ops)
+	b.mux.Handle("/console", b.ops)
+	b.mux.Handle("/console/", b.ops)
+	if opts.Listen == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", listen)
+	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
 		return fmt.Errorf("bridge: admin listener: %w", err)
 	}
@@ -100,25 +107,6 @@ func (b *Bridge) serveAdmin(ctx context.Context) error {
 	return nil
 }
 
-// mountOperatorTools mounts the admin API and console on the admin server.
-// With bridge.admin.token every /api/ call needs it; without, reads are open
-// and mutations come only from loopback. Foreign Host headers are refused
-// (package admin).
-func (b *Bridge) mountOperatorTools() {
-	a := b.cfg.Bridge.Admin
-	opts := admin.Options{Journal: b.journal, Token: a.Token.Reveal(), AllowedHosts: a.AllowedHosts, Logger: b.log}
-	if a.Listen != nil {
-		opts.Listen = *a.Listen
-	}
-	if b.store != nil {
-		opts.Store = (*Outbox)(b)
-	}
-	b.ops = admin.New(opts)
-	b.mux.Handle("/api/", b.ops)
-	b.mux.Handle("/console", b.ops)
-	b.mux.Handle("/console/", b.ops)
-}
-
 // Handle registers an admin endpoint (pattern as for http.ServeMux) behind
 // the admin API's Host check and token (package admin). Call it before Run.
 func (b *Bridge) Handle(pattern string, h http.Handler) {
@@ -133,9 +121,6 @@ func (b *Bridge) HandleMutating(pattern string, h http.Handler) {
 	b.ops.HandleMutating(pattern, h)
 	b.mux.Handle(pattern, b.ops)
 }
-
-// Journal returns the delivery journal.
-func (b *Bridge) Journal() *admin.Journal { return b.journal }
 
 // Store returns the outbox store the bridge opened (nil when the config has
 // none), for admin endpoints registered with Handle and HandleMutating. It

@@ -87,8 +87,7 @@ func (a *admission) admit(ctx context.Context, rec *stores.Record) bool {
 		t := a.tallyOf(rec)
 		ok := t == nil || !t.full()
 		if ok {
-			a.count(rec, 1)
-			a.unwritten(rec, 1)
+			a.add(rec, 1, 1)
 		}
 		ch, stale := a.changed, time.Since(a.lastRead) >= refreshWhileBlocked
 		a.mu.Unlock()
@@ -120,46 +119,36 @@ func (a *admission) tallyOf(rec *stores.Record) *tally {
 	return a.sessions[rec.Session]
 }
 
-// count adds n records like rec to the counts (n < 0 takes them away).
-func (a *admission) count(rec *stores.Record, n int) {
+// add adds n records like rec to the counts, of which unwritten are
+// admitted and not written yet (negative numbers take them away).
+func (a *admission) add(rec *stores.Record, n, unwritten int) {
 	if t := a.tallyOf(rec); t != nil {
+		size := rec.Size()
 		t.n += n
-		t.bytes += int64(n) * rec.Size()
+		t.bytes += int64(n) * size
+		t.unwritten += unwritten
+		t.unwrittenBytes += int64(unwritten) * size
 	}
-	a.notify()
-}
-
-// unwritten adds n to the records like rec admitted and not written yet.
-func (a *admission) unwritten(rec *stores.Record, n int) {
-	if t := a.tallyOf(rec); t != nil {
-		t.unwritten += n
-		t.unwrittenBytes += int64(n) * rec.Size()
+	if n != 0 {
+		a.notify()
 	}
 }
 
-// written notes that the store has answered for an admitted record (it is
-// in the store's counts now, or refused and released). The writer calls
-// it holding io.
-func (a *admission) written(rec *stores.Record) {
+// written notes that the store has answered for an admitted record rec:
+// it holds it now as stored (its truncated dead letter, when the store
+// refused it), or, with stored nil, not at all (a duplicate, absorbed, or
+// refused), and its room is given back. The writer calls it holding io.
+func (a *admission) written(rec, stored *stores.Record) {
 	a.mu.Lock()
-	a.unwritten(rec, -1)
-	a.mu.Unlock()
-}
-
-// add counts a record stored without admit (a truncated dead letter that
-// replaced a record the store refused).
-func (a *admission) add(rec *stores.Record) {
-	a.mu.Lock()
-	a.count(rec, 1)
-	a.mu.Unlock()
-}
-
-// release gives back the room of a record admitted but not stored (a
-// duplicate, absorbed, refused, or ingest gave up on it).
-func (a *admission) release(rec *stores.Record) {
-	a.mu.Lock()
-	a.count(rec, -1)
-	a.mu.Unlock()
+	defer a.mu.Unlock()
+	if stored != nil && (stored.State == stores.Dead) == (rec.State == stores.Dead) {
+		a.add(rec, 0, -1) // it counts where it was admitted
+		return
+	}
+	a.add(rec, -1, -1)
+	if stored != nil {
+		a.add(stored, 1, 0)
+	}
 }
 
 // settled applies the drainers' settlements written in one batch: done and

@@ -30,8 +30,8 @@ func TestAdmission_ARefreshKeepsWhatIsAdmittedAndNotWritten(t *testing.T) {
 		t.Fatalf("after a refresh before the write: live %d, dead %d; want 1, 1", a.live("s"), a.routes["r"].n)
 	}
 	stored = []stores.SessionStats{{Session: "s", Live: 1, Bytes: rec.Size(), Routes: map[string]stores.RouteCounts{"r": {Live: 1, Dead: 1}}}}
-	a.written(&rec)
-	a.written(&dead)
+	a.written(&rec, &rec)
+	a.written(&dead, &dead)
 	a.refresh(t.Context(), false)
 	if a.live("s") != 1 || a.routes["r"].n != 1 || a.sessions["s"].bytes != rec.Size() {
 		t.Fatalf("after the write: live %d, dead %d, bytes %d", a.live("s"), a.routes["r"].n, a.sessions["s"].bytes)

@@ -79,7 +79,7 @@ type Bridge struct {
 	holdCtx    context.Context
 	holdCancel context.CancelFunc
 
-	lastSent  sync.Map // session -> time.Time of the last successful send
+	lastSent  sync.Map // session -> time.Time of the last successful send, for stall detection
 	closeOnce sync.Once
 }
 
@@ -121,19 +121,15 @@ func New(cfg *routes.Config, opts Options) (*Bridge, error) {
 
 // build constructs the parts; on error the caller closes what was built.
 func (b *Bridge) build(reg prometheus.Registerer) error {
+	read := func(context.Context) ([]stores.SessionStats, error) { return nil, nil }
 	if oc := b.cfg.Stores.Outbox; oc != nil {
 		st, err := openStoreBackend(*oc)
 		if err != nil {
 			return fmt.Errorf("bridge: open outbox store: %w", err)
 		}
-		b.store = st
+		b.store, read = st, st.Stats
 	}
-	b.limits = newAdmission(func(ctx context.Context) ([]stores.SessionStats, error) {
-		if b.store == nil {
-			return nil, nil
-		}
-		return b.store.Stats(ctx)
-	})
+	b.limits = newAdmission(read)
 	if b.store != nil {
 		b.writer = newWriter(b.store, b.metrics, b.base, b.limits)
 	}
@@ -295,6 +291,3 @@ func (b *Bridge) closeAll() {
 		}
 	})
 }
-
-// noteSent records a successful send on a session, for stall detection.
-func (b *Bridge) noteSent(session string, at time.Time) { b.lastSent.Store(session, at) }

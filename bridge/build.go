@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gobridge/gobridge/drainer"
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/processors"
@@ -27,24 +29,19 @@ type route struct {
 	sender drainer.Sender
 	health *senders.Health
 	policy drainer.Policy
-	// chain runs the processors and sets the ordering key; process is its
-	// Process for ingest, nil when the route has neither.
-	chain   *processors.Chain
-	process func(env *message.Envelope) (drop bool, coalesceKey string, err error)
-	// session and partitions: where an outbox route's records go.
-	session    string
-	partitions int
-	// home is the session that keeps the route's ingest dead letters and
-	// replays them once requeued: its session, or "~" + id for a
-	// direct_hold route.
-	home           string
-	homePartitions int
-	ttl            time.Duration
-	stallAfter     time.Duration
-	directTimeout  time.Duration
-	dlq            bool      // failures are dead-lettered (else dropped)
-	hold           *holder   // direct_hold only
-	fallback       *fallback // direct_or_outbox only
+	chain  *processors.Chain // runs the processors and sets the ordering key
+	// session and partitions: where the route keeps its records (see home).
+	session       string
+	partitions    int
+	ttl           time.Duration
+	stallAfter    time.Duration
+	directTimeout time.Duration
+	dlq           bool      // failures are dead-lettered (else dropped)
+	hold          *holder   // direct_hold only
+	fallback      *fallback // direct_or_outbox only
+	// The metrics of the route's direct sends, looked up once.
+	sent        prometheus.Counter
+	sendSeconds prometheus.Observer
 
 	// busy counts the messages the route is dispatching and its direct
 	// deliveries in progress; a reload waits for it before the route's
@@ -110,13 +107,13 @@ type recv struct {
 	run *task // nil until started
 }
 
-// homePrefix starts the names of the sessions that keep the ingest dead
-// letters of direct_hold routes.
+// homePrefix starts the session names of direct_hold routes (see home).
 const homePrefix = "~"
 
-// home says where route rc keeps its records: a shared_outbox or
-// direct_or_outbox route in its session, a direct_hold route's ingest dead
-// letters in the session "~" + its id (one partition).
+// home says where route rc keeps its records, and from where they are
+// replayed once requeued: a shared_outbox or direct_or_outbox route in its
+// session, a direct_hold route's ingest dead letters in the session "~" +
+// its id (one partition).
 func home(rc routes.RouteConfig) (session string, partitions int) {
 	if rc.DeliveryMode == routes.DirectHold {
 		return homePrefix + rc.ID, 1
@@ -180,19 +177,15 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 		return nil, fmt.Errorf("bridge: route %s: compile processors: %w", rc.ID, err)
 	}
 	r.chain = ch
-	if len(rc.Processors) > 0 || rc.OrderingKey != "" {
-		r.process = func(env *message.Envelope) (bool, string, error) {
-			res, err := ch.Process(env)
-			return res.Drop, res.CoalesceKey, err
-		}
+	r.session, r.partitions = home(rc)
+	if r.mode != routes.SharedOutbox { // it sends directly
+		r.sent, r.sendSeconds = b.metrics.sent.WithLabelValues(rc.ID), b.metrics.sendSeconds.WithLabelValues(rc.ID)
 	}
-	r.home, r.homePartitions = home(rc)
 	switch r.mode {
 	case routes.SharedOutbox, routes.DirectOrOutbox:
 		if b.store == nil || rc.Session.ID == "" {
 			return nil, fmt.Errorf("bridge: route %s: %s needs stores.outbox and session.id", rc.ID, r.mode)
 		}
-		r.session, r.partitions = r.home, r.homePartitions
 		if r.mode == routes.DirectOrOutbox {
 			r.fallback = newFallback(b, r)
 		}
@@ -208,9 +201,9 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 // addToSession registers r with its home session in p (creating it).
 func (b *Bridge) addToSession(p *parts, r *route) {
 	rc := r.cfg
-	s := p.sessions[r.home]
+	s := p.sessions[r.session]
 	if s == nil {
-		s = &session{id: r.home, sessionSettings: sessionSettings{partitions: r.homePartitions, batch: routes.DefaultSessionBatchSize,
+		s = &session{id: r.session, sessionSettings: sessionSettings{partitions: r.partitions, batch: routes.DefaultSessionBatchSize,
 			poll: drainer.Poll{Min: time.Second, Max: 30 * time.Second, Multiplier: 2}, stallAfter: r.stallAfter,
 			maxLive: rc.Policy.MaxOutboxDepth, maxBytes: rc.Policy.MaxOutboxBytes},
 			members: map[string]*route{}, routes: map[string]drainer.Route{}}
@@ -222,9 +215,12 @@ func (b *Bridge) addToSession(p *parts, r *route) {
 				s.poll = drainer.Poll{Min: ds.Interval.D(), Max: ds.Interval.D()}
 			}
 		}
-		p.sessions[r.home] = s
+		p.sessions[r.session] = s
 	}
+	// A session is held to the tightest of its routes' settings.
 	s.stallAfter = min(s.stallAfter, r.stallAfter)
+	s.maxLive = min(s.maxLive, rc.Policy.MaxOutboxDepth)
+	s.maxBytes = min(s.maxBytes, rc.Policy.MaxOutboxBytes)
 	prep := func(env *message.Envelope) (bool, error) {
 		res, err := r.chain.Process(env)
 		return res.Drop, err

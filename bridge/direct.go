@@ -30,18 +30,13 @@ type holder struct {
 	b     *Bridge
 	r     *route
 	lanes lanes
-	// The route's metrics, looked up once rather than per message.
-	sent    prometheus.Counter
-	seconds prometheus.Observer
 
 	mu      sync.Mutex
 	started map[*message.Envelope]time.Time
 }
 
 func newHolder(b *Bridge, r *route) *holder {
-	mt := b.metrics
-	return &holder{b: b, r: r, lanes: newLanes(r, mt.inFlight.WithLabelValues(r.id)), started: map[*message.Envelope]time.Time{},
-		sent: mt.sent.WithLabelValues(r.id), seconds: mt.sendSeconds.WithLabelValues(r.id)}
+	return &holder{b: b, r: r, lanes: newLanes(r, b.metrics.inFlight.WithLabelValues(r.id)), started: map[*message.Envelope]time.Time{}}
 }
 
 // submit waits for a send slot (or ctx) and starts the delivery of env;
@@ -200,23 +195,14 @@ func (h *holder) deliver(env *message.Envelope, received message.Envelope) strin
 	// time.
 	log := func() *slog.Logger { return b.log.With("route", r.id, "record_id", env.ID) }
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	envs := []*message.Envelope{env}
 	for attempt := 1; ; attempt++ {
 		if !h.waitProbe() {
 			log().Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
 			return ""
 		}
-		ctx, cancel := context.WithTimeout(r.ctx, r.policy.SendTimeout)
-		start := time.Now()
-		err := r.sender.Send(ctx, envs)[0]
-		cancel()
-		h.seconds.Observe(time.Since(start).Seconds())
-		r.health.Record(env.ID, err, time.Now(), r.policy.Backoff.Ceiling)
-		class, retryAfter := senders.Classify(err)
+		class, retryAfter, err := b.sendDirect(r, env, r.policy.SendTimeout)
 		switch class {
 		case senders.OK:
-			h.sent.Inc()
-			b.noteSent(r.home, time.Now())
 			return receivers.OutcomeDelivered
 		case senders.Fatal:
 			received.ID = env.ID
@@ -239,6 +225,24 @@ func (h *holder) deliver(env *message.Envelope, received message.Envelope) strin
 			return ""
 		}
 	}
+}
+
+// sendDirect makes one send of env on r within timeout (cut short when r's
+// ctx ends) and records it: its duration, the sender's health and, when the
+// target accepted it, the route's sent count and the session's last send.
+func (b *Bridge) sendDirect(r *route, env *message.Envelope, timeout time.Duration) (senders.Class, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(r.ctx, timeout)
+	start := time.Now()
+	err := r.sender.Send(ctx, []*message.Envelope{env})[0]
+	cancel()
+	r.sendSeconds.Observe(time.Since(start).Seconds())
+	r.health.Record(env.ID, err, time.Now(), r.policy.Backoff.Ceiling)
+	class, retryAfter := senders.Classify(err)
+	if class == senders.OK {
+		r.sent.Inc()
+		b.lastSent.Store(r.session, time.Now())
+	}
+	return class, retryAfter, err
 }
 
 // waitProbe waits while the route's sender is down until this message may

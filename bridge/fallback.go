@@ -3,12 +3,10 @@ package bridge
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/senders"
-	"github.com/gobridge/gobridge/stores"
 )
 
 // fallback delivers a direct_or_outbox route's messages (DESIGN.md §11.6,
@@ -49,14 +47,8 @@ func (f *fallback) submit(ctx context.Context, env *message.Envelope, received m
 		f.b.metrics.fallback.WithLabelValues(f.r.id).Inc()
 		f.mark(env.Key, 1)
 		defer f.mark("", -1) // admitted (counted live) or given up by now
-		rec := stores.Record{
-			Session: f.r.session, Route: f.r.id, Envelope: *env, CoalesceKey: coalesceKey,
-			Partition: stores.PartitionOf(partitionKey(env), f.r.partitions),
-		}
-		if f.r.ttl > 0 {
-			rec.ExpiresAt = env.ReceivedAt.Add(f.r.ttl)
-		}
-		f.b.persist(ctx, rec, settle) // false at shutdown: left unacknowledged
+		// At shutdown persist gives up: the message is left unacknowledged.
+		f.b.persist(ctx, f.r.record(env, coalesceKey), settle)
 	})
 }
 
@@ -67,17 +59,10 @@ func (f *fallback) direct(env *message.Envelope, received message.Envelope, sett
 	if f.held(env.Key) || !r.health.Up() {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.directTimeout)
-	start := time.Now()
-	err := r.sender.Send(ctx, []*message.Envelope{env})[0]
-	cancel()
-	b.metrics.sendSeconds.WithLabelValues(r.id).Observe(time.Since(start).Seconds())
-	r.health.Record(env.ID, err, time.Now(), r.policy.Backoff.Ceiling)
-	switch class, _ := senders.Classify(err); class {
+	class, _, err := b.sendDirect(r, env, r.directTimeout)
+	switch class {
 	case senders.OK:
-		b.metrics.sent.WithLabelValues(r.id).Inc()
 		b.metrics.direct.WithLabelValues(r.id).Inc()
-		b.noteSent(r.session, time.Now())
 		settle(receivers.OutcomeDelivered)
 		return true
 	case senders.Fatal:

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -92,6 +93,11 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		s.done()
 		return
 	}
+	var tooLarge string
+	if m.Truncated {
+		tooLarge = fmt.Sprintf("%s: %d bytes, sha256 %s; the first %d bytes are kept",
+			receivers.ReasonPayloadTooLarge, m.Size, m.SHA256, len(m.Payload))
+	}
 	s.left.Store(int32(len(matched)))
 	for i, r := range matched {
 		env := message.Envelope{ID: m.ID, Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, QoS: m.QoS, ReceivedAt: m.ReceivedAt}
@@ -101,17 +107,7 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		if i == 0 {
 			firstID = env.ID
 		}
-		settle := s.route(i == 0)
-		var ok bool
-		if m.Truncated {
-			// Never routed (DESIGN.md §11.1): an ingest dead letter of its
-			// first 1 KiB, or dropped and counted without an outbox store.
-			reason := fmt.Sprintf("%s: %d bytes, sha256 %s; the first %d bytes are kept",
-				receivers.ReasonPayloadTooLarge, m.Size, m.SHA256, len(m.Payload))
-			ok = in.b.failAtIngest(ctx, r, env, reason, true, settle)
-		} else {
-			ok = in.b.dispatch(ctx, r, env, settle)
-		}
+		ok := in.b.dispatch(ctx, r, env, tooLarge, s.route(i == 0))
 		r.busy.Done()
 		if !ok {
 			for _, r := range matched[i+1:] {
@@ -125,8 +121,11 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 // dispatch runs env through route r (processors, then its delivery mode)
 // and arranges for settle to be called once its delivery has settled. It
 // returns false when ctx ended before the delivery was accepted (settle
-// will not be called).
-func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, settle settleFunc) bool {
+// will not be called). A message truncated at tooLarge (its reason; "" when
+// it is whole) is never routed (DESIGN.md §11.1): it becomes an ingest dead
+// letter of its first 1 KiB, or is dropped and counted without an outbox
+// store.
+func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, tooLarge string, settle settleFunc) bool {
 	if r.ready != nil {
 		select {
 		case <-r.ready: // the route this one replaced has settled
@@ -140,34 +139,39 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, s
 		mt.routeAcked.WithLabelValues(r.id).Inc()
 		settle(outcome)
 	}
+	if tooLarge != "" {
+		return b.failAtIngest(ctx, r, env, tooLarge, true, settleRoute)
+	}
 	received := env // an ingest dead letter keeps the message as it arrived
-	var coalesceKey string
-	if r.process != nil {
-		drop, ck, err := r.process(&env)
-		if err != nil {
-			return b.failAtIngest(ctx, r, received, "processor: "+err.Error(), false, settleRoute)
-		}
-		if drop {
-			mt.filtered.WithLabelValues(r.id).Inc()
-			settleRoute(receivers.OutcomeFiltered)
-			return true
-		}
-		coalesceKey = ck
+	res, err := r.chain.Process(&env)
+	if err != nil {
+		return b.failAtIngest(ctx, r, received, "processor: "+err.Error(), false, settleRoute)
+	}
+	if res.Drop {
+		mt.filtered.WithLabelValues(r.id).Inc()
+		settleRoute(receivers.OutcomeFiltered)
+		return true
 	}
 	switch r.mode {
 	case routes.DirectHold:
 		return r.hold.submit(ctx, &env, received, settleRoute)
 	case routes.DirectOrOutbox:
-		return r.fallback.submit(ctx, &env, received, coalesceKey, settleRoute)
+		return r.fallback.submit(ctx, &env, received, res.CoalesceKey, settleRoute)
 	}
+	return b.persist(ctx, r.record(&env, res.CoalesceKey), settleRoute)
+}
+
+// record is env as a live record of r, placed by its ordering key (else
+// its ID).
+func (r *route) record(env *message.Envelope, coalesceKey string) stores.Record {
 	rec := stores.Record{
-		Session: r.session, Route: r.id, Envelope: env, CoalesceKey: coalesceKey,
-		Partition: stores.PartitionOf(partitionKey(&env), r.partitions),
+		Session: r.session, Route: r.id, Envelope: *env, CoalesceKey: coalesceKey,
+		Partition: stores.PartitionOf(cmp.Or(env.Key, env.ID), r.partitions),
 	}
 	if r.ttl > 0 {
 		rec.ExpiresAt = env.ReceivedAt.Add(r.ttl)
 	}
-	return b.persist(ctx, rec, settleRoute)
+	return rec
 }
 
 // persist admits rec (waiting while its limits are reached) and queues it
@@ -192,13 +196,6 @@ func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle settleFu
 	return true
 }
 
-func partitionKey(env *message.Envelope) string {
-	if env.Key != "" {
-		return env.Key
-	}
-	return env.ID
-}
-
 // failAtIngest settles a message that cannot be delivered as it is (a
 // processor error, a payload over max_payload_bytes, a permanent failure
 // of a direct send) by the route's on_permanent_failure: an ingest dead
@@ -214,9 +211,9 @@ func (b *Bridge) failAtIngest(ctx context.Context, r *route, received message.En
 		return true
 	}
 	rec := stores.Record{
-		Session: r.home, Route: r.id, Envelope: received, Raw: true, Truncated: truncated,
+		Session: r.session, Route: r.id, Envelope: received, Raw: true, Truncated: truncated,
 		State: stores.Dead, DeadReason: reason, LastError: reason, DeadAt: time.Now(),
-		Partition: stores.PartitionOf(received.ID, r.homePartitions),
+		Partition: stores.PartitionOf(received.ID, r.partitions),
 	}
 	log.Warn("message dead-lettered at ingest", "error", reason)
 	return b.persist(ctx, rec, func(outcome string) {

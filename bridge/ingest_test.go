@@ -55,7 +55,14 @@ routes:
 	}
 	rec := httptest.NewRecorder()
 	rt.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	if want := `gobridge_ingest_rejected_total{reason="payload_too_large",receiver="edge"} 1`; !strings.Contains(rec.Body.String(), want) {
-		t.Fatalf("metrics lack %s", want)
+	for _, want := range []string{
+		`gobridge_ingest_rejected_total{reason="payload_too_large",receiver="edge"} 1`,
+		// It matched the route and settled there, as a dead letter.
+		`gobridge_route_received_total{route="direct"} 2`,
+		`gobridge_route_acked_total{route="direct"} 2`,
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }

@@ -142,11 +142,6 @@ func (m *metrics) initReceiver(id string) {
 	m.unmatched.WithLabelValues(id)
 }
 
-// receiverStats is implemented by receivers that count their own events.
-type receiverStats interface {
-	Stats() receivers.Stats
-}
-
 // receiverCollector exports the receivers' states and their own counters
 // at scrape time.
 type receiverCollector struct{ b *Bridge }
@@ -188,7 +183,7 @@ func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
 		status := nr.r.Status()
 		ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, b2f(status.Connected), nr.id)
 		ch <- prometheus.MustNewConstMetric(descSubscribed, prometheus.GaugeValue, b2f(status.Subscribed), nr.id)
-		rs, ok := nr.r.(receiverStats)
+		rs, ok := nr.r.(interface{ Stats() receivers.Stats }) // receivers that count their own events
 		if !ok {
 			continue
 		}
@@ -257,6 +252,6 @@ func (o *observer) Abandoned(route string) { o.b.metrics.abandoned.WithLabelValu
 
 // Sent implements drainer.Observer.
 func (o *observer) Sent(session string, at time.Time) {
-	o.b.noteSent(session, at)
+	o.b.lastSent.Store(session, at)
 	o.b.journal.Sent(session, at)
 }

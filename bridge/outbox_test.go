@@ -130,3 +130,41 @@ func TestOutbox_AppendFailuresAreRetriedAndNothingIsAckedBeforeItIsDurable(t *te
 	waitTokens(t, []paho.Token{tok}, 10*time.Second)
 	waitFor(t, 10*time.Second, "delivery after the store recovered", func() bool { return s.distinct() == 1 })
 }
+
+// A session's limits are the smallest max_outbox_depth among its routes
+// (README "Monitoring": gobridge_outbox_pending_limit), whatever the order
+// of the routes in the config.
+func TestOutbox_TheSessionTakesItsRoutesSmallestDepth(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	s.down.Store(true)
+	addr := freeAddr(t)
+	cfg := parseConfig(t, listenerConfig(addr, "", "{type: memory}",
+		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
+  - {id: roomy, receiver: edge, topic: "a/#", sender: sink, delivery_mode: shared_outbox, session: {id: s1}}
+  - {id: tight, receiver: edge, topic: "b/#", sender: sink, delivery_mode: shared_outbox, session: {id: s1},
+     policy: {max_outbox_depth: 3}}`))
+	rt := startBridge(t, cfg)
+	pub := publisher(t, "tcp://"+addr, "smallest-depth")
+	var toks []paho.Token
+	for i := range 6 {
+		toks = append(toks, pub.Publish("b/1", 1, false, msgID(i)))
+	}
+	acked := func() int {
+		n := 0
+		for _, tok := range toks {
+			if tokenDone(tok) {
+				n++
+			}
+		}
+		return n
+	}
+	full := func() bool { sessions, _ := rt.limits.full(); return len(sessions) == 1 }
+	waitFor(t, 20*time.Second, "ingest to push back, or every message acknowledged", func() bool {
+		return full() || acked() == len(toks)
+	})
+	waitFor(t, 10*time.Second, "the records admitted to be acknowledged", func() bool { return acked() >= 3 })
+	if n, live := acked(), sessionStats(t, rt, "s1").Live; n != 3 || live != 3 {
+		t.Fatalf("with the sink down: %d acknowledged, %d live; want 3 and 3 (the tight route's max_outbox_depth)", n, live)
+	}
+}

@@ -21,22 +21,14 @@ var ErrRefused = errors.New("bridge: the new configuration changes what only a r
 var ErrNotRunning = errors.New("bridge: not running")
 
 // Reload applies cfg (from routes.Load, without errors) to the running
-// bridge by difference (DESIGN.md §11.5). It refuses, changing nothing, a
-// different bridge id, admin server, shutdown_timeout, log format or
-// outbox store, a session whose partitions changed, and the removal of a
-// route (or its move to another session) while the outbox holds live
-// records of it. Otherwise receivers, senders, routes and sessions whose
-// config did not change keep running untouched; an embedded listener whose
-// users or ACLs alone changed takes them live. Receivers that changed or
-// went stop (acknowledging what settles within their grace; the broker
-// redelivers the rest), and the new ones start. A route that changed or
-// went first settles what it holds, within shutdown_timeout, while its
-// successor waits; one that does not settle in time is stopped and the
-// receiver that fed it reconnects, so that the broker redelivers what it
-// left unacknowledged. Then the sessions that changed stop (their drainers
-// finish their sends, and the records they held are claimed again by their
-// successors) and their successors start, and the senders no longer used
-// close. Reload returns once all that is done; reloads run one at a time.
+// bridge by difference (DESIGN.md §11.5; docs/DESIGN.md §4, "parts"): what
+// did not change keeps running untouched, and an embedded listener takes
+// changed users and ACLs live. It refuses with ErrRefused, changing
+// nothing, what only a restart can change (see refusals). A route that
+// changed or went settles what it holds, within shutdown_timeout, before
+// its successor takes messages; one that does not is stopped and its
+// receiver reconnects, so that the broker redelivers. Reload returns once
+// all that is done; reloads run one at a time.
 func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -102,8 +94,11 @@ func (b *Bridge) apply(old, p *parts) {
 	for _, rc := range p.receivers {
 		if rc.run == nil {
 			b.startReceiver(rc, false)
-		} else if l, ok := rc.r.(*listener.Listener); ok {
-			b.setUsers(l, rc.cfg)
+		} else if l, ok := rc.r.(*listener.Listener); ok { // kept: users and ACLs apply live
+			o := listenerOptions(rc.cfg, nil)
+			if err := l.SetUsers(o.Users, o.Anonymous, o.AllowAnonymous); err != nil {
+				b.log.Error("reload: users and ACLs not applied", "receiver", rc.id, "error", err)
+			}
 		}
 	}
 	// Routes that changed or went settle what they hold; their successors
@@ -192,14 +187,6 @@ func settled(ctx context.Context, wg *sync.WaitGroup) bool {
 	}
 }
 
-// setUsers gives a kept embedded listener its users and ACLs.
-func (b *Bridge) setUsers(l *listener.Listener, rc routes.ReceiverConfig) {
-	o := listenerOptions(rc, nil)
-	if err := l.SetUsers(o.Users, o.Anonymous, o.AllowAnonymous); err != nil {
-		b.log.Error("reload: users and ACLs not applied", "receiver", rc.ID, "error", err)
-	}
-}
-
 // prepare makes admission, metrics and the journal know p's sessions,
 // routes, senders and receivers, before a message reaches them, and points
 // each receiver's ingest at its routes.
@@ -207,7 +194,7 @@ func (b *Bridge) prepare(p *parts) {
 	b.limits.configure(p)
 	for _, r := range p.routes {
 		b.metrics.initRoute(r.id)
-		if r.session != "" {
+		if r.hold == nil {
 			b.journal.Register(r.session, r.id)
 		}
 	}

@@ -102,12 +102,15 @@ func (w *writer) Settle(s stores.Settlement) {
 }
 
 // Flush implements drainer.Settler: it returns once the batch that will
-// carry everything queued now is written, or at once when the writer was
-// aborted.
+// carry everything queued now is written (with nothing queued, the batch
+// being written, if any), or at once when the writer was aborted.
 func (w *writer) Flush(ctx context.Context) error {
 	w.mu.Lock()
 	n := w.queued
-	if w.flushed >= n || (len(w.appends) == 0 && len(w.settles) == 0) {
+	if len(w.appends) == 0 && len(w.settles) == 0 {
+		n-- // the write under way may carry what was queued before
+	}
+	if w.flushed >= n {
 		w.mu.Unlock()
 		return nil
 	}
@@ -171,13 +174,8 @@ func (w *writer) run() {
 			continue
 		}
 		linger.Stop()
-		if last > 1 && writeLinger > 0 {
-			t := time.NewTimer(writeLinger)
-			select {
-			case <-t.C:
-			case <-w.abortCtx.Done():
-			}
-			t.Stop()
+		if last > 1 {
+			sleep(w.abortCtx.Done(), writeLinger)
 		}
 		for {
 			n, appends := w.writeOnce(true)
@@ -256,17 +254,15 @@ func (w *writer) writeOnce(reserve bool) (n, appends int) {
 		if g := groups[rec.Session]; g != nil {
 			g.Delivered(rec, tokens[i])
 		}
-		orig := &reqs[i].rec
-		w.limits.written(orig)
+		orig, stored := &reqs[i].rec, rec
 		switch {
 		case errs[i] != nil || rec.Seq == 0: // refused, or already there: no room taken
-			w.limits.release(orig)
+			stored = nil
 		case rec.State == stores.Dead && orig.State != stores.Dead: // kept as a truncated dead letter instead
-			w.limits.release(orig)
-			w.limits.add(rec)
 		default:
 			w.metrics.persisted.WithLabelValues(rec.Route).Inc()
 		}
+		w.limits.written(orig, stored)
 		reqs[i].done(errs[i])
 	}
 	w.limits.settled(settles)
@@ -380,11 +376,7 @@ func (w *writer) retry(b *stores.Batch) error {
 			w.log.Warn("outbox write failed; retrying", "error", err, "attempt", attempt,
 				"records", len(b.Append), "settlements", len(b.Settle), "retry_in", wait)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-w.abortCtx.Done():
-			t.Stop()
+		if !sleep(w.abortCtx.Done(), wait) {
 			w.log.Error("shutdown deadline: records not written are left unacknowledged", "records", len(b.Append))
 			return w.abortCtx.Err()
 		}

@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
 // pickyStore refuses, as ErrInvalid, every write that holds a record whose
@@ -66,5 +71,70 @@ func TestWriter_IsolatesARecordTheStoreRefuses(t *testing.T) {
 	if !d.Truncated || len(d.Envelope.Payload) != stores.TruncatedPayload || !strings.Contains(d.DeadReason, "store refused the record") ||
 		!strings.Contains(d.DeadReason, "sha256") {
 		t.Errorf("dead letter: truncated %v, %d bytes, reason %q", d.Truncated, len(d.Envelope.Payload), d.DeadReason)
+	}
+}
+
+// Flush returns only once what was queued before it is durable, also when
+// the write that carries it has already taken it from the queue: a drainer
+// flushes its settlements before it releases its partition's lease, and the
+// next owner must not find them missing.
+func TestWriter_FlushWaitsForTheWriteUnderWay(t *testing.T) {
+	t.Parallel()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "outbox.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := newAdmission(st.Stats)
+	w := newWriter(st, m, testLogger(t), limits)
+	w.setGroups(nil)
+	running := make(chan struct{})
+	go func() { defer close(running); w.run() }()
+	t.Cleanup(func() { w.stop(); <-running })
+
+	limits.io.Lock() // the write takes its batch, then waits here
+	var unlock sync.Once
+	release := func() { unlock.Do(limits.io.Unlock) }
+	defer release()
+	w.add(stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{ID: message.NewID(), Topic: "a/1", Payload: []byte("p")}}, func(error) {})
+	waitFor(t, 10*time.Second, "the write to take the record", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.appends) == 0
+	})
+	flushed, watching := make(chan struct{}), make(chan struct{})
+	go func() { // the write goes on once Flush waits for it, not before
+		defer close(watching)
+		for {
+			w.mu.Lock()
+			waiting := len(w.waiters) > 0
+			w.mu.Unlock()
+			if waiting {
+				release()
+				return
+			}
+			select {
+			case <-flushed:
+				return
+			case <-time.After(5 * time.Millisecond): // polling interval
+			}
+		}
+	}()
+	err = w.Flush(t.Context())
+	close(flushed)
+	<-watching
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats, err := st.Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stats) != 1 || stats[0].Live != 1 {
+		t.Fatalf("after Flush the store holds %+v; want the record queued before it", stats)
 	}
 }
