@@ -26,7 +26,9 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"path"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gobridge/gobridge/bearer"
@@ -134,6 +136,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.hostAllowed(r.Host) {
 		writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf("the Host %q is not a name of this admin server (DNS rebinding protection): "+
 			"use its listen address, localhost or an IP address, or add the name to bridge.admin.allowed_hosts", r.Host))
+		return
+	}
+	// A path the router would redirect to its clean form is refused: a
+	// client that follows the redirect could land on another action (POST
+	// /api/dead-letters//requeue, an empty ID, on the bulk requeue).
+	if p := r.URL.Path; p != "/" && path.Clean(p) != strings.TrimSuffix(p, "/") {
+		writeError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+p)
 		return
 	}
 	if _, pattern := h.mux.Handler(r); pattern == consolePattern || pattern == consolePattern+"/" {

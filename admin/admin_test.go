@@ -179,6 +179,26 @@ func TestHandler_WithoutTokenOnlyLoopbackMutates(t *testing.T) {
 	}
 }
 
+// An empty ID makes a path the router would redirect to its clean form,
+// which is another endpoint: /api/dead-letters//requeue?route=R is the bulk
+// requeue of R once cleaned. It is refused instead.
+func TestHandler_RefusesPathsThatAreNotClean(t *testing.T) {
+	fx := setup(t, "")
+	deadLetters(t, fx.st, "alarms", 2, []byte("x"))
+	for _, p := range []string{"/api/dead-letters//requeue?route=alarms", "/api/dead-letters//drop?route=alarms",
+		"/api/dead-letters/x/../requeue?route=alarms", "/api//overview"} {
+		if code, _ := fx.do(t, "POST", p, local, "X-Requested-By", "test"); code != http.StatusNotFound {
+			t.Errorf("POST %s: %d, want 404", p, code)
+		}
+	}
+	if left, _, err := fx.st.Dead(t.Context(), stores.DeadQuery{}); err != nil || len(left) != 2 {
+		t.Errorf("%d dead letters left (%v), want both", len(left), err)
+	}
+	if code, _ := fx.do(t, "GET", "/console/", local); code != http.StatusOK {
+		t.Errorf("GET /console/: %d, want 200", code)
+	}
+}
+
 func TestHandler_PagesTenThousandDeadLetters(t *testing.T) {
 	fx := setup(t, "")
 	n := 10_000
