@@ -47,6 +47,7 @@ func (c *Config) checkBridge(add func(Problem)) {
 		return
 	}
 	if a.Token != "" || a.TokenFile != "" {
+		c.checkBearer(add, "bridge.admin.token", "admin-token", a.Token)
 		return // a token_file that cannot be read is reported on its own
 	}
 	loop := isLoopback(*l)
@@ -60,6 +61,18 @@ func (c *Config) checkBridge(add func(Problem)) {
 	case !loop:
 		add(c.Errorf("bridge.admin.listen", "admin-token",
 			"bridge.admin.listen %s is not loopback and there is no bridge.admin.token (or token_file): anyone who reaches it could read dead letters (payloads included) and requeue or drop them; set a token, or listen on 127.0.0.1", *l))
+	}
+}
+
+// checkBearer reports a bearer token no request can present: a server
+// trims the white space around an Authorization header's value.
+func (c *Config) checkBearer(add func(Problem), path, rule string, tok Secret) {
+	if s := string(tok); s != strings.TrimSpace(s) {
+		at := path
+		if !c.Has(path) {
+			at = path + "_file" // read from the file
+		}
+		add(c.Errorf(at, rule, "%s: the token begins or ends with white space, which no request can carry in its Authorization header: remove it", at))
 	}
 }
 

@@ -25,6 +25,7 @@ func (c *Config) checkHTTPListener(add func(Problem), path string, r ReceiverCon
 		add(c.Errorf(op, "http-token",
 			"%s: the http_listener needs token or token_file (requests carry Authorization: Bearer TOKEN); on a loopback listen, allow_anonymous: true accepts requests without one", op))
 	}
+	c.checkBearer(add, op+".token", "http-token", o.Token)
 	if o.WriteTimeout > 0 && o.WriteTimeout <= o.SettleTimeout {
 		add(c.Errorf(op+".write_timeout", "range", "%s.write_timeout (%s) must exceed settle_timeout (%s): a settled request could not be answered",
 			op, o.WriteTimeout, o.SettleTimeout))

@@ -205,20 +205,23 @@ func TestCheck_AdminToken(t *testing.T) {
 		"senders: [{id: s, type: stdout}]\nroutes: [{id: r, receiver: e, topic: \"#\", sender: s, policy: {on_expired: drop, on_permanent_failure: drop}}]\n"
 	dir := t.TempDir()
 	tok := writeFile(t, dir, "tok", "x")
+	spaced := writeFile(t, dir, "spaced", "x \n")
 	for admin, want := range map[string]string{
-		`listen: "127.0.0.1:9090"`:                          "",
-		`listen: "localhost:9090"`:                          "",
-		`listen: "[::1]:9090"`:                              "",
-		`listen: ""`:                                        "",
-		`listen: "127.0.0.1:9090", token: "${T:-}"`:         "warning admin-token 4:44",
-		`listen: "0.0.0.0:9090", token: "${T:-}"`:           "error admin-token 4:42",
-		`listen: "0.0.0.0:9090"`:                            "error admin-token 4:19",
-		`listen: ":9090"`:                                   "error admin-token 4:19",
-		`listen: "10.1.2.3:9090"`:                           "error admin-token 4:19",
-		`listen: "gobridge.plant:9090"`:                     "error admin-token 4:19",
-		`listen: "0.0.0.0:9090", token: s3cret`:             "",
-		`listen: "0.0.0.0:9090", token_file: "` + tok + `"`: "",
-		`allowed_hosts: [gobridge.plant, "http://x/"]`:      "error allowed-hosts 4:43",
+		`listen: "127.0.0.1:9090"`:                             "",
+		`listen: "localhost:9090"`:                             "",
+		`listen: "[::1]:9090"`:                                 "",
+		`listen: ""`:                                           "",
+		`listen: "127.0.0.1:9090", token: "${T:-}"`:            "warning admin-token 4:44",
+		`listen: "0.0.0.0:9090", token: "${T:-}"`:              "error admin-token 4:42",
+		`listen: "0.0.0.0:9090"`:                               "error admin-token 4:19",
+		`listen: ":9090"`:                                      "error admin-token 4:19",
+		`listen: "10.1.2.3:9090"`:                              "error admin-token 4:19",
+		`listen: "gobridge.plant:9090"`:                        "error admin-token 4:19",
+		`listen: "0.0.0.0:9090", token: s3cret`:                "",
+		`listen: "0.0.0.0:9090", token_file: "` + tok + `"`:    "",
+		`listen: "0.0.0.0:9090", token_file: "` + spaced + `"`: "error admin-token 4:47",
+		`listen: "127.0.0.1:9090", token: " s3cret"`:           "error admin-token 4:44",
+		`allowed_hosts: [gobridge.plant, "http://x/"]`:         "error allowed-hosts 4:43",
 	} {
 		_, probs := load(t, fmt.Sprintf(base, admin), nil)
 		var got []string
