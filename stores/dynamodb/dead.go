@@ -3,8 +3,10 @@ package dynamodb
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -21,11 +23,10 @@ import (
 func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
 	start := deadPrefix(0, 0) // before every letter
 	if q.After != "" && q.ID == "" {
-		at, seq, err := stores.ParseDeadCursor(q.After)
-		if err != nil {
+		var err error
+		if start, err = deadStart(q.After); err != nil {
 			return nil, "", err
 		}
-		start = deadPrefix(at, seq) + "/" // after every letter at (at, seq): '/' sorts after '.'
 	}
 	limit := cmp.Or(max(q.Limit, 0), 100)
 	if err := s.usable(ctx); err != nil {
@@ -55,14 +56,39 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 	if err != nil {
 		return nil, "", fmt.Errorf("dynamodb: dead letters: %w", err)
 	}
-	slices.SortFunc(all, func(a, b stores.Record) int {
-		return cmp.Or(cmp.Compare(nanos(a.DeadAt), nanos(b.DeadAt)), cmp.Compare(a.Seq, b.Seq))
+	slices.SortFunc(all, func(a, b stores.Record) int { // as the sort keys: DeadAt, Seq, deadTie
+		if c := cmp.Or(cmp.Compare(nanos(a.DeadAt), nanos(b.DeadAt)), cmp.Compare(a.Seq, b.Seq)); c != 0 {
+			return c
+		}
+		return strings.Compare(deadTie(&a), deadTie(&b))
 	})
 	if len(all) > limit {
 		all = all[:limit]
-		return all, stores.DeadCursor(&all[limit-1]), nil
+		return all, stores.DeadCursor(&all[limit-1]) + "." + deadTie(&all[limit-1]), nil
 	}
 	return all, "", nil
+}
+
+// deadStart returns the sort key after which the page at cursor c starts:
+// a stores.DeadCursor, which this store follows with the deadTie of the
+// letter (letters of different sessions may share DeadAt and Seq).
+func deadStart(c string) (string, error) {
+	tie := ""
+	if strings.Count(c, ".") == 2 {
+		i := strings.LastIndexByte(c, '.')
+		c, tie = c[:i], c[i+1:]
+		if _, err := hex.DecodeString(tie); err != nil || len(tie) != 16 {
+			return "", fmt.Errorf("%w: bad cursor %q", stores.ErrInvalid, c+"."+tie)
+		}
+	}
+	at, seq, err := stores.ParseDeadCursor(c)
+	if err != nil {
+		return "", err
+	}
+	if tie == "" {
+		return deadPrefix(at, seq) + "/", nil // after every letter at (at, seq): '/' sorts after '.'
+	}
+	return deadPrefix(at, seq) + "." + tie, nil // the sort key of the cursor's letter
 }
 
 // deadByID returns the dead letters with envelope ID id.

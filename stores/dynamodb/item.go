@@ -63,10 +63,14 @@ func leaseKey(name string) item { return key("leases", name) }
 func keyOf(k stores.Key) item { return key("k#"+digest(k.ID), keySK(k.Session, k.Route)) }
 
 // deadSK orders a route's dead letters by DeadAt, then Seq; the digest of
-// the key keeps letters of different sessions apart.
+// the key (deadTie) keeps letters of different sessions apart.
 func deadSK(r *stores.Record) string {
-	return deadPrefix(nanos(r.DeadAt), r.Seq) + "." + keySK(r.Session, r.Envelope.ID)[:16]
+	return deadPrefix(nanos(r.DeadAt), r.Seq) + "." + deadTie(r)
 }
+
+// deadTie orders dead letters of different sessions that share DeadAt and
+// Seq (Seqs are unique within a session only).
+func deadTie(r *stores.Record) string { return keySK(r.Session, r.Envelope.ID)[:16] }
 
 func deadPrefix(deadAt, seq int64) string { return fmt.Sprintf("%020d.%019d", max(deadAt, 0), seq) }
 
