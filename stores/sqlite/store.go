@@ -226,13 +226,17 @@ func (s *Store) tx(ctx context.Context, durable bool, fn func() error) error {
 	if !durable {
 		mode = "normal"
 	}
+	// The driver may report the end of ctx after a statement ran: a pragma
+	// that failed may have applied, a BEGIN that failed may have begun.
 	if mode != s.syncMode {
 		if _, err := s.conn.ExecContext(ctx, `PRAGMA synchronous = `+mode); err != nil {
+			s.syncMode = "" // unknown: set it again next time
 			return err
 		}
 		s.syncMode = mode
 	}
 	if _, err := s.conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		_, _ = s.conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`) // fails when none began
 		return err
 	}
 	err := fn()
