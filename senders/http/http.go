@@ -182,8 +182,10 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 		if err != nil {
 			return nil, fmt.Errorf("header %s: %w", h.name, err)
 		}
-		if strings.ContainsAny(v, "\r\n\x00") {
-			return nil, fmt.Errorf("header %s: value contains a line break or NUL", h.name)
+		if i := strings.IndexFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }); i >= 0 {
+			// net/http refuses the request before sending it: the message's
+			// failure, not the target's.
+			return nil, fmt.Errorf("header %s: value holds control character %q at byte %d", h.name, v[i], i)
 		}
 		if h.name == "Host" {
 			req.Host = v

@@ -150,3 +150,29 @@ func TestSender_ValuesStayOneSegmentAfterRawLiterals(t *testing.T) {
 		t.Error("New accepted a malformed escape in the literal path")
 	}
 }
+
+// TestSender_ControlCharacterInHeaderIsPermanent: a header value filled
+// from a message with a control character (other than the CR, LF and NUL
+// checked before) is refused by net/http before any request goes out. That
+// is the message's failure: it must be permanent, not a transient error
+// retried forever that also counts toward marking the target down.
+func TestSender_ControlCharacterInHeaderIsPermanent(t *testing.T) {
+	srv, got := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {})
+	s := newSender(t, routes.SenderOptions{URL: srv.URL + "/x", Headers: map[string]string{"X-Device": "{payload.device}"}})
+	for _, v := range []string{`d\u0001`, `d\u001b[31m`, `d\u007f`, `d\u000b`} {
+		err := sendOne(t, s, envelope(`{"device":"`+v+`"}`))
+		if class, _ := senders.Classify(err); class != senders.Fatal {
+			t.Errorf("device %s: %v (class %v), want a permanent error", v, err, class)
+		}
+	}
+	if len(got) != 0 {
+		t.Errorf("%d requests reached the target", len(got))
+	}
+	// A tab and non-ASCII text are valid field values.
+	if err := sendOne(t, s, envelope(`{"device":"d\tä"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r.header.Get("X-Device") != "d\tä" {
+		t.Errorf("X-Device %q", r.header.Get("X-Device"))
+	}
+}
