@@ -176,3 +176,27 @@ func TestSender_ControlCharacterInHeaderIsPermanent(t *testing.T) {
 		t.Errorf("X-Device %q", r.header.Get("X-Device"))
 	}
 }
+
+// TestNew_RefusesHeadersNoRequestCanCarry: a header name that is not an
+// HTTP token ("X Device", "X:Y") or a literal value with a control
+// character makes net/http refuse every request; New must refuse the
+// config instead of failing every message (transient, the sender marked
+// down, or each one dead-lettered).
+func TestNew_RefusesHeadersNoRequestCanCarry(t *testing.T) {
+	for name, h := range map[string]map[string]string{
+		"space in name": {"X Device": "a"},
+		"colon in name": {"X:Device": "a"},
+		"empty name":    {"": "a"},
+		"non-ASCII":     {"X-Gerät": "a"},
+		"ctl in value":  {"X-Key": "a\x01b"},
+		"LF in value":   {"X-Key": "a\nb"},
+	} {
+		if _, err := New(routes.SenderConfig{ID: name, Options: routes.SenderOptions{URL: "http://127.0.0.1/", Headers: h}}, 1, nil); err == nil {
+			t.Errorf("%s: New accepted headers %q", name, h)
+		}
+	}
+	if _, err := New(routes.SenderConfig{ID: "ok", Options: routes.SenderOptions{URL: "http://127.0.0.1/",
+		Headers: map[string]string{"X-Api_Key.v2!": "a\tb ä", "X-Device": "{payload.device}"}}}, 1, nil); err != nil {
+		t.Errorf("New refused valid headers: %v", err)
+	}
+}
