@@ -63,6 +63,8 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 		// In the path, bytes a URL path cannot hold raw (a space, '{') are
 		// percent-encoded, as Go would send them: otherwise url.Parse would
 		// drop the raw path and decode every value's %2F into a separator.
+		// In the query, a raw space would end the request line: the target
+		// would answer 400 to every message.
 		l := part.LiteralPrefix()
 		if !inQuery {
 			end := strings.IndexAny(l, "?#")
@@ -70,7 +72,9 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 				end = len(l)
 			}
 			inQuery = end < len(l)
-			l = escapePathLiteral(l[:end]) + l[end:]
+			l = escapePathLiteral(l[:end]) + strings.ReplaceAll(l[end:], " ", "%20")
+		} else {
+			l = strings.ReplaceAll(l, " ", "%20")
 		}
 		t.parts = append(t.parts, urlPart{literal: l})
 	}
