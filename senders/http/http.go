@@ -160,7 +160,7 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 		}
 		return fmt.Errorf("http: %s %s: %w", s.method, redact.URL(req.URL.String()), err)
 	}
-	err = classify(resp, time.Now(), s.method, req.URL, s.url.perMessage())
+	err = classify(resp, time.Now(), s.method, req.URL, s.url.sentPerMessage())
 	if err != nil {
 		s.log.Debug("send failed", "record_id", e.ID, "error", err)
 	}
