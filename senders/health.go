@@ -17,8 +17,15 @@ const DownAfter = 3
 // every delivery mode, and safe for concurrent use.
 type Health struct {
 	// OnChange, when set, is called (outside the lock) on every transition
-	// with the new state and the last error.
+	// with the new state and the last error. Calls come one at a time, and
+	// the last one says the current state even when transitions race.
 	OnChange func(up bool, lastErr string)
+
+	// report is held while OnChange runs (a channel, so that a caller
+	// waiting for it is blocked durably under testing/synctest);
+	// reportedDown is the state OnChange last got.
+	report       chan struct{}
+	reportedDown bool
 
 	mu        sync.Mutex
 	down      bool
@@ -31,7 +38,7 @@ type Health struct {
 }
 
 // NewHealth returns the health of a sender that is up.
-func NewHealth() *Health { return &Health{streak: map[string]bool{}} }
+func NewHealth() *Health { return &Health{streak: map[string]bool{}, report: make(chan struct{}, 1)} }
 
 // Up reports whether the sender is up.
 func (h *Health) Up() bool {
@@ -91,11 +98,27 @@ func (h *Health) Record(id string, err error, now time.Time, backoff func(n int)
 			h.probeAt = now.Add(backoff(1))
 		}
 	}
-	up, last := !h.down, h.lastErr
 	h.mu.Unlock()
 	if changed && h.OnChange != nil {
-		h.OnChange(up, last)
+		h.reportChange()
 	}
+}
+
+// reportChange calls OnChange with the state as it is when its turn comes,
+// unless that is the state last reported: a transition that raced another
+// one (a down report still running when a success brings the sender up)
+// cannot leave the reported state stale.
+func (h *Health) reportChange() {
+	h.report <- struct{}{}
+	defer func() { <-h.report }()
+	h.mu.Lock()
+	up, last := !h.down, h.lastErr
+	h.mu.Unlock()
+	if up == !h.reportedDown {
+		return
+	}
+	h.reportedDown = !up
+	h.OnChange(up, last)
 }
 
 // Probe reports whether a send may go now: always while the sender is up;

@@ -2,7 +2,9 @@ package senders_test
 
 import (
 	"errors"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gobridge/gobridge/senders"
@@ -54,4 +56,42 @@ func TestHealth_DownAfterDistinctFailuresUpAfterOneSuccess(t *testing.T) {
 	if len(changes) != 2 || changes[0] || !changes[1] {
 		t.Errorf("transitions %v, want down then up", changes)
 	}
+}
+
+// TestHealth_RacingTransitionsReportTheFinalState: a send that was in
+// flight when the sender went down may succeed while the down transition is
+// still being reported. The reports must not cross: the last one
+// (gobridge_sender_up, the journal) must say what the sender is.
+func TestHealth_RacingTransitionsReportTheFinalState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := senders.NewHealth()
+		release := make(chan struct{})
+		var mu sync.Mutex
+		var reported []bool
+		h.OnChange = func(up bool, _ string) {
+			if !up {
+				<-release // the down report is slow
+			}
+			mu.Lock()
+			reported = append(reported, up)
+			mu.Unlock()
+		}
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		step := func(n int) time.Duration { return time.Duration(n) * time.Second }
+		fail := errors.New("http 503")
+		h.Record("a", fail, now, step)
+		h.Record("b", fail, now, step)
+		go h.Record("c", fail, now, step) // the third distinct failure: down
+		synctest.Wait()
+		go h.Record("d", nil, now, step) // a send in flight before that succeeds: up
+		synctest.Wait()
+		close(release)
+		synctest.Wait()
+		if !h.Up() {
+			t.Fatal("down after a success")
+		}
+		if len(reported) == 0 || !reported[len(reported)-1] {
+			t.Fatalf("transitions reported %v: the last says down, the sender is up", reported)
+		}
+	})
 }

@@ -85,6 +85,14 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 		if err != nil {
 			return nil, fmt.Errorf("http sender %q: header %s: %w", cfg.ID, name, err)
 		}
+		// net/http refuses a request whose header name is not a token or
+		// whose value holds a control character: every message would fail.
+		if !validToken(name) {
+			return nil, fmt.Errorf("http sender %q: header %q: not a valid header name (letters, digits and !#$%%&'*+-.^_`|~)", cfg.ID, name)
+		}
+		if i := ctlIndex(v); t.IsLiteral() && i >= 0 {
+			return nil, fmt.Errorf("http sender %q: header %s: value holds control character %q at byte %d", cfg.ID, name, v[i], i)
+		}
 		name = nethttp.CanonicalHeaderKey(name)
 		if name == "Host" && !t.IsLiteral() {
 			return nil, fmt.Errorf("http sender %q: header Host: %w", cfg.ID, ErrTemplatedHost)
@@ -152,7 +160,7 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 		}
 		return fmt.Errorf("http: %s %s: %w", s.method, redact.URL(req.URL.String()), err)
 	}
-	err = classify(resp, time.Now(), s.method, req.URL, s.url.perMessage())
+	err = classify(resp, time.Now(), s.method, req.URL, s.url.sentPerMessage())
 	if err != nil {
 		s.log.Debug("send failed", "record_id", e.ID, "error", err)
 	}
@@ -182,8 +190,10 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 		if err != nil {
 			return nil, fmt.Errorf("header %s: %w", h.name, err)
 		}
-		if strings.ContainsAny(v, "\r\n\x00") {
-			return nil, fmt.Errorf("header %s: value contains a line break or NUL", h.name)
+		if i := ctlIndex(v); i >= 0 {
+			// net/http refuses the request before sending it: the message's
+			// failure, not the target's.
+			return nil, fmt.Errorf("header %s: value holds control character %q at byte %d", h.name, v[i], i)
 		}
 		if h.name == "Host" {
 			req.Host = v
@@ -196,6 +206,26 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 	}
 	req.Header.Set("Idempotency-Key", e.ID)
 	return req, nil
+}
+
+// ctlIndex returns the index of the first control character of a header
+// value other than tab (which net/http refuses), or -1.
+func ctlIndex(v string) int {
+	return strings.IndexFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f })
+}
+
+// validToken reports whether name is an HTTP header name (RFC 9110 token).
+func validToken(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // errBadURL marks a URL that does not parse or is not http(s).

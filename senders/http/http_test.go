@@ -314,3 +314,14 @@ func TestSender_NotFoundOnAPerMessageURLIsPermanent(t *testing.T) {
 		t.Fatalf("404 on a per-message URL: class %v (%v), want permanent", class, err)
 	}
 }
+
+// A placeholder in the fragment does not reach the target (a fragment is
+// not sent): every message gets the same request, so a 404 says the fixed
+// URL is wrong, the target's failure, not this message's.
+func TestSender_NotFoundWithOnlyAFragmentPlaceholderIsTransient(t *testing.T) {
+	srv, _ := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) { w.WriteHeader(nethttp.StatusNotFound) })
+	err := sendOne(t, newSender(t, routes.SenderOptions{URL: srv.URL + "/devices#{topic.1}"}), envelope("x"))
+	if class, _ := senders.Classify(err); class != senders.Transient {
+		t.Fatalf("404 on a URL whose only placeholder is in the fragment: class %v (%v), want transient", class, err)
+	}
+}

@@ -150,3 +150,53 @@ func TestSender_ValuesStayOneSegmentAfterRawLiterals(t *testing.T) {
 		t.Error("New accepted a malformed escape in the literal path")
 	}
 }
+
+// TestSender_ControlCharacterInHeaderIsPermanent: a header value filled
+// from a message with a control character (other than the CR, LF and NUL
+// checked before) is refused by net/http before any request goes out. That
+// is the message's failure: it must be permanent, not a transient error
+// retried forever that also counts toward marking the target down.
+func TestSender_ControlCharacterInHeaderIsPermanent(t *testing.T) {
+	srv, got := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {})
+	s := newSender(t, routes.SenderOptions{URL: srv.URL + "/x", Headers: map[string]string{"X-Device": "{payload.device}"}})
+	for _, v := range []string{`d\u0001`, `d\u001b[31m`, `d\u007f`, `d\u000b`} {
+		err := sendOne(t, s, envelope(`{"device":"`+v+`"}`))
+		if class, _ := senders.Classify(err); class != senders.Fatal {
+			t.Errorf("device %s: %v (class %v), want a permanent error", v, err, class)
+		}
+	}
+	if len(got) != 0 {
+		t.Errorf("%d requests reached the target", len(got))
+	}
+	// A tab and non-ASCII text are valid field values.
+	if err := sendOne(t, s, envelope(`{"device":"d\tä"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r.header.Get("X-Device") != "d\tä" {
+		t.Errorf("X-Device %q", r.header.Get("X-Device"))
+	}
+}
+
+// TestNew_RefusesHeadersNoRequestCanCarry: a header name that is not an
+// HTTP token ("X Device", "X:Y") or a literal value with a control
+// character makes net/http refuse every request; New must refuse the
+// config instead of failing every message (transient, the sender marked
+// down, or each one dead-lettered).
+func TestNew_RefusesHeadersNoRequestCanCarry(t *testing.T) {
+	for name, h := range map[string]map[string]string{
+		"space in name": {"X Device": "a"},
+		"colon in name": {"X:Device": "a"},
+		"empty name":    {"": "a"},
+		"non-ASCII":     {"X-Gerät": "a"},
+		"ctl in value":  {"X-Key": "a\x01b"},
+		"LF in value":   {"X-Key": "a\nb"},
+	} {
+		if _, err := New(routes.SenderConfig{ID: name, Options: routes.SenderOptions{URL: "http://127.0.0.1/", Headers: h}}, 1, nil); err == nil {
+			t.Errorf("%s: New accepted headers %q", name, h)
+		}
+	}
+	if _, err := New(routes.SenderConfig{ID: "ok", Options: routes.SenderOptions{URL: "http://127.0.0.1/",
+		Headers: map[string]string{"X-Api_Key.v2!": "a\tb ä", "X-Device": "{payload.device}"}}}, 1, nil); err != nil {
+		t.Errorf("New refused valid headers: %v", err)
+	}
+}

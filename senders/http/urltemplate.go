@@ -28,11 +28,25 @@ type urlPart struct {
 	literal string
 	value   *message.Template // nil for a literal
 	query   bool              // the placeholder is after the first '?' or '#'
+	// fragment: the placeholder is after the first '#' (never sent).
+	fragment bool
 }
 
-// perMessage reports whether the URL has per-message placeholders (a 404
-// then says this message's URL is wrong, not that the target is).
+// perMessage reports whether the URL has per-message placeholders (it is
+// then rendered for each message).
 func (t *urlTemplate) perMessage() bool { return len(t.parts) > 1 || t.parts[0].value != nil }
+
+// sentPerMessage reports whether a placeholder lands in what is sent (the
+// path or query, not the fragment): a 404 then says this message's URL is
+// wrong.
+func (t *urlTemplate) sentPerMessage() bool {
+	for _, p := range t.parts {
+		if p.value != nil && !p.fragment {
+			return true
+		}
+	}
+	return false
+}
 
 // errURLTarget marks a rendered URL that would change the target: a dot
 // segment in the path, or another scheme or host.
@@ -54,15 +68,18 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 		return nil, err
 	}
 	t := &urlTemplate{scheme: o.Scheme, host: o.Host}
-	inQuery := false
+	inQuery, inFragment := false, false
 	for _, part := range whole.Split() {
 		if !part.IsLiteral() {
-			t.parts = append(t.parts, urlPart{value: part, query: inQuery})
+			t.parts = append(t.parts, urlPart{value: part, query: inQuery, fragment: inFragment})
 			continue
 		}
+		inFragment = inFragment || strings.Contains(part.LiteralPrefix(), "#")
 		// In the path, bytes a URL path cannot hold raw (a space, '{') are
 		// percent-encoded, as Go would send them: otherwise url.Parse would
 		// drop the raw path and decode every value's %2F into a separator.
+		// In the query, a raw space would end the request line: the target
+		// would answer 400 to every message.
 		l := part.LiteralPrefix()
 		if !inQuery {
 			end := strings.IndexAny(l, "?#")
@@ -70,7 +87,9 @@ func parseURLTemplate(s string) (*urlTemplate, error) {
 				end = len(l)
 			}
 			inQuery = end < len(l)
-			l = escapePathLiteral(l[:end]) + l[end:]
+			l = escapePathLiteral(l[:end]) + strings.ReplaceAll(l[end:], " ", "%20")
+		} else {
+			l = strings.ReplaceAll(l, " ", "%20")
 		}
 		t.parts = append(t.parts, urlPart{literal: l})
 	}

@@ -47,3 +47,24 @@ func TestParseURLTemplate(t *testing.T) {
 		}
 	}
 }
+
+// TestSender_SpaceInALiteralQueryIsEscaped: a space (or another byte a
+// request line cannot hold) in the url's literal query text was sent raw,
+// so the target answered 400 to every request and every message was
+// dead-lettered as refused. It is percent-encoded, as in the path.
+func TestSender_SpaceInALiteralQueryIsEscaped(t *testing.T) {
+	var rawQuery string
+	var src []string
+	srv, _ := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		rawQuery, src = r.URL.RawQuery, r.URL.Query()["src"]
+	})
+	for _, u := range []string{srv.URL + "/in?src=line 7 A", srv.URL + "/in/{topic.1}?src=line 7 A&d={topic.0}"} {
+		s := newSender(t, routes.SenderOptions{URL: u})
+		if err := sendOne(t, s, envelope("x")); err != nil {
+			t.Fatalf("url %q: %v", u, err)
+		}
+		if len(src) != 1 || src[0] != "line 7 A" {
+			t.Errorf("url %q: query %q, src %q", u, rawQuery, src)
+		}
+	}
+}
