@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/redact"
 )
@@ -201,10 +203,14 @@ func (c *Config) checkURLTarget(add func(Problem), path, tmpl string) bool {
 	return false
 }
 
-// checkHostHeader refuses a Host header with placeholders: a message must
-// not choose the virtual host it reaches. A literal Host is allowed.
+// checkHostHeader refuses a header name no request can carry, and a Host
+// header with placeholders: a message must not choose the virtual host it
+// reaches. A literal Host is allowed.
 func (c *Config) checkHostHeader(add func(Problem), path string, headers map[string]string) {
 	for _, k := range slices.Sorted(maps.Keys(headers)) {
+		if !httpguts.ValidHeaderFieldName(k) {
+			add(c.Errorf(path+"."+k, "option", "%s: %q is not an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", path, k))
+		}
 		if !strings.EqualFold(k, "Host") {
 			continue
 		}

@@ -249,6 +249,9 @@ func TestCheck_HTTPSenderTarget(t *testing.T) {
 		`url: "https://erp/in", headers: {host: "{topic.0}.x"}`: "host-header",
 		`url: "https://erp/in", headers: {HOST: "a{{b}}"}`:      "",
 		`url: "https://u:{payload.p}@erp/in"`:                   "url-host",
+		`url: "https://erp/in", headers: {"X Device": a}`:       "option",
+		`url: "https://erp/in", headers: {"X-Gerät": a}`:        "option",
+		`url: "https://erp/in", headers: {X-Device-1: a}`:       "",
 	} {
 		_, probs := load(t, fmt.Sprintf(base, opts), nil)
 		var got []string

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/redact"
 	"github.com/gobridge/gobridge/routes"
@@ -87,7 +89,7 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 		}
 		// net/http refuses a request whose header name is not a token or
 		// whose value holds a control character: every message would fail.
-		if !validToken(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return nil, fmt.Errorf("http sender %q: header %q: not a valid header name (letters, digits and !#$%%&'*+-.^_`|~)", cfg.ID, name)
 		}
 		if i := ctlIndex(v); t.IsLiteral() && i >= 0 {
@@ -212,20 +214,6 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 // value other than tab (which net/http refuses), or -1.
 func ctlIndex(v string) int {
 	return strings.IndexFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f })
-}
-
-// validToken reports whether name is an HTTP header name (RFC 9110 token).
-func validToken(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
 }
 
 // errBadURL marks a URL that does not parse or is not http(s).
