@@ -131,7 +131,11 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 			}
 		}
 	}
-	done := a.Add(a.ctx, len(m.Payload), true, ack)
+	// The topic is held until the acknowledgement too (by the sink and for
+	// the re-publication): it counts against the window with the payload,
+	// or 64 KiB topics with empty payloads would hold memory unbounded by
+	// max_inflight_bytes.
+	done := a.Add(a.ctx, len(topic)+len(m.Payload), true, ack)
 	if done == nil { // stopping
 		cl.Stop(errShutdown)
 		return pk, packets.ErrRejectPacket

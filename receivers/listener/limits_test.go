@@ -259,3 +259,41 @@ func TestListener_BoundsWhatIsQueuedPerSubscriber(t *testing.T) {
 		}
 	}
 }
+
+// TestListener_LongTopicsCountAgainstMaxInflightBytes publishes QoS 1
+// messages with 16 KiB topics and 1-byte payloads to a sink that holds
+// them: every message held costs its topic as well, so max_inflight_bytes
+// (64 KiB) must count the topic, or a publisher holds 1024 x 64 KiB per
+// connection with the window showing a few bytes.
+func TestListener_LongTopicsCountAgainstMaxInflightBytes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(false), func(o *Options) { o.MaxInflightBytes = 64 << 10; o.MaxPayloadBytes = 1024 })
+	pub := publisher(t, b.url, nil)
+	topic := "factory/" + strings.Repeat("t", 16<<10)
+	const n = 8
+	toks := make([]paho.Token, n)
+	for i := range toks {
+		toks[i] = pub.Publish(topic, 1, false, "x")
+	}
+	held := make([]testsink.Delivery, 0, n)
+	for range 3 { // 3 x (16 KiB + 9 bytes) fit in 64 KiB; a 4th does not
+		held = append(held, b.sink.Next(t))
+	}
+	if s := b.l.Stats(); s.InFlightBytes < int64(3*(len(topic)+1)) {
+		t.Fatalf("3 messages of %d topic bytes held, in-flight bytes %d (stats %+v)", len(topic), s.InFlightBytes, s)
+	}
+	// Nothing is lost: settling lets the rest in.
+	for len(held) < n {
+		held[len(held)-3].Done()
+		held = append(held, b.sink.Next(t))
+	}
+	for _, d := range held[n-3:] {
+		d.Done()
+	}
+	for _, tok := range toks {
+		waitToken(t, tok)
+	}
+	if s := b.l.Stats(); s.Acked != n || s.InFlightBytes != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}

@@ -95,7 +95,7 @@ type Options struct {
 	// its connection closed; MQTT 5 clients are told the limit in the
 	// CONNACK. Defaults to receivers.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
-	// MaxInflightBytes bounds the payload bytes unacknowledged across all
+	// MaxInflightBytes bounds the payload and topic bytes unacknowledged across all
 	// publishers, and (as MaxInflightBytes / MaxPayloadBytes messages,
 	// 16..65535) what the broker queues per subscriber. Defaults to
 	// receivers.DefaultMaxInflightBytes.
