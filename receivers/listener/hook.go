@@ -28,13 +28,21 @@ func (h *hook) Provides(b byte) bool {
 
 // OnConnectAuthenticate admits a client by its identity (see access) and
 // records the identity as the client's username, for its ACL. A will on a
-// topic outside the client's publish ACL refuses the connection.
+// topic outside the client's publish ACL refuses the connection, and so
+// does a client ID whose session (connected or not) belongs to another
+// identity.
 func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
 	a := h.l.access.Load()
 	identity, ok := a.authenticate(string(pk.Connect.Username), pk.Connect.Password, certName(cl))
 	why := "bad credentials"
 	if ok && pk.Connect.WillFlag && !a.acl(identity).mayPublish(pk.Connect.WillTopic) {
 		ok, why = false, "will topic not allowed"
+	}
+	// mochi hands a session (its subscriptions and the messages queued for
+	// it) to whoever connects with its client ID: another identity would
+	// read what its own ACL refuses, and kick the owner off.
+	if existing, held := h.l.srv.Clients.Get(cl.ID); ok && held && string(existing.Properties.Username) != identity {
+		ok, why = false, "client id held by another user's session"
 	}
 	if !ok {
 		if n := h.l.refused.Add(1); n&(n-1) == 0 {
