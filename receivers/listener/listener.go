@@ -248,6 +248,10 @@ func (l *Listener) Run(ctx context.Context) error {
 	caps.ReceiveMaximum = 65535
 	caps.MaximumPacketSize = uint32(l.o.MaxPayloadBytes + PacketOverhead)
 	caps.MaximumSessionExpiryInterval = uint32(l.o.SessionExpiry / time.Second)
+	// No inbound topic aliases (the CONNACK announces none): mochi would
+	// keep up to 65535 of them a connection, topics of up to 64 KiB that no
+	// limit counts. An alias is a protocol error that closes the connection.
+	caps.TopicAliasMaximum = 0
 	srv := mochi.New(&mochi.Options{
 		Capabilities: caps,
 		Logger:       l.base.With("component", "mochi"),
