@@ -56,7 +56,11 @@ func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
 
 // certName is the common name of the client's verified certificate, or "".
 func certName(cl *mochi.Client) string {
-	if c, ok := cl.Net.Conn.(*tls.Conn); ok {
+	conn := cl.Net.Conn
+	if tc, ok := conn.(*trackedConn); ok {
+		conn = tc.Conn
+	}
+	if c, ok := conn.(*tls.Conn); ok {
 		if certs := c.ConnectionState().VerifiedChains; len(certs) > 0 {
 			return certs[0][0].Subject.CommonName
 		}
@@ -150,7 +154,7 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	}
 	if toSink {
 		l.win.Received.Add(1)
-		l.sink.Accept(l.ctx, m, done)
+		l.sink.Accept(a.ctx, m, done) // ends with the connection: its ack could not be written
 	} else {
 		done()
 	}

@@ -161,8 +161,9 @@ type Listener struct {
 	wrapListener func(net.Listener) net.Listener
 }
 
-// pubAcker is the acker of one publisher connection; its ctx ends with the
-// connection or with Run.
+// pubAcker is the acker of one publisher connection; its ctx ends when the
+// connection closes (or OnDisconnect runs) or with Run. The sink gets it,
+// so a message whose route pushes back lets go of its connection.
 type pubAcker struct {
 	*receivers.Acker
 	ctx    context.Context
@@ -329,6 +330,17 @@ func (l *Listener) acker(cl *mochi.Client) *pubAcker {
 		a.ctx, a.cancel = context.WithCancel(l.ctx)
 		l.ackers[cl] = a
 		l.running.Go(func() { a.Run(a.ctx) })
+		if tc, ok := cl.Net.Conn.(*trackedConn); ok {
+			// The connection may close while its read loop waits in
+			// OnPublish, before OnDisconnect can run.
+			l.running.Go(func() {
+				select {
+				case <-tc.closed:
+					a.cancel()
+				case <-a.ctx.Done():
+				}
+			})
+		}
 	}
 	return a
 }
