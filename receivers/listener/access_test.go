@@ -253,3 +253,72 @@ func TestListener_SetUsers(t *testing.T) {
 		t.Fatalf("an invalid SetUsers changed the users: the sink got %q", d.Msg.Payload)
 	}
 }
+
+// TestListener_AnotherUserCannotTakeOverASession: a persistent session
+// holds what its subscriptions queued while its client was away. A client
+// of another identity connecting with the same client ID must not inherit
+// it (and with it messages its own ACL would never let it subscribe to),
+// nor kick the owner off: it is refused.
+func TestListener_AnotherUserCannotTakeOverASession(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) {
+		o.Users = []User{
+			{Username: "viewer", Password: "pw", ACL: ACL{Subscribe: []string{"factory/secret/#"}}},
+			{Username: "press", Password: "pw"}, // publishes factory/#, subscribes to nothing
+		}
+	})
+	clientID := "shared-" + strings.ReplaceAll(t.Name(), "/", "-")
+	as := func(user string) func(*paho.ClientOptions) {
+		return func(o *paho.ClientOptions) {
+			o.SetUsername(user).SetPassword("pw").SetClientID(clientID).SetCleanSession(false)
+		}
+	}
+	viewer := publisher(t, b.url, as("viewer"))
+	waitToken(t, viewer.Subscribe("factory/secret/#", 1, nil))
+	viewer.Disconnect(100)
+
+	press := publisher(t, b.url, func(o *paho.ClientOptions) { o.SetUsername("press").SetPassword("pw") })
+	waitToken(t, press.Publish("factory/secret/recipe", 1, false, "for the viewer only"))
+	testsink.Eventually(t, "the message queued for the viewer's session", func() bool {
+		cl, ok := b.l.srv.Clients.Get(clientID)
+		return ok && cl.State.Inflight.Len() == 1
+	})
+
+	got := make(chan string, 1)
+	opts := paho.NewClientOptions().AddBroker(b.url).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second).
+		SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) {
+			select {
+			case got <- m.Topic():
+			default:
+			}
+		})
+	as("press")(opts)
+	intruder := paho.NewClient(opts)
+	tok := intruder.Connect()
+	if !tok.WaitTimeout(10 * time.Second) {
+		t.Fatal("connect got no answer within 10s")
+	}
+	if tok.Error() == nil {
+		defer intruder.Disconnect(0)
+		select {
+		case topic := <-got:
+			t.Fatalf("user press took over the viewer's session and received %s", topic)
+		case <-time.After(5 * time.Second):
+			t.Fatal("user press connected with the client ID of the viewer's session")
+		}
+	}
+	// The owner still gets what was queued for it.
+	recv := make(chan string, 1)
+	publisher(t, b.url, func(o *paho.ClientOptions) {
+		as("viewer")(o)
+		o.SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { recv <- string(m.Payload()) })
+	})
+	select {
+	case p := <-recv:
+		if p != "for the viewer only" {
+			t.Fatalf("the viewer got %q", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the viewer's queued message was not delivered within 10s")
+	}
+}

@@ -28,13 +28,21 @@ func (h *hook) Provides(b byte) bool {
 
 // OnConnectAuthenticate admits a client by its identity (see access) and
 // records the identity as the client's username, for its ACL. A will on a
-// topic outside the client's publish ACL refuses the connection.
+// topic outside the client's publish ACL refuses the connection, and so
+// does a client ID whose session (connected or not) belongs to another
+// identity.
 func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
 	a := h.l.access.Load()
 	identity, ok := a.authenticate(string(pk.Connect.Username), pk.Connect.Password, certName(cl))
 	why := "bad credentials"
 	if ok && pk.Connect.WillFlag && !a.acl(identity).mayPublish(pk.Connect.WillTopic) {
 		ok, why = false, "will topic not allowed"
+	}
+	// mochi hands a session (its subscriptions and the messages queued for
+	// it) to whoever connects with its client ID: another identity would
+	// read what its own ACL refuses, and kick the owner off.
+	if existing, held := h.l.srv.Clients.Get(cl.ID); ok && held && string(existing.Properties.Username) != identity {
+		ok, why = false, "client id held by another user's session"
 	}
 	if !ok {
 		if n := h.l.refused.Add(1); n&(n-1) == 0 {
@@ -48,7 +56,11 @@ func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
 
 // certName is the common name of the client's verified certificate, or "".
 func certName(cl *mochi.Client) string {
-	if c, ok := cl.Net.Conn.(*tls.Conn); ok {
+	conn := cl.Net.Conn
+	if tc, ok := conn.(*trackedConn); ok {
+		conn = tc.Conn
+	}
+	if c, ok := conn.(*tls.Conn); ok {
 		if certs := c.ConnectionState().VerifiedChains; len(certs) > 0 {
 			return certs[0][0].Subject.CommonName
 		}
@@ -131,14 +143,18 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 			}
 		}
 	}
-	done := a.Add(a.ctx, len(m.Payload), true, ack)
+	// The topic is held until the acknowledgement too (by the sink and for
+	// the re-publication): it counts against the window with the payload,
+	// or 64 KiB topics with empty payloads would hold memory unbounded by
+	// max_inflight_bytes.
+	done := a.Add(a.ctx, len(topic)+len(m.Payload), true, ack)
 	if done == nil { // stopping
 		cl.Stop(errShutdown)
 		return pk, packets.ErrRejectPacket
 	}
 	if toSink {
 		l.win.Received.Add(1)
-		l.sink.Accept(l.ctx, m, done)
+		l.sink.Accept(a.ctx, m, done) // ends with the connection: its ack could not be written
 	} else {
 		done()
 	}

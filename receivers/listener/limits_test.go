@@ -259,3 +259,90 @@ func TestListener_BoundsWhatIsQueuedPerSubscriber(t *testing.T) {
 		}
 	}
 }
+
+// TestListener_LongTopicsCountAgainstMaxInflightBytes publishes QoS 1
+// messages with 16 KiB topics and 1-byte payloads to a sink that holds
+// them: every message held costs its topic as well, so max_inflight_bytes
+// (64 KiB) must count the topic, or a publisher holds 1024 x 64 KiB per
+// connection with the window showing a few bytes.
+func TestListener_LongTopicsCountAgainstMaxInflightBytes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(false), func(o *Options) { o.MaxInflightBytes = 64 << 10; o.MaxPayloadBytes = 1024 })
+	pub := publisher(t, b.url, nil)
+	topic := "factory/" + strings.Repeat("t", 16<<10)
+	const n = 8
+	toks := make([]paho.Token, n)
+	for i := range toks {
+		toks[i] = pub.Publish(topic, 1, false, "x")
+	}
+	held := make([]testsink.Delivery, 0, n)
+	for range 3 { // 3 x (16 KiB + 9 bytes) fit in 64 KiB; a 4th does not
+		held = append(held, b.sink.Next(t))
+	}
+	if s := b.l.Stats(); s.InFlightBytes < int64(3*(len(topic)+1)) {
+		t.Fatalf("3 messages of %d topic bytes held, in-flight bytes %d (stats %+v)", len(topic), s.InFlightBytes, s)
+	}
+	// Nothing is lost: settling lets the rest in.
+	for len(held) < n {
+		held[len(held)-3].Done()
+		held = append(held, b.sink.Next(t))
+	}
+	for _, d := range held[n-3:] {
+		d.Done()
+	}
+	for _, tok := range toks {
+		waitToken(t, tok)
+	}
+	if s := b.l.Stats(); s.Acked != n || s.InFlightBytes != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+// publish5 is an MQTT 5 QoS 0 PUBLISH carrying a topic alias.
+func publish5(topic string, alias uint16, payload string) []byte {
+	body := binary.BigEndian.AppendUint16(nil, uint16(len(topic)))
+	body = append(body, topic...)
+	body = append(body, 3, 0x23) // properties: 3 bytes, Topic Alias
+	body = binary.BigEndian.AppendUint16(body, alias)
+	body = append(body, payload...)
+	return append(append([]byte{0x30}, remainingLength(len(body))...), body...)
+}
+
+// TestListener_RefusesTopicAliases: mochi keeps every inbound topic alias
+// (up to 65535 a connection, each topic up to 64 KiB: 4 GiB that no limit
+// counts, denied publications included) although its CONNACK announces
+// none, which tells clients not to send any. A PUBLISH with an alias is a
+// protocol error: the connection is closed and nothing reaches the sink.
+func TestListener_RefusesTopicAliases(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), nil)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	clientID := "alias-" + t.Name()
+	body := []byte{0, 4, 'M', 'Q', 'T', 'T', 5, 0x02, 0, 60, 0} // MQTT 5, clean start, no properties
+	body = binary.BigEndian.AppendUint16(body, uint16(len(clientID)))
+	body = append(body, clientID...)
+	connect := append(append([]byte{0x10}, remainingLength(len(body))...), body...)
+	if _, err := conn.Write(connect); err != nil {
+		t.Fatal(err)
+	}
+	connack := make([]byte, 2)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(conn, connack); err != nil || connack[0] != 0x20 {
+		t.Fatalf("CONNACK: %x, %v", connack, err)
+	}
+	rest := make([]byte, connack[1])
+	if _, err := io.ReadFull(conn, rest); err != nil || rest[1] != 0 {
+		t.Fatalf("CONNACK refused: %x, %v", rest, err)
+	}
+	if _, err := conn.Write(append(publish5("factory/alias", 1, "set"), publish5("", 1, "via alias")...)); err != nil {
+		t.Fatal(err)
+	}
+	closedByServer(t, conn)
+	if s := b.l.Stats(); s.Received != 0 {
+		t.Fatalf("a message with a topic alias reached the sink: %+v", s)
+	}
+}

@@ -95,7 +95,7 @@ type Options struct {
 	// its connection closed; MQTT 5 clients are told the limit in the
 	// CONNACK. Defaults to receivers.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
-	// MaxInflightBytes bounds the payload bytes unacknowledged across all
+	// MaxInflightBytes bounds the payload and topic bytes unacknowledged across all
 	// publishers, and (as MaxInflightBytes / MaxPayloadBytes messages,
 	// 16..65535) what the broker queues per subscriber. Defaults to
 	// receivers.DefaultMaxInflightBytes.
@@ -161,8 +161,9 @@ type Listener struct {
 	wrapListener func(net.Listener) net.Listener
 }
 
-// pubAcker is the acker of one publisher connection; its ctx ends with the
-// connection or with Run.
+// pubAcker is the acker of one publisher connection; its ctx ends when the
+// connection closes (or OnDisconnect runs) or with Run. The sink gets it,
+// so a message whose route pushes back lets go of its connection.
 type pubAcker struct {
 	*receivers.Acker
 	ctx    context.Context
@@ -248,6 +249,10 @@ func (l *Listener) Run(ctx context.Context) error {
 	caps.ReceiveMaximum = 65535
 	caps.MaximumPacketSize = uint32(l.o.MaxPayloadBytes + PacketOverhead)
 	caps.MaximumSessionExpiryInterval = uint32(l.o.SessionExpiry / time.Second)
+	// No inbound topic aliases (the CONNACK announces none): mochi would
+	// keep up to 65535 of them a connection, topics of up to 64 KiB that no
+	// limit counts. An alias is a protocol error that closes the connection.
+	caps.TopicAliasMaximum = 0
 	srv := mochi.New(&mochi.Options{
 		Capabilities: caps,
 		Logger:       l.base.With("component", "mochi"),
@@ -325,6 +330,17 @@ func (l *Listener) acker(cl *mochi.Client) *pubAcker {
 		a.ctx, a.cancel = context.WithCancel(l.ctx)
 		l.ackers[cl] = a
 		l.running.Go(func() { a.Run(a.ctx) })
+		if tc, ok := cl.Net.Conn.(*trackedConn); ok {
+			// The connection may close while its read loop waits in
+			// OnPublish, before OnDisconnect can run.
+			l.running.Go(func() {
+				select {
+				case <-tc.closed:
+					a.cancel()
+				case <-a.ctx.Done():
+				}
+			})
+		}
 	}
 	return a
 }

@@ -83,6 +83,7 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 			}
 		}
 		backoff, failures = 0, 0
+		conn = &trackedConn{Conn: conn, closed: make(chan struct{})}
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
@@ -139,4 +140,19 @@ func (l *netListener) Close(listeners.CloseFn) {
 	}
 	l.mu.Unlock()
 	l.wg.Wait()
+}
+
+// trackedConn is a connection handed to mochi; closed is closed with it.
+// mochi closes a client's connection when it stops the client (a takeover
+// by the same client ID, a disconnect, shutdown) while the client's read
+// loop may still wait in OnPublish: the hook ends that wait on closed.
+type trackedConn struct {
+	net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }

@@ -1,6 +1,7 @@
 package listener
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/receivers/internal/testsink"
 )
 
@@ -84,4 +88,50 @@ func connectAndDrop(addr, clientID string) bool {
 		return false
 	}
 	return connack[0] == 0x20 && connack[3] == 0
+}
+
+// TestListener_TakenOverConnectionLetsGoOfItsMessage: a message whose
+// route pushes back (a full outbox) holds its publisher's read loop. When
+// the publisher reconnects (mochi closes the old connection: a takeover),
+// the old message's Accept must end, so that its goroutine, its connection
+// slot and its window room are given back, instead of waiting for the
+// route as long as the listener runs.
+func TestListener_TakenOverConnectionLetsGoOfItsMessage(t *testing.T) {
+	t.Parallel()
+	held, let := make(chan struct{}), make(chan error, 1)
+	settled := make(chan string, 10)
+	sink := testsink.Func(func(ctx context.Context, m receivers.Message, done func()) {
+		if string(m.Payload) == "held" {
+			close(held)
+			<-ctx.Done() // pushes back until its ctx ends
+			let <- ctx.Err()
+			return
+		}
+		done()
+		settled <- string(m.Payload)
+	})
+	l, err := New(Options{ID: "edge", Listen: "127.0.0.1:0", Topics: []string{"factory/#"}}, sink, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := start(t, l, nil, nil)
+	clientID := "takeover-" + t.Name()
+	same := func(o *paho.ClientOptions) { o.SetClientID(clientID) }
+	first := publisher(t, b.url, same)
+	first.Publish("factory/1", 1, false, "held")
+	<-held
+	second := publisher(t, b.url, same) // takes the session over: mochi closes the first connection
+	waitToken(t, second.Publish("factory/1", 1, false, "next"))
+	if got := <-settled; got != "next" {
+		t.Fatalf("settled %q", got)
+	}
+	select {
+	case <-let:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the taken-over connection's message still waits for its route")
+	}
+	testsink.Eventually(t, "its room given back", func() bool {
+		s := l.Stats()
+		return s.InFlight == 0 && s.InFlightBytes == 0 && s.Abandoned == 1
+	})
 }

@@ -61,7 +61,7 @@ type Options struct {
 	// (receivers.Message.Truncated) and is then acknowledged. Defaults to
 	// receivers.DefaultMaxPayloadBytes.
 	MaxPayloadBytes int
-	// MaxInflightBytes bounds the payload bytes received and not yet
+	// MaxInflightBytes bounds the payload and topic bytes received and not yet
 	// acknowledged (see MaxInFlight); defaults to
 	// receivers.DefaultMaxInflightBytes.
 	MaxInflightBytes int

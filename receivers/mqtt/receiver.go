@@ -228,10 +228,11 @@ func (r *Receiver) handle(_ paho.Client, pm paho.Message) {
 	if m.Limit(r.o.MaxPayloadBytes) {
 		r.win.TooLarge.Add(1)
 	}
-	// The whole payload counts, truncated or not: paho's Ack holds the
-	// packet until the acknowledgement.
+	// The whole payload counts, truncated or not, and so does the topic
+	// (up to 64 KiB): paho's Ack holds the packet until the
+	// acknowledgement.
 	ack := func() { pm.Ack(); r.acked.Add(1) }
-	if done := r.acker.Add(r.ctx, m.Size, m.QoS > 0, ack); done != nil {
+	if done := r.acker.Add(r.ctx, m.Size+len(m.Topic), m.QoS > 0, ack); done != nil {
 		r.toDispatch <- delivery{m: m, done: done}
 	}
 }
