@@ -30,7 +30,7 @@ func (o *Outbox) Requeue(ctx context.Context, id, route string) (stores.Record, 
 		return r, err
 	}
 	if s := b.cur.Load().sessions[r.Session]; s != nil {
-		s.group.Delivered(&r, 0) // the store holds work for its partition
+		s.group.Delivered(&r, -1) // the store holds work for its partition (Reserve not asked)
 	}
 	b.limits.refresh(ctx, true)
 	return r, nil

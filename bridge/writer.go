@@ -235,10 +235,11 @@ func (w *writer) writeOnce(reserve bool) (n, appends int) {
 	tokens := make([]int64, len(reqs))
 	for i, req := range reqs {
 		b.Append[i] = req.rec
+		tokens[i] = -1 // Reserve not asked
 		if g := groups[req.rec.Session]; reserve && g != nil && req.rec.State != stores.Dead {
 			tokens[i] = g.Reserve(req.rec.Partition)
 		}
-		b.Append[i].Token = tokens[i]
+		b.Append[i].Token = max(tokens[i], 0)
 	}
 	start := time.Now()
 	w.limits.io.Lock()

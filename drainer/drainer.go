@@ -197,7 +197,7 @@ func (g *Group) Reserve(n int) int64 {
 
 // Delivered is called by the writer, after the write committed, for every
 // record it appended to this session, with the token Reserve gave for it
-// (0 for none). A record inserted claimed under that token joins its
+// (0: none; -1: Reserve was not asked). A record inserted claimed under that token joins its
 // partition's loop; the others end their reservation, and a record
 // inserted unclaimed tells its partition that the store holds work for it.
 func (g *Group) Delivered(rec *stores.Record, reserved int64) {

@@ -31,6 +31,7 @@ type partition struct {
 	reserved  int             // rooms promised to the writer
 	backlog   bool            // the store may hold unclaimed records of this partition
 	unclaimed uint64          // records the writer appended unclaimed (a version)
+	owed      int             // records reserve told to go unclaimed, not yet delivered
 	wake      chan struct{}
 
 	// stopCtx is cancelled to stop gracefully (shutdown, rebalance);
@@ -102,6 +103,7 @@ func (p *partition) reserve() int64 {
 	if p.backlog || p.held+p.reserved >= p.g.opts.Window {
 		p.backlog = true // later records must queue behind this one
 		p.unclaimed++
+		p.owed++
 		return 0
 	}
 	p.reserved++
@@ -111,9 +113,12 @@ func (p *partition) reserve() int64 {
 // delivered implements Group.Delivered.
 func (p *partition) delivered(rec *stores.Record, reserved int64) {
 	p.mu.Lock()
-	mine := reserved != 0 && reserved == p.l.Token
+	mine := reserved > 0 && reserved == p.l.Token
 	if mine {
 		p.reserved--
+	}
+	if reserved == 0 && p.owed > 0 {
+		p.owed--
 	}
 	switch {
 	case rec.Seq == 0: // a duplicate, or absorbed by coalescing
@@ -242,8 +247,11 @@ func (p *partition) claim() (int, error) {
 	}
 	p.mu.Lock()
 	p.held += len(recs)
-	if len(recs) < limit && p.unclaimed == version {
-		p.backlog = false // the store holds nothing more: the writer may hand records over
+	// The store holds nothing more, unless the writer is still committing
+	// records it was told to append unclaimed (the claim could not see
+	// them): only then may it hand records over, or they would overtake.
+	if len(recs) < limit && p.unclaimed == version && p.owed == 0 {
+		p.backlog = false
 	}
 	// The claimed records are scheduled with the handed-over ones, in Seq
 	// order (absorb). While the writer holds reservations, the batch it is
