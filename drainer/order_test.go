@@ -2,6 +2,8 @@ package drainer
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -9,6 +11,70 @@ import (
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
+
+// blocked runs a drainer of window (and batch size) window holding n
+// records of key "a", appended hot, whose sends block until release is
+// closed. It returns the drainer, its store, the sender and Run's stop.
+func blocked(t *testing.T, window, n int) (g *Group, store *claimCounter, snd *scriptSender, release chan struct{}, stop func() error) {
+	release = make(chan struct{})
+	snd = newScriptSender(1, func(ctx context.Context, e *message.Envelope, _ int) error {
+		if e.Key == "a" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	})
+	opts := testOptions(t, snd, testPolicy(), nil)
+	opts.Window, opts.BatchSize = window, window
+	g, w, store := newGroup(t, opts)
+	stop = running(t, g)
+	waitCaughtUp(t, g)
+	held, _ := records(n, func(int) string { return "a" })
+	for i := range held {
+		held[i].Envelope.ID = fmt.Sprintf("a%d", i)
+	}
+	w.append(held...) // hot, sent, and the sends block
+	synctest.Wait()
+	return g, store, snd, release, stop
+}
+
+// commit writes batch, each record under its token, runs between (when
+// set), then hands the records over as the writer does.
+func commit(t *testing.T, g *Group, store stores.Store, batch []stores.Record, tokens []int64, between func()) {
+	for i := range batch {
+		batch[i].Token = tokens[i]
+	}
+	b := stores.Batch{Append: batch}
+	if err := store.Write(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	if between != nil {
+		between()
+	}
+	for i := range b.Append {
+		g.Delivered(&b.Append[i], tokens[i])
+	}
+}
+
+// sentInOrder waits until the store is empty, stops the drainer and checks
+// that key k's records were sent as want.
+func sentInOrder(t *testing.T, store *claimCounter, snd *scriptSender, stop func() error, want ...string) {
+	eventually(t, time.Minute, "delivered", func() bool { return live(t, store) == 0 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range snd.log {
+		if e.Key == "k" {
+			got = append(got, e.ID)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("key k sent %v, want %v", got, want)
+	}
+}
 
 // TestGroup_ClaimDoesNotOvertakeHotRecordsOfItsBatch: one write appends
 // records of one key, the first claimed under the partition's lease (the
@@ -20,64 +86,21 @@ import (
 // drained under fresh ingest).
 func TestGroup_ClaimDoesNotOvertakeHotRecordsOfItsBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		snd := newScriptSender(1, func(ctx context.Context, e *message.Envelope, _ int) error {
-			if e.Key == "a" { // keeps the window full until released
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-			}
-			return nil
-		})
-		opts := testOptions(t, snd, testPolicy(), nil)
-		opts.Window, opts.BatchSize = 4, 4
-		g, w, store := newGroup(t, opts)
-		stop := running(t, g)
-		waitCaughtUp(t, g)
-		held, _ := records(2, func(int) string { return "a" })
-		held[0].Envelope.ID, held[1].Envelope.ID = "a0", "a1"
-		w.append(held...) // hot, sent, and the sends block
-		synctest.Wait()
-
+		g, store, snd, release, stop := blocked(t, 4, 2)
 		// The writer's next batch: room for two, then the window is full.
 		batch, _ := records(4, func(int) string { return "k" })
 		tokens := make([]int64, len(batch))
 		for i := range batch {
 			tokens[i] = g.Reserve(0)
-			batch[i].Token = tokens[i]
 		}
 		if tokens[0] == 0 || tokens[1] == 0 || tokens[2] != 0 || tokens[3] != 0 {
 			t.Fatalf("reservations %v, want two tokens then two zeros", tokens)
 		}
-		b := stores.Batch{Append: batch}
-		if err := store.Write(context.Background(), &b); err != nil {
-			t.Fatal(err)
-		}
-		close(release) // room frees up: the drainer claims before Delivered
-		synctest.Wait()
-		for i := range b.Append {
-			g.Delivered(&b.Append[i], tokens[i])
-		}
-		eventually(t, time.Minute, "delivered", func() bool { return live(t, store) == 0 })
-		if err := stop(); err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, e := range snd.log {
-			if e.Key == "k" {
-				got = append(got, e.ID)
-			}
-		}
-		want := []string{"m000", "m001", "m002", "m003"}
-		if len(got) != len(want) {
-			t.Fatalf("key k sent %v, want %v", got, want)
-		}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("key k sent %v, want %v", got, want)
-			}
-		}
+		commit(t, g, store, batch, tokens, func() {
+			close(release) // room frees up: the drainer claims before Delivered
+			synctest.Wait()
+		})
+		sentInOrder(t, store, snd, stop, "m000", "m001", "m002", "m003")
 	})
 }
 
@@ -90,26 +113,7 @@ func TestGroup_ClaimDoesNotOvertakeHotRecordsOfItsBatch(t *testing.T) {
 // SQS FIFO test (an order violation under load).
 func TestGroup_AClaimDuringAWriteKeepsTheBacklog(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		snd := newScriptSender(1, func(ctx context.Context, e *message.Envelope, _ int) error {
-			if e.Key == "a" { // keeps the window full until released
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-			}
-			return nil
-		})
-		opts := testOptions(t, snd, testPolicy(), nil)
-		opts.Window, opts.BatchSize = 1, 1
-		g, w, store := newGroup(t, opts)
-		stop := running(t, g)
-		waitCaughtUp(t, g)
-		held, _ := records(1, func(int) string { return "a" })
-		held[0].Envelope.ID = "a0"
-		w.append(held...) // hot, sent, and the send blocks: the window is full
-		synctest.Wait()
-
+		g, store, snd, release, stop := blocked(t, 1, 1) // the window is full
 		batch, _ := records(2, func(int) string { return "k" })
 		tokens := []int64{g.Reserve(0), 0}
 		if tokens[0] != 0 {
@@ -118,28 +122,7 @@ func TestGroup_AClaimDuringAWriteKeepsTheBacklog(t *testing.T) {
 		close(release) // room frees up: the drainer claims while the batch is not committed
 		synctest.Wait()
 		tokens[1] = g.Reserve(0)
-		for i := range batch {
-			batch[i].Token = tokens[i]
-		}
-		b := stores.Batch{Append: batch}
-		if err := store.Write(context.Background(), &b); err != nil {
-			t.Fatal(err)
-		}
-		for i := range b.Append {
-			g.Delivered(&b.Append[i], tokens[i])
-		}
-		eventually(t, time.Minute, "delivered", func() bool { return live(t, store) == 0 })
-		if err := stop(); err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, e := range snd.log {
-			if e.Key == "k" {
-				got = append(got, e.ID)
-			}
-		}
-		if len(got) != 2 || got[0] != "m000" || got[1] != "m001" {
-			t.Fatalf("key k sent %v, want [m000 m001]", got)
-		}
+		commit(t, g, store, batch, tokens, nil)
+		sentInOrder(t, store, snd, stop, "m000", "m001")
 	})
 }
