@@ -92,8 +92,8 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 		if !httpguts.ValidHeaderFieldName(name) {
 			return nil, fmt.Errorf("http sender %q: header %q: not a valid header name (letters, digits and !#$%%&'*+-.^_`|~)", cfg.ID, name)
 		}
-		if i := ctlIndex(v); t.IsLiteral() && i >= 0 {
-			return nil, fmt.Errorf("http sender %q: header %s: value holds control character %q at byte %d", cfg.ID, name, v[i], i)
+		if t.IsLiteral() && !httpguts.ValidHeaderFieldValue(v) {
+			return nil, fmt.Errorf("http sender %q: header %s: the value holds a control character other than tab", cfg.ID, name)
 		}
 		name = nethttp.CanonicalHeaderKey(name)
 		if name == "Host" && !t.IsLiteral() {
@@ -192,10 +192,10 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 		if err != nil {
 			return nil, fmt.Errorf("header %s: %w", h.name, err)
 		}
-		if i := ctlIndex(v); i >= 0 {
+		if !httpguts.ValidHeaderFieldValue(v) {
 			// net/http refuses the request before sending it: the message's
 			// failure, not the target's.
-			return nil, fmt.Errorf("header %s: value holds control character %q at byte %d", h.name, v[i], i)
+			return nil, fmt.Errorf("header %s: the value holds a control character other than tab", h.name)
 		}
 		if h.name == "Host" {
 			req.Host = v
@@ -208,12 +208,6 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 	}
 	req.Header.Set("Idempotency-Key", e.ID)
 	return req, nil
-}
-
-// ctlIndex returns the index of the first control character of a header
-// value other than tab (which net/http refuses), or -1.
-func ctlIndex(v string) int {
-	return strings.IndexFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f })
 }
 
 // errBadURL marks a URL that does not parse or is not http(s).
