@@ -69,26 +69,19 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 	return all, "", nil
 }
 
-// deadStart returns the sort key after which the page at cursor c starts:
-// a stores.DeadCursor, which this store follows with the deadTie of the
-// letter (letters of different sessions may share DeadAt and Seq).
+// deadStart returns the sort key of the letter at cursor c, after which
+// the page starts: a stores.DeadCursor followed by the letter's deadTie
+// (letters of different sessions may share DeadAt and Seq).
 func deadStart(c string) (string, error) {
-	tie := ""
-	if strings.Count(c, ".") == 2 {
-		i := strings.LastIndexByte(c, '.')
-		c, tie = c[:i], c[i+1:]
-		if _, err := hex.DecodeString(tie); err != nil || len(tie) != 16 {
-			return "", fmt.Errorf("%w: bad cursor %q", stores.ErrInvalid, c+"."+tie)
-		}
+	i := strings.LastIndexByte(c, '.')
+	if _, err := hex.DecodeString(c[i+1:]); i < 0 || err != nil || len(c)-i-1 != 16 {
+		return "", fmt.Errorf("%w: bad cursor %q", stores.ErrInvalid, c)
 	}
-	at, seq, err := stores.ParseDeadCursor(c)
+	at, seq, err := stores.ParseDeadCursor(c[:i])
 	if err != nil {
 		return "", err
 	}
-	if tie == "" {
-		return deadPrefix(at, seq) + "/", nil // after every letter at (at, seq): '/' sorts after '.'
-	}
-	return deadPrefix(at, seq) + "." + tie, nil // the sort key of the cursor's letter
+	return deadPrefix(at, seq) + c[i:], nil
 }
 
 // deadByID returns the dead letters with envelope ID id.

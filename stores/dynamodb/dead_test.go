@@ -59,7 +59,7 @@ func TestDead_PagesLettersSharingDeadAtAndSeq(t *testing.T) {
 	want = ids(recs)
 	slices.Sort(want)
 	// Every route, from just before deadAt (other tests' letters die earlier).
-	after := strconv.FormatInt(deadAt.UnixNano()-1, 10) + ".0"
+	after := strconv.FormatInt(deadAt.UnixNano()-1, 10) + ".0.0000000000000000"
 	if got := page(stores.DeadQuery{After: after, Limit: 1}); !slices.Equal(got, want) {
 		t.Errorf("every route in pages of 1: %v, want %v", got, want)
 	}
