@@ -52,7 +52,8 @@ func sqliteOutbox(dir string) string {
 // TestBench_EndToEnd is the issue 16 harness: GOBRIDGE_BENCH_N (50,000) QoS
 // 1 messages of 200 bytes through Mosquitto to an HTTP sink, as fast as paho
 // publishes and paced at 2,000 msg/s, for a bare paho subscriber (the
-// reference) and a gobridge process in shared_outbox (SQLite, sync full),
+// reference), a minimal paho → net/http relay process (the floor of any
+// bridge built on those two libraries: benchrelay_test.go) and a gobridge process in shared_outbox (SQLite, sync full),
 // direct_hold and direct_or_outbox (a session on the same SQLite outbox,
 // written only when a direct send fails). Per variant it reports msg/s
 // (first publish to last arrival), p50/p99 publish-to-arrival latency, and
@@ -65,8 +66,8 @@ func sqliteOutbox(dir string) string {
 func TestBench_EndToEnd(t *testing.T) {
 	needBench(t)
 	n := envInt(t, "GOBRIDGE_BENCH_N", 50000)
-	variants := envStr("GOBRIDGE_BENCH_VARIANTS", "bare,shared_outbox,direct_hold,direct_or_outbox,"+
-		"bare/paced_2k,shared_outbox/paced_2k,direct_hold/paced_2k,direct_or_outbox/paced_2k")
+	variants := envStr("GOBRIDGE_BENCH_VARIANTS", "bare,relay,shared_outbox,direct_hold,direct_or_outbox,"+
+		"bare/paced_2k,relay/paced_2k,shared_outbox/paced_2k,direct_hold/paced_2k,direct_or_outbox/paced_2k")
 	for _, v := range strings.Split(variants, ",") {
 		mode, paced, _ := strings.Cut(v, "/")
 		rate := 0
@@ -74,9 +75,12 @@ func TestBench_EndToEnd(t *testing.T) {
 			rate = 2000
 		}
 		t.Run(v, func(t *testing.T) {
-			if mode == "bare" {
+			switch mode {
+			case "bare":
 				benchBare(t, n, rate)
-			} else {
+			case "relay":
+				benchRelay(t, n, rate)
+			default:
 				benchBridge(t, mode, n, rate)
 			}
 		})
