@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/redact"
@@ -47,9 +48,14 @@ func (b *Bridge) openAdmin(gather prometheus.Gatherer) error {
 	if err != nil {
 		return fmt.Errorf("bridge: admin listener: %w", err)
 	}
-	b.adminLn = ln
+	b.adminLn = netutil.LimitListener(ln, adminMaxConns)
 	return nil
 }
+
+// adminMaxConns bounds the admin listener's open connections: clients that
+// connect and stall (before any token is checked) hold no more; others
+// wait, unaccepted, until one closes. Scrapers and the console need a few.
+const adminMaxConns = 64
 
 func (b *Bridge) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -85,7 +91,9 @@ func (b *Bridge) serveAdmin(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	srv := &http.Server{Handler: b.mux, ReadHeaderTimeout: 10 * time.Second}
+	// A stalled client is let go: headers within 10 s, the request within
+	// 30 s, an idle keep-alive connection after 2 minutes.
+	srv := &http.Server{Handler: b.mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(b.adminLn) }()
 	select {

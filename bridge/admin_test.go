@@ -2,9 +2,11 @@ package bridge
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 // TestAdmin_RegisteredEndpointsAreGuarded: endpoints other parts register
@@ -52,5 +54,45 @@ func TestAdmin_RegisteredEndpointsAreGuarded(t *testing.T) {
 		if rec.Code != tc.want {
 			t.Errorf("%s %s (auth %q): %d, want %d", tc.method, tc.path, tc.auth, rec.Code, tc.want)
 		}
+	}
+}
+
+// TestAdmin_BoundsOpenConnections: clients that connect to the admin
+// listener and send nothing hold at most adminMaxConns connections; a
+// request on one more waits until one of them closes.
+func TestAdmin_BoundsOpenConnections(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	rt := startBridge(t, parseConfig(t, listenerConfig(freeAddr(t), "127.0.0.1:0", "{type: memory}",
+		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
+  - {id: r, receiver: edge, topic: "#", sender: sink}`)))
+	var idle []net.Conn
+	for range 64 { // adminMaxConns
+		c, err := net.Dial("tcp", rt.AdminAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	answered := make(chan int, 1)
+	go func() { // on a connection of its own, not one kept alive from startBridge
+		client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Get("http://" + rt.AdminAddr() + "/healthz")
+		if err != nil {
+			answered <- 0
+			return
+		}
+		resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	select {
+	case c := <-answered:
+		t.Fatalf("/healthz answered %d with %d idle connections open", c, len(idle))
+	case <-time.After(300 * time.Millisecond): // a negative check: a slow machine can only make it pass
+	}
+	idle[0].Close()
+	if c := <-answered; c != http.StatusOK {
+		t.Fatalf("/healthz after a connection closed: %d", c)
 	}
 }

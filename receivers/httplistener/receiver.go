@@ -34,6 +34,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/gobridge/gobridge/receivers"
 )
 
@@ -51,6 +53,11 @@ const (
 	RetryAfter = 5 * time.Second
 	// MaxIdempotencyKey is the longest Idempotency-Key accepted, in bytes.
 	MaxIdempotencyKey = 256
+	// ConnsPerRequest × MaxInFlight is the most connections open at once:
+	// room for idle keep-alive connections, and a bound on what clients
+	// that connect and never send a request (or never read the answer) can
+	// hold before the token is checked.
+	ConnsPerRequest = 4
 )
 
 var (
@@ -87,7 +94,9 @@ type Options struct {
 	// receivers.DefaultMaxInflightBytes.
 	MaxInflightBytes int
 	// MaxInFlight bounds the requests served at once (503 beyond);
-	// defaults to DefaultMaxInFlight.
+	// defaults to DefaultMaxInFlight. The server also holds at most
+	// ConnsPerRequest × MaxInFlight connections open; more wait, unaccepted,
+	// until one closes.
 	MaxInFlight int
 	// SettleTimeout bounds how long a request waits for room and for its
 	// messages to be settled (admission into a full outbox included)
@@ -175,6 +184,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		return fmt.Errorf("listen on %s: %w", r.o.Listen, err)
 	}
 	addr := ln.Addr()
+	ln = netutil.LimitListener(ln, ConnsPerRequest*r.o.MaxInFlight)
 	if r.o.TLS != nil {
 		ln = tls.NewListener(ln, r.o.TLS)
 	}

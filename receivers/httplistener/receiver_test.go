@@ -3,6 +3,7 @@ package httplistener
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
@@ -319,5 +320,37 @@ func TestReceiver_StopAnswersWaitingRequests503(t *testing.T) {
 	}
 	if s := b.r.Status(); s.Connected || s.Reason == "" {
 		t.Fatalf("status after stop = %+v", s)
+	}
+}
+
+// TestReceiver_BoundsOpenConnections: clients that connect and send nothing
+// hold at most ConnsPerRequest × MaxInFlight connections; a request on one
+// more connection waits, unserved, until one of them closes.
+func TestReceiver_BoundsOpenConnections(t *testing.T) {
+	t.Parallel()
+	sink := newSettlingSink(receivers.OutcomeCommitted, false)
+	b := setup(t, Options{MaxInFlight: 1}, sink)
+	var idle []net.Conn
+	for range 4 { // ConnsPerRequest × MaxInFlight
+		c, err := net.Dial("tcp", b.r.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	answered := make(chan int, 1)
+	go func() {
+		st, _, _ := post(t, b.url+"/plant/a", strings.NewReader("1"), nil)
+		answered <- st
+	}()
+	select {
+	case m := <-sink.got:
+		t.Fatalf("served %q with %d idle connections open", m.Payload, len(idle))
+	case <-time.After(300 * time.Millisecond): // a negative check: a slow machine can only make it pass
+	}
+	idle[0].Close()
+	if st := <-answered; st != http.StatusOK {
+		t.Fatalf("request after a connection closed: %d", st)
 	}
 }
