@@ -146,7 +146,7 @@ func benchBridge(t *testing.T, mode string, n, rate int) {
 	load := loadAvg()
 	stopPerf := perfRecord(t, pid, variantName(mode, rate))
 	defer stopPerf()
-	cpu0 := procCPU(t, pid)
+	cpu0, sw0 := procCPU(t, pid), procSwitches(pid)
 	start := publishRange(t, pub, run, 0, n, 0, rate, nil)
 	persisted := 0.0
 	if mode == "shared_outbox" && rate == 0 {
@@ -160,7 +160,7 @@ func benchBridge(t *testing.T, mode string, n, rate int) {
 		persisted = float64(n) / time.Since(start).Seconds()
 	}
 	waitFor(t, 5*time.Minute, "every message at the sink", func() bool { return s.delivered() == n })
-	cpu := procCPU(t, pid) - cpu0
+	cpu, sw := procCPU(t, pid)-cpu0, procSwitches(pid)-sw0
 	stopPerf()
 	_, last, _ := s.span(0, n)
 	p50, p99 := s.latency(0, n)
@@ -174,6 +174,7 @@ func benchBridge(t *testing.T, mode string, n, rate int) {
 	report(t, "e2e", "variant", variantName(mode, rate), "bin", binaryName(), "env", strings.Join(env, ","), "n", n,
 		"msg_s", float64(n)/last.Sub(start).Seconds(), "persisted_msg_s", persisted,
 		"p50_ms", p50, "p99_ms", p99, "cpu_us_msg", float64(cpu.Microseconds())/float64(n),
+		"ctxsw_msg", float64(sw)/float64(n),
 		"fallback", fallback, "writes_per_msg", writes/float64(n), "rss_mib", float64(rss)/mib, "hwm_mib", float64(hwm)/mib, "load", load)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -98,6 +98,27 @@ func procCPU(t *testing.T, pid int) time.Duration {
 	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
+// procSwitches returns the context switches (voluntary and not) of a
+// process's threads so far (/proc/PID/task/*/status; a thread that exited
+// no longer counts, and Go's rarely exit).
+func procSwitches(pid int) int64 {
+	paths, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
 // procMem returns a process's resident set and its peak (VmRSS, VmHWM), in
 // bytes; zeros when the process is gone.
 func procMem(pid int) (rss, hwm int64) {

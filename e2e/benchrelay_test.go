@@ -99,15 +99,16 @@ func benchRelay(t *testing.T, n, rate int) {
 	load := loadAvg()
 	stopPerf := perfRecord(t, pid, variantName("relay", rate))
 	defer stopPerf()
-	cpu0 := procCPU(t, pid)
+	cpu0, sw0 := procCPU(t, pid), procSwitches(pid)
 	start := publishRange(t, pub, run, 0, n, 0, rate, nil)
 	waitFor(t, 5*time.Minute, "every message at the sink", func() bool { return s.delivered() == n })
-	cpu := procCPU(t, pid) - cpu0
+	cpu, sw := procCPU(t, pid)-cpu0, procSwitches(pid)-sw0
 	stopPerf()
 	_, last, _ := s.span(0, n)
 	p50, p99 := s.latency(0, n)
 	_, hwm := procMem(pid)
 	report(t, "e2e", "variant", variantName("relay", rate), "n", n, "msg_s", float64(n)/last.Sub(start).Seconds(),
 		"p50_ms", p50, "p99_ms", p99, "cpu_us_msg", float64(cpu.Microseconds())/float64(n),
+		"ctxsw_msg", float64(sw)/float64(n),
 		"hwm_mib", float64(hwm)/mib, "load", load)
 }
