@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -187,8 +188,11 @@ func percentiles(ns []int64) (p50, p99 float64) {
 
 // loadGen posts 200-byte bodies to the sink from conc keep-alive
 // connections for d and returns the requests/s it got: the sink's own rate.
+// It also reports the CPU this process spent per request, the sink's and
+// the load generator's together: what the two sides of one request cost.
 func loadGen(t *testing.T, s *benchSink, conc int, d time.Duration) float64 {
 	t.Helper()
+	cpu0 := procCPU(t, os.Getpid())
 	tr := &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
@@ -217,7 +221,10 @@ func loadGen(t *testing.T, s *benchSink, conc int, d time.Duration) float64 {
 	if f := failed.Load(); f > 0 {
 		t.Fatalf("load generator: %d requests failed", f)
 	}
-	return float64(s.loadReqs.Load()-before) / time.Since(start).Seconds()
+	reqs := float64(s.loadReqs.Load() - before)
+	report(t, "loadgen", "conc", conc, "req_s", reqs/time.Since(start).Seconds(),
+		"cpu_us_req", float64((procCPU(t, os.Getpid())-cpu0).Microseconds())/reqs)
+	return reqs / time.Since(start).Seconds()
 }
 
 // publishRange publishes ids [from, to) at QoS 1 on "<run>/x" (or
