@@ -7,7 +7,8 @@
 // in arrival order whatever became of each message: routed (handed to the
 // sink, acknowledged after done; truncated when over max_payload_bytes,
 // MQTT 5 reason 0x95), unrouted (no topic matches) or denied by the
-// client's publish ACL (discarded, MQTT 5 reason 0x87), the last two
+// client's publish ACL or sent to a reserved topic ($SYS/...; discarded,
+// MQTT 5 reason 0x87), the last two
 // acknowledged in turn and counted.
 //
 // QoS 0 and 1: the hook returns packets.ErrRejectPacket, so mochi neither
