@@ -24,7 +24,7 @@ func (h *hook) ID() string { return "gobridge-listener" }
 
 func (h *hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPacketRead, mochi.OnPublish,
-		mochi.OnDisconnect, mochi.OnWill, mochi.OnPacketEncode}, []byte{b})
+		mochi.OnDisconnect, mochi.OnWill, mochi.OnPacketEncode, mochi.OnSessionEstablished, mochi.OnClientExpired}, []byte{b})
 }
 
 // OnConnectAuthenticate admits a client by its identity (see access) and
@@ -41,19 +41,36 @@ func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
 	}
 	// mochi hands a session (its subscriptions and the messages queued for
 	// it) to whoever connects with its client ID: another identity would
-	// read what its own ACL refuses, and kick the owner off.
-	if existing, held := h.l.srv.Clients.Get(cl.ID); ok && held && string(existing.Properties.Username) != identity {
+	// read what its own ACL refuses, and kick the owner off. Check and
+	// claim are one step: until mochi registers the session, the claim
+	// stands for it.
+	h.l.mu.Lock()
+	existing, held := h.l.srv.Clients.Get(cl.ID)
+	if c := h.l.claims[cl.ID]; c != nil && !c.Closed() {
+		existing, held = c, true
+	}
+	if ok && held && string(existing.Properties.Username) != identity {
 		ok, why = false, "client id held by another user's session"
 	}
+	if ok {
+		cl.Properties.Username = []byte(identity)
+		h.l.claims[cl.ID] = cl
+	}
+	h.l.mu.Unlock()
 	if !ok {
 		if n := h.l.refused.Add(1); n&(n-1) == 0 {
 			h.l.log.Warn("connection refused", "why", why, "remote", cl.Net.Remote, "username", string(pk.Connect.Username), "count", n)
 		}
-		return false
 	}
-	cl.Properties.Username = []byte(identity)
-	return true
+	return ok
 }
+
+// OnSessionEstablished drops the client's claim: mochi registered its
+// session. (OnClientExpired drops it when the CONNACK could not be sent.)
+func (h *hook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) { h.l.unclaim(cl) }
+
+// OnClientExpired drops a session's claim.
+func (h *hook) OnClientExpired(cl *mochi.Client) { h.l.unclaim(cl) }
 
 // certName is the common name of the client's verified certificate, or "".
 func certName(cl *mochi.Client) string {

@@ -153,6 +153,7 @@ type Listener struct {
 	running sync.WaitGroup
 	mu      sync.Mutex
 	ackers  map[*mochi.Client]*pubAcker // under mu: one per publisher connection
+	claims  map[string]*mochi.Client    // under mu: client IDs authenticated, session not yet registered
 	srv     *mochi.Server               // set by Run before it serves
 	ctx     context.Context             // Run's ctx, set before the server starts
 
@@ -261,6 +262,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	})
 	l.srv = srv
 	l.ackers = make(map[*mochi.Client]*pubAcker)
+	l.claims = make(map[string]*mochi.Client)
 	for _, h := range append([]mochi.Hook{&hook{l: l}}, l.extraHooks...) {
 		if err := srv.AddHook(h, nil); err != nil {
 			return fmt.Errorf("add hook %s: %w", h.ID(), err)
@@ -344,4 +346,13 @@ func (l *Listener) acker(cl *mochi.Client) *pubAcker {
 		}
 	}
 	return a
+}
+
+// unclaim drops cl's claim on its client ID, if it still holds it.
+func (l *Listener) unclaim(cl *mochi.Client) {
+	l.mu.Lock()
+	if l.claims[cl.ID] == cl {
+		delete(l.claims, cl.ID)
+	}
+	l.mu.Unlock()
 }
