@@ -24,7 +24,8 @@ func (h *hook) ID() string { return "gobridge-listener" }
 
 func (h *hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPacketRead, mochi.OnPublish,
-		mochi.OnDisconnect, mochi.OnWill, mochi.OnPacketEncode, mochi.OnSessionEstablished, mochi.OnClientExpired}, []byte{b})
+		mochi.OnDisconnect, mochi.OnWill, mochi.OnPacketEncode, mochi.OnSessionEstablished, mochi.OnClientExpired,
+		mochi.OnSubscribe, mochi.OnSubscribed}, []byte{b})
 }
 
 // OnConnectAuthenticate admits a client by its identity (see access) and
@@ -55,6 +56,9 @@ func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
 	if ok {
 		cl.Properties.Username = []byte(identity)
 		h.l.claims[cl.ID] = cl
+		if !held {
+			h.l.dropOldestSession(identity)
+		}
 	}
 	h.l.mu.Unlock()
 	if !ok {
@@ -64,13 +68,6 @@ func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
 	}
 	return ok
 }
-
-// OnSessionEstablished drops the client's claim: mochi registered its
-// session. (OnClientExpired drops it when the CONNACK could not be sent.)
-func (h *hook) OnSessionEstablished(cl *mochi.Client, _ packets.Packet) { h.l.unclaim(cl) }
-
-// OnClientExpired drops a session's claim.
-func (h *hook) OnClientExpired(cl *mochi.Client) { h.l.unclaim(cl) }
 
 // certName is the common name of the client's verified certificate, or "".
 func certName(cl *mochi.Client) string {

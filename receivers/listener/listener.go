@@ -147,6 +147,7 @@ type Listener struct {
 	addr    atomic.Pointer[net.Addr]
 	status  atomic.Pointer[receivers.Status]
 	refused atomic.Uint64 // connections refused (authentication, will ACL)
+	dropped atomic.Uint64 // sessions dropped by dropOldestSession
 
 	// running counts the ackers' Run calls, which Run waits for after the
 	// server closed (with every connection and hook: see netListener).
@@ -346,13 +347,4 @@ func (l *Listener) acker(cl *mochi.Client) *pubAcker {
 		}
 	}
 	return a
-}
-
-// unclaim drops cl's claim on its client ID, if it still holds it.
-func (l *Listener) unclaim(cl *mochi.Client) {
-	l.mu.Lock()
-	if l.claims[cl.ID] == cl {
-		delete(l.claims, cl.ID)
-	}
-	l.mu.Unlock()
 }

@@ -1,9 +1,13 @@
 package listener
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	paho5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -63,5 +67,115 @@ func TestListener_SessionClaimIsAtomic(t *testing.T) {
 	}
 	if cl, ok := b.l.srv.Clients.Get(clientID); !ok || string(cl.Properties.Username) != "viewer" {
 		t.Fatalf("the session is not the viewer's: %v", ok)
+	}
+}
+
+// TestListener_CapsSubscriptionsPerClient: a client may hold
+// MaxSubscriptions topic filters; more get SUBACK 0x80 (MQTT 5: 0x97), and
+// subscribing again to one it holds still succeeds.
+func TestListener_CapsSubscriptionsPerClient(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) {
+		o.Users = []User{{Username: "press-1", Password: "pw", ACL: ACL{Subscribe: []string{"factory/#"}}}}
+	})
+	filters := map[string]byte{}
+	list := make([]paho5.SubscribeOptions, 0, MaxSubscriptions+1)
+	for i := range MaxSubscriptions + 1 {
+		filters[fmt.Sprintf("factory/%d/#", i)] = 1
+		list = append(list, paho5.SubscribeOptions{Topic: fmt.Sprintf("factory/%d/#", i), QoS: 1})
+	}
+	c := publisher(t, b.url, func(o *paho.ClientOptions) { o.SetUsername("press-1").SetPassword("pw") })
+	var over string
+	tok := c.SubscribeMultiple(filters, nil).(*paho.SubscribeToken)
+	waitToken(t, tok)
+	granted := 0
+	for f, code := range tok.Result() {
+		switch code {
+		case 1:
+			granted++
+		case 0x80:
+			over = f
+		default:
+			t.Errorf("SUBACK for %s: %#x", f, code)
+		}
+	}
+	if granted != MaxSubscriptions || over == "" {
+		t.Fatalf("%d of %d filters granted, refused %q", granted, len(filters), over)
+	}
+	held := "factory/0/#"
+	if held == over {
+		held = "factory/1/#"
+	}
+	if tok := c.Subscribe(held, 0, nil).(*paho.SubscribeToken); !tok.WaitTimeout(10*time.Second) || tok.Result()[held] != 0 {
+		t.Errorf("subscribing again to a held filter: %v", tok.Result())
+	}
+
+	c5, _ := client5(t, b, 0)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	sa, err := c5.Subscribe(ctx, &paho5.Subscribe{Subscriptions: list})
+	if sa == nil || len(sa.Reasons) != len(list) {
+		t.Fatalf("SUBACK %+v, %v", sa, err)
+	}
+	if got := sa.Reasons[MaxSubscriptions]; got != 0x97 || sa.Reasons[0] != 1 {
+		t.Fatalf("MQTT 5 SUBACK reasons: first %#x, last %#x; want 0x01 and 0x97", sa.Reasons[0], got)
+	}
+}
+
+// sessionOf connects clientID with a persistent session subscribed to
+// filter, then disconnects it.
+func sessionOf(t *testing.T, b *bundle, clientID, filter string) {
+	t.Helper()
+	c := publisher(t, b.url, func(o *paho.ClientOptions) { o.SetClientID(clientID).SetCleanSession(false) })
+	waitToken(t, c.Subscribe(filter, 1, nil))
+	c.Disconnect(0)
+}
+
+// subscribed reports whether clientID is among filter's subscribers.
+func subscribed(b *bundle, clientID, topic string) bool {
+	_, ok := b.l.srv.Topics.Subscribers(topic).Subscriptions[clientID]
+	return ok
+}
+
+// TestListener_BoundsSessionsPerIdentity: one identity leaves at most
+// MaxClients disconnected sessions: connecting under a new client ID drops
+// the oldest beyond, subscriptions included.
+func TestListener_BoundsSessionsPerIdentity(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) { o.MaxClients = 2; o.Anonymous.Subscribe = []string{"factory/#"} })
+	id := strings.ReplaceAll(t.Name(), "/", "-")
+	for i := range 5 {
+		id := fmt.Sprint(id, i)
+		sessionOf(t, b, id, "factory/bound/#")
+		testsink.Eventually(t, id+" disconnected", func() bool {
+			cl, ok := b.l.srv.Clients.Get(id)
+			return ok && cl.StopTime() > 0
+		})
+	}
+	kept := 0
+	for i := range 5 {
+		_, ok := b.l.srv.Clients.Get(fmt.Sprint(id, i))
+		if ok {
+			kept++
+		}
+		if ok != subscribed(b, fmt.Sprint(id, i), "factory/bound/x") {
+			t.Errorf("session %d: kept %v, subscribed %v", i, ok, !ok)
+		}
+	}
+	if kept > 2 {
+		t.Fatalf("%d sessions kept, max_clients 2", kept)
+	}
+}
+
+// TestListener_ExpiredSessionLeavesNoSubscription: mochi forgets an
+// expired session but kept its subscriptions in the topic index for good.
+func TestListener_ExpiredSessionLeavesNoSubscription(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) { o.SessionExpiry = time.Second; o.Anonymous.Subscribe = []string{"factory/#"} })
+	id := strings.ReplaceAll(t.Name(), "/", "-")
+	sessionOf(t, b, id, "factory/expiry/#")
+	testsink.Eventually(t, "the session expired", func() bool { _, ok := b.l.srv.Clients.Get(id); return !ok })
+	if subscribed(b, id, "factory/expiry/x") {
+		t.Fatal("the expired session's subscription is still in the topic index")
 	}
 }
