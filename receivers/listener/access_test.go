@@ -94,6 +94,29 @@ func TestListener_DeniedPublishIsAckedAndDiscarded(t *testing.T) {
 	}
 }
 
+// TestListener_PublishToReservedTopicIsDenied: mochi drops a PUBLISH to
+// $SYS/... (or to a bare $share/GROUP) before OnPublish without answering
+// it, so a QoS 1/2 publisher's in-flight slot was held forever. It is
+// denied like any publication outside the ACL: acknowledged, discarded,
+// counted.
+func TestListener_PublishToReservedTopicIsDenied(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), nil)
+	pub := publisher(t, b.url, nil)
+	for _, topic := range []string{"$SYS/broker/uptime", "$share/g"} {
+		for qos := range byte(3) {
+			waitToken(t, pub.Publish(topic, qos, false, "spoofed"))
+		}
+	}
+	waitToken(t, pub.Publish("factory/1/x", 1, false, "after"))
+	if d := b.sink.Next(t); string(d.Msg.Payload) != "after" {
+		t.Fatalf("the sink got %q", d.Msg.Payload)
+	}
+	if s := b.l.Stats(); s.Denied != 6 || s.Received != 1 {
+		t.Fatalf("stats = %+v, want 6 denied and 1 received", s)
+	}
+}
+
 func TestListener_AnonymousACL(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testsink.New(true), func(o *Options) {

@@ -3,6 +3,7 @@ package listener
 import (
 	"bytes"
 	"crypto/tls"
+	"strings"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -22,8 +23,9 @@ type hook struct {
 func (h *hook) ID() string { return "gobridge-listener" }
 
 func (h *hook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPublish,
-		mochi.OnDisconnect, mochi.OnWill, mochi.OnPacketEncode}, []byte{b})
+	return bytes.Contains([]byte{mochi.OnConnectAuthenticate, mochi.OnACLCheck, mochi.OnPacketRead, mochi.OnPublish,
+		mochi.OnDisconnect, mochi.OnWill, mochi.OnPacketEncode, mochi.OnSessionEstablished, mochi.OnClientExpired,
+		mochi.OnSubscribe, mochi.OnSubscribed}, []byte{b})
 }
 
 // OnConnectAuthenticate admits a client by its identity (see access) and
@@ -40,18 +42,31 @@ func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
 	}
 	// mochi hands a session (its subscriptions and the messages queued for
 	// it) to whoever connects with its client ID: another identity would
-	// read what its own ACL refuses, and kick the owner off.
-	if existing, held := h.l.srv.Clients.Get(cl.ID); ok && held && string(existing.Properties.Username) != identity {
+	// read what its own ACL refuses, and kick the owner off. Check and
+	// claim are one step: until mochi registers the session, the claim
+	// stands for it.
+	h.l.mu.Lock()
+	existing, held := h.l.srv.Clients.Get(cl.ID)
+	if c := h.l.claims[cl.ID]; c != nil && !c.Closed() {
+		existing, held = c, true
+	}
+	if ok && held && string(existing.Properties.Username) != identity {
 		ok, why = false, "client id held by another user's session"
 	}
+	if ok {
+		cl.Properties.Username = []byte(identity)
+		h.l.claims[cl.ID] = cl
+		if !held {
+			h.l.dropOldestSession(identity)
+		}
+	}
+	h.l.mu.Unlock()
 	if !ok {
 		if n := h.l.refused.Add(1); n&(n-1) == 0 {
 			h.l.log.Warn("connection refused", "why", why, "remote", cl.Net.Remote, "username", string(pk.Connect.Username), "count", n)
 		}
-		return false
 	}
-	cl.Properties.Username = []byte(identity)
-	return true
+	return ok
 }
 
 // certName is the common name of the client's verified certificate, or "".
@@ -90,6 +105,20 @@ func (h *hook) OnPacketEncode(_ *mochi.Client, pk packets.Packet) packets.Packet
 	return pk
 }
 
+// OnPacketRead denies a PUBLISH to a topic mochi drops unanswered before
+// OnPublish ($SYS/..., a bare $share/GROUP), which would hold a QoS 1/2
+// publisher's in-flight slot forever: OnPublish acknowledges it as denied,
+// then mochi gets it as QoS 0 and drops it. (A topic with a wildcard is a
+// protocol error that closes the connection.)
+func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Publish && !cl.Net.Inline && !mochi.IsValidFilter(pk.TopicName, true) &&
+		!strings.ContainsAny(pk.TopicName, "+#") {
+		_, _ = h.OnPublish(cl, pk)
+		pk.FixedHeader.Qos, pk.PacketID = 0, 0
+	}
+	return pk, nil
+}
+
 // OnPublish runs in the publisher's read loop, before mochi would write the
 // PUBACK/PUBREC (see the package documentation for the flow). It waits
 // while the connection's acker or the receiver's byte window is full, and
@@ -109,7 +138,7 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 	reason := packets.CodeSuccess
 	toSink := topics.MatchAny(l.o.Topics, pk.TopicName)
 	switch {
-	case !l.access.Load().acl(string(cl.Properties.Username)).mayPublish(pk.TopicName):
+	case !mochi.IsValidFilter(pk.TopicName, true) || !l.access.Load().acl(string(cl.Properties.Username)).mayPublish(pk.TopicName):
 		l.win.Denied.Add(1)
 		reason, toSink, m.Payload = packets.ErrNotAuthorized, false, nil
 	case m.Limit(l.o.MaxPayloadBytes):
@@ -173,18 +202,16 @@ func (h *hook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, e
 			return pk, packets.ErrRejectPacket
 		}
 	}
-	switch {
-	case reason == packets.CodeSuccess:
+	if reason == packets.CodeSuccess {
 		return pk, nil // mochi writes the PUBREC and routes the message
-	case cl.Properties.ProtocolVersion == 5:
-		pubrec := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: pk.PacketID, ReasonCode: reason.Code}
-		if err := cl.WritePacket(pubrec); err != nil {
-			l.log.Debug("pubrec not written; the publisher sends the message again", "client", cl.ID, "error", err)
-		}
-		return pk, packets.ErrRejectPacket // a failing PUBREC ends the exchange
-	default:
-		return pk, packets.CodeSuccessIgnore // PUBREC as usual, routed nowhere
 	}
+	// MQTT 5: a failing PUBREC ends the exchange. MQTT 3.1.1 (no reason
+	// code): the PUBREL that follows gets its PUBCOMP from mochi.
+	pubrec := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: pk.PacketID, ReasonCode: reason.Code}
+	if err := cl.WritePacket(pubrec); err != nil {
+		l.log.Debug("pubrec not written; the publisher sends the message again", "client", cl.ID, "error", err)
+	}
+	return pk, packets.ErrRejectPacket
 }
 
 // OnDisconnect ends the connection's acker: what it still holds is

@@ -7,7 +7,8 @@
 // in arrival order whatever became of each message: routed (handed to the
 // sink, acknowledged after done; truncated when over max_payload_bytes,
 // MQTT 5 reason 0x95), unrouted (no topic matches) or denied by the
-// client's publish ACL (discarded, MQTT 5 reason 0x87), the last two
+// client's publish ACL or sent to a reserved topic ($SYS/...; discarded,
+// MQTT 5 reason 0x87), the last two
 // acknowledged in turn and counted.
 //
 // QoS 0 and 1: the hook returns packets.ErrRejectPacket, so mochi neither
@@ -146,12 +147,14 @@ type Listener struct {
 	addr    atomic.Pointer[net.Addr]
 	status  atomic.Pointer[receivers.Status]
 	refused atomic.Uint64 // connections refused (authentication, will ACL)
+	dropped atomic.Uint64 // sessions dropped by dropOldestSession
 
 	// running counts the ackers' Run calls, which Run waits for after the
 	// server closed (with every connection and hook: see netListener).
 	running sync.WaitGroup
 	mu      sync.Mutex
 	ackers  map[*mochi.Client]*pubAcker // under mu: one per publisher connection
+	claims  map[string]*mochi.Client    // under mu: client IDs authenticated, session not yet registered
 	srv     *mochi.Server               // set by Run before it serves
 	ctx     context.Context             // Run's ctx, set before the server starts
 
@@ -260,6 +263,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	})
 	l.srv = srv
 	l.ackers = make(map[*mochi.Client]*pubAcker)
+	l.claims = make(map[string]*mochi.Client)
 	for _, h := range append([]mochi.Hook{&hook{l: l}}, l.extraHooks...) {
 		if err := srv.AddHook(h, nil); err != nil {
 			return fmt.Errorf("add hook %s: %w", h.ID(), err)

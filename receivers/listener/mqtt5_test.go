@@ -65,8 +65,10 @@ func TestListener_MQTT5ReasonCodes(t *testing.T) {
 	}
 	t.Run("denied publish: 0x87", func(t *testing.T) {
 		for qos := byte(1); qos <= 2; qos++ {
-			if rc := publish("factory/press-2/x", 10, qos); rc != 0x87 {
-				t.Fatalf("QoS %d: reason %#x, want 0x87", qos, rc)
+			for _, topic := range []string{"factory/press-2/x", "$SYS/x"} {
+				if rc := publish(topic, 10, qos); rc != 0x87 {
+					t.Fatalf("%s, QoS %d: reason %#x, want 0x87", topic, qos, rc)
+				}
 			}
 		}
 	})
@@ -96,7 +98,7 @@ func TestListener_MQTT5ReasonCodes(t *testing.T) {
 			t.Fatalf("SUBACK %+v, %v; want reason 0x87", sa, err)
 		}
 	})
-	if s := b.l.Stats(); s.Denied != 2 || s.TooLarge != 2 {
+	if s := b.l.Stats(); s.Denied != 4 || s.TooLarge != 2 {
 		t.Fatalf("stats = %+v", s)
 	}
 }
