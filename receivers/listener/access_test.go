@@ -1,7 +1,9 @@
 package listener
 
 import (
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +25,14 @@ func hashOf(t *testing.T, password string) string {
 
 // refused reports whether a paho client configured by configure fails to
 // connect to url.
+// probes numbers the client IDs of refused's probes: each is its own
+// client, so that a probe of one user is not refused for holding the ID of
+// another user's session that the broker has not dropped yet.
+var probes atomic.Int64
+
 func refused(t *testing.T, url string, configure func(*paho.ClientOptions)) bool {
 	t.Helper()
-	opts := paho.NewClientOptions().AddBroker(url).SetClientID("probe-" + strings.ReplaceAll(t.Name(), "/", "-")).
+	opts := paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("probe-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), probes.Add(1))).
 		SetAutoReconnect(false).SetConnectTimeout(5 * time.Second)
 	if configure != nil {
 		configure(opts)

@@ -20,6 +20,11 @@ import (
 //   - A connection must send its CONNECT (and finish its TLS handshake)
 //     within connectTimeout: mochi sets no deadline before the CONNECT, and
 //     replaces this one with the keep-alive deadline after it.
+//   - A connection's first packet, read before any authentication, may
+//     announce at most MaxConnectBytes: mochi allocates a packet's whole
+//     announced length before reading it, so maxConns connections that
+//     announce the hard packet limit and then trickle would hold
+//     maxConns × 2 × that much memory (trackedConn).
 //   - A failing Accept (EMFILE) is retried with backoff (5ms doubling to 1s)
 //     instead of ending Serve, which would stop the listener for good while
 //     its status still said listening.
@@ -83,7 +88,7 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 			}
 		}
 		backoff, failures = 0, 0
-		conn = &trackedConn{Conn: conn, closed: make(chan struct{})}
+		conn = &trackedConn{Conn: conn, closed: make(chan struct{}), refuse: l.refuseConnect}
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
@@ -142,14 +147,69 @@ func (l *netListener) Close(listeners.CloseFn) {
 	l.wg.Wait()
 }
 
+// MaxConnectBytes bounds the remaining length a connection's first packet
+// (its CONNECT: client ID, credentials, Will) may announce; a larger one
+// closes the connection before mochi reads it.
+const MaxConnectBytes = 32 << 10
+
+// errConnectTooLarge ends a connection whose first packet announces more
+// than MaxConnectBytes.
+var errConnectTooLarge = errors.New("first packet over MaxConnectBytes")
+
+func (l *netListener) refuseConnect(c net.Conn, announced int) {
+	l.mu.Lock()
+	l.refused++
+	n := l.refused
+	l.mu.Unlock()
+	if n&(n-1) == 0 {
+		l.log.Warn("connection refused: its CONNECT announces more than the limit (a large Will payload?)",
+			"bytes", announced, "limit", MaxConnectBytes, "remote", c.RemoteAddr().String(), "count", n)
+	}
+}
+
 // trackedConn is a connection handed to mochi; closed is closed with it.
 // mochi closes a client's connection when it stops the client (a takeover
 // by the same client ID, a disconnect, shutdown) while the client's read
 // loop may still wait in OnPublish: the hook ends that wait on closed.
+// Until the fixed header of the first packet is read, Read also checks the
+// length it announces (see MaxConnectBytes).
 type trackedConn struct {
 	net.Conn
 	once   sync.Once
 	closed chan struct{}
+	head   []byte // the first packet's fixed header so far; nil once checked
+	refuse func(c net.Conn, announced int)
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.refuse == nil || n == 0 {
+		return n, err
+	}
+	// The fixed header: a type byte, then the remaining length in up to
+	// four bytes of 7 bits, the high bit set on all but the last.
+	for _, b := range p[:n] {
+		c.head = append(c.head, b)
+		if len(c.head) == 1 {
+			continue
+		}
+		if b&0x80 != 0 && len(c.head) < 5 {
+			continue
+		}
+		length, shift := 0, 0
+		for _, lb := range c.head[1:] {
+			length |= int(lb&0x7f) << shift
+			shift += 7
+		}
+		refuse := c.refuse
+		c.head, c.refuse = nil, nil
+		if length > MaxConnectBytes {
+			refuse(c, length)
+			return 0, errConnectTooLarge
+		}
+		break
+	}
+	return n, err
 }
 
 func (c *trackedConn) Close() error {
