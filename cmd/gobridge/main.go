@@ -85,11 +85,11 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `gobridge bridges MQTT messages to SQS, HTTP and stdout, at least once.
 
 Usage:
-  gobridge run -c FILE                          run the bridge until SIGINT/SIGTERM
+  gobridge run -c FILE                          run the bridge until SIGINT/SIGTERM (SIGHUP reloads)
   gobridge check [--format text|json|github] [--strict] FILE...
                                                 validate configs (files or globs)
   gobridge dlq list|show|requeue|drop -c FILE   inspect, requeue or drop dead letters
-  gobridge outbox stats -c FILE                 per-route pending, due, oldest, dead, done
+  gobridge outbox stats -c FILE                 live records, oldest, dead letters, drain rate
   gobridge dynamodb create-tables -c FILE       create the config's DynamoDB tables and indexes
   gobridge schema                               print the config's JSON Schema
   gobridge version                              print version, commit, build date, Go version
