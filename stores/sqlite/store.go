@@ -303,9 +303,16 @@ func (s *Store) queryRow(ctx context.Context, query string, args []any, dest ...
 	return ok && err == nil, err
 }
 
+// damaged is what an operator can do about an outbox file SQLite finds
+// damaged (a power loss on a card without power-loss protection, a disk
+// error) or that is not a database at all.
+const damaged = "the outbox file is damaged or not a gobridge outbox: stop gobridge, move the file and its -wal " +
+	"and -shm files aside and start again with an empty outbox; `sqlite3 FILE .recover` may save the records it held"
+
 // mapErr translates a full disk or database (SQLITE_FULL) into
 // stores.ErrFull and a value over SQLite's 1 GB limit (SQLITE_TOOBIG) into
-// stores.ErrInvalid, keeping the original wrapped.
+// stores.ErrInvalid, keeping the original wrapped, and says what to do
+// about a damaged file.
 func mapErr(err error) error {
 	var se *sqlite.Error
 	if errors.As(err, &se) {
@@ -314,6 +321,8 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", stores.ErrFull, err)
 		case 18: // SQLITE_TOOBIG
 			return fmt.Errorf("%w: %w", stores.ErrInvalid, err)
+		case 11, 26: // SQLITE_CORRUPT, SQLITE_NOTADB
+			return fmt.Errorf("%w (%s)", err, damaged)
 		}
 	}
 	return err
