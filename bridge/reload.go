@@ -290,6 +290,20 @@ func (t *task) stop() {
 	<-t.done
 }
 
+// exited reports whether a started task has returned (a receiver that
+// failed, for one).
+func (t *task) exited() bool {
+	if t == nil {
+		return false
+	}
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // spawn runs fn in a goroutine that wg counts, under its own context.
 func spawn(parent context.Context, wg *sync.WaitGroup, fn func(ctx context.Context)) *task {
 	ctx, cancel := context.WithCancel(parent)

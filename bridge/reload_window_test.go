@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -113,4 +114,39 @@ func TestBridge_ReloadReplacingARouteUnderTraffic(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestBridge_ReloadRetriesAReceiverThatFailedToStart: a reload moves the
+// listener to a port that is taken, so the new listener fails; /readyz
+// says so. Once the port is free, a reload of the same file brings the
+// listener up (its config did not change, but it is not running).
+func TestBridge_ReloadRetriesAReceiverThatFailedToStart(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	addr, db := freeAddr(t), filepath.Join(t.TempDir(), "outbox.db")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	senders := fmt.Sprintf(`
+  - {id: a, type: http, options: {url: %q}}`, s.srv.URL)
+	rt := startBridge(t, reloadConfig(t, "retry", addr, db, senders, sessionRoute("A", "a/#", "a", "")))
+	waitFor(t, 20*time.Second, "/readyz ready", func() bool { return rt.Ready(t.Context()).Ready })
+	moved := reloadConfig(t, "retry", taken.Addr().String(), db, senders, sessionRoute("A", "a/#", "a", ""))
+	if err := rt.Reload(t.Context(), moved); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	waitFor(t, 20*time.Second, "/readyz to report the listener that failed", func() bool {
+		r := rt.Ready(t.Context())
+		return !r.Ready && strings.Contains(strings.Join(r.Reasons, "; "), "receiver edge: disconnected: listen on "+taken.Addr().String())
+	})
+	_ = taken.Close()
+	if err := rt.Reload(t.Context(), moved); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	pub := publisher(t, "tcp://"+taken.Addr().String(), "retry-pub")
+	waitTokens(t, []paho.Token{pub.Publish("a/x", 1, false, "after")}, 20*time.Second)
+	waitFor(t, 20*time.Second, "the message", func() bool { return s.count("after") == 1 })
+	waitFor(t, 20*time.Second, "/readyz ready", func() bool { return rt.Ready(t.Context()).Ready })
 }
