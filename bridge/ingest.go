@@ -24,7 +24,28 @@ type ingest struct {
 	receiver string
 
 	mu     sync.RWMutex
-	routes []*route // replaced by a reload
+	routes []*route      // replaced by a reload
+	held   chan struct{} // while a reload holds new messages (see hold); closed by release
+}
+
+// hold makes Accept wait, before it matches a message, until release.
+// Once it returns, every message matched so far counts in its routes' busy.
+func (in *ingest) hold() {
+	in.mu.Lock()
+	if in.held == nil {
+		in.held = make(chan struct{})
+	}
+	in.mu.Unlock()
+}
+
+// release ends a hold.
+func (in *ingest) release() {
+	in.mu.Lock()
+	if in.held != nil {
+		close(in.held)
+		in.held = nil
+	}
+	in.mu.Unlock()
 }
 
 // set makes ingest route through rs from the next message on.
@@ -68,6 +89,15 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 	mt.received.WithLabelValues(in.receiver).Inc()
 	var matched []*route
 	in.mu.RLock()
+	for held := in.held; held != nil; held = in.held {
+		in.mu.RUnlock()
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return
+		}
+		in.mu.RLock()
+	}
 	for _, r := range in.routes {
 		if topics.Match(r.topic, m.Topic) {
 			r.busy.Add(1) // before a reload can swap the routes and wait for them

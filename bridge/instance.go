@@ -85,7 +85,7 @@ var ErrOrphans = errors.New("bridge: the outbox holds records of routes this con
 // was renamed or removed (DESIGN.md §11.5; issue 14). Dead letters of such
 // routes are left alone: `gobridge dlq requeue --to-route` moves them.
 func (b *Bridge) checkOrphans(ctx context.Context, sessions map[string]*session) error {
-	orphans, err := b.orphans(ctx, sessions)
+	orphans, err := b.orphans(ctx, sessions, nil)
 	if err != nil || len(orphans) == 0 {
 		return err
 	}
@@ -93,9 +93,9 @@ func (b *Bridge) checkOrphans(ctx context.Context, sessions map[string]*session)
 		"(in the same session), or put the route back; `gobridge outbox stats` lists them", ErrOrphans, errors.Join(orphans...))
 }
 
-// orphans lists the routes whose live records the outbox holds in a
-// session where sessions have no drainer for them.
-func (b *Bridge) orphans(ctx context.Context, sessions map[string]*session) ([]error, error) {
+// orphans lists the routes, other than those of skip, whose live records
+// the outbox holds in a session where sessions have no drainer for them.
+func (b *Bridge) orphans(ctx context.Context, sessions map[string]*session, skip map[string]*route) ([]error, error) {
 	all, err := b.store.Stats(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: read outbox stats: %w", err)
@@ -103,7 +103,7 @@ func (b *Bridge) orphans(ctx context.Context, sessions map[string]*session) ([]e
 	var orphans []error
 	for _, st := range all {
 		for route, c := range st.Routes {
-			if s := sessions[st.Session]; c.Live == 0 || (s != nil && s.members[route] != nil) {
+			if s := sessions[st.Session]; c.Live == 0 || (s != nil && s.members[route] != nil) || skip[route] != nil {
 				continue
 			}
 			orphans = append(orphans, fmt.Errorf("session %s holds %d records of route %q", st.Session, c.Live, route))

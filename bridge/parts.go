@@ -109,7 +109,7 @@ func (b *Bridge) assemble(cfg *routes.Config, old *parts) (p *parts, err error) 
 		}
 	}
 	for _, rc := range cfg.Receivers {
-		if o := old.receiver(rc.ID); o != nil && sameReceiver(o.cfg, rc) {
+		if o := old.receiver(rc.ID); o != nil && sameReceiver(o.cfg, rc) && !o.run.exited() { // one that failed starts again
 			kept := *o
 			kept.cfg = rc
 			p.receivers = append(p.receivers, &kept)

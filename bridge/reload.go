@@ -1,12 +1,14 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/gobridge/gobridge/receivers/listener"
 	"github.com/gobridge/gobridge/routes"
@@ -40,7 +42,12 @@ func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 	if err != nil {
 		return err
 	}
-	if err := b.refusals(ctx, old, p); err != nil {
+	leaving := leavingRoutes(old, p)
+	err = b.refusals(ctx, old, p, leaving)
+	if err == nil {
+		err = b.quiesce(old, p, leaving)
+	}
+	if err != nil {
 		p.discard(old)
 		return err
 	}
@@ -48,8 +55,69 @@ func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 	return nil
 }
 
+// leavingRoutes are the routes of old whose outbox records p would not
+// deliver (removed, or moved to another session), by id, when their sender
+// is up: quiesce lets them deliver what they took. (Pending records of one
+// whose sender is down are refused at once.)
+func leavingRoutes(old, p *parts) map[string]*route {
+	leaving := map[string]*route{}
+	for _, r := range old.routes {
+		if s := p.sessions[r.session]; r.cfg.UsesOutbox() && r.health.Up() && (s == nil || s.members[r.id] == nil) {
+			leaving[r.id] = r
+		}
+	}
+	return leaving
+}
+
+// quiesce makes the leaving routes deliver, under the old configuration,
+// every message they took (DESIGN.md §11.5: what arrived before the reload
+// is delivered by the old route; nothing may reach a drainer that does not
+// know its route). Their receivers hold new messages until apply switched
+// them (or the reload is refused); the routes finish taking what they took
+// (if they do not within shutdown_timeout, apply stops them and their
+// receivers reconnect); the writer commits it and the old drainers deliver
+// it. Records still pending at shutdown_timeout refuse the reload.
+func (b *Bridge) quiesce(old, p *parts, leaving map[string]*route) error {
+	if len(leaving) == 0 {
+		return nil
+	}
+	for _, r := range leaving {
+		if rc := old.receiver(r.cfg.Receiver); rc != nil {
+			rc.in.hold()
+		}
+	}
+	wait, cancel := context.WithTimeout(b.ingestCtx, b.cfg.Bridge.ShutdownTimeout.D())
+	defer cancel()
+	for _, r := range leaving {
+		if !settled(wait, &r.busy) {
+			return nil // apply stops it; no new message reaches it meanwhile
+		}
+	}
+	var why error
+	for {
+		err := b.writer.Flush(wait)
+		var orphans []error
+		if err == nil {
+			orphans, err = b.orphans(wait, p.sessions, nil)
+		}
+		if err == nil && len(orphans) == 0 {
+			return nil
+		}
+		if wait.Err() == nil {
+			why = cmp.Or(err, errors.Join(orphans...))
+		}
+		if !sleep(wait.Done(), 20*time.Millisecond) { // polling the store's counts
+			break
+		}
+	}
+	for _, rc := range old.receivers {
+		rc.in.release()
+	}
+	return fmt.Errorf("%w: %w, still pending after %s: keep the route until they are delivered", ErrRefused, why, b.cfg.Bridge.ShutdownTimeout.D())
+}
+
 // refusals says why p cannot replace old in this process (nil: it can).
-func (b *Bridge) refusals(ctx context.Context, old, p *parts) error {
+func (b *Bridge) refusals(ctx context.Context, old, p *parts, leaving map[string]*route) error {
 	var errs []error
 	was, is := old.cfg, p.cfg
 	changed := func(what string, a, b any) {
@@ -69,7 +137,7 @@ func (b *Bridge) refusals(ctx context.Context, old, p *parts) error {
 		}
 	}
 	if b.store != nil {
-		orphans, err := b.orphans(ctx, p.sessions)
+		orphans, err := b.orphans(ctx, p.sessions, leaving)
 		if err != nil {
 			return err
 		}
@@ -91,6 +159,9 @@ func (b *Bridge) apply(old, p *parts) {
 		}
 	}
 	b.prepare(p)
+	for _, rc := range old.receivers {
+		rc.in.release() // held by quiesce; they take messages under p now
+	}
 	for _, rc := range p.receivers {
 		if rc.run == nil {
 			b.startReceiver(rc, false)
@@ -217,6 +288,20 @@ type task struct {
 func (t *task) stop() {
 	t.cancel()
 	<-t.done
+}
+
+// exited reports whether a started task has returned (a receiver that
+// failed, for one).
+func (t *task) exited() bool {
+	if t == nil {
+		return false
+	}
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // spawn runs fn in a goroutine that wg counts, under its own context.

@@ -27,8 +27,8 @@ func registerBuildInfo(reg prometheus.Registerer, b buildInfo) {
 }
 
 // registerOutboxLimits registers gobridge_outbox_pending_limit{session}:
-// the smallest policy.max_outbox_depth among the shared_outbox routes of
-// each session, the pending count at which ingest on that route stops
+// the smallest policy.max_outbox_depth among the routes that write to each
+// session (shared_outbox and direct_or_outbox), the pending count at which ingest on that route stops
 // acknowledging. Alerts divide gobridge_outbox_pending by it ("outbox near
 // full"). The returned func sets it from a config (defaults applied): at
 // start and after each reload.
@@ -41,7 +41,7 @@ func registerOutboxLimits(reg prometheus.Registerer) func(*routes.Config) {
 	return func(cfg *routes.Config) {
 		limits := map[string]int{}
 		for _, r := range cfg.Routes {
-			if r.DeliveryMode != routes.SharedOutbox || r.Session.ID == "" {
+			if !r.UsesOutbox() || r.Session.ID == "" {
 				continue
 			}
 			if l, ok := limits[r.Session.ID]; !ok || r.Policy.MaxOutboxDepth < l {
