@@ -229,6 +229,36 @@ func (k killRun) liveRecords(t *testing.T) int {
 	return n
 }
 
+// checkKeyOrder fails the test when, per key (keyOf a message's index),
+// the first delivery of a message in order (the deliveries' bodies, in the
+// order the target took them) comes after the first delivery of a later
+// message of its key. Later duplicates do not count.
+func checkKeyOrder(t *testing.T, order []string, keyOf func(i int) int) {
+	t.Helper()
+	seen := map[string]bool{}
+	last := map[int]int{} // key -> index of its last first delivery
+	bad := 0
+	for _, body := range order {
+		if seen[body] {
+			continue
+		}
+		seen[body] = true
+		var i int
+		if _, err := fmt.Sscanf(body, "m-%d", &i); err != nil {
+			t.Fatalf("unexpected body %q", body)
+		}
+		if prev, ok := last[keyOf(i)]; ok && i < prev {
+			if bad++; bad <= 20 {
+				t.Errorf("key %d: %s delivered first after %s", keyOf(i), body, msgID(prev))
+			}
+		}
+		last[keyOf(i)] = i
+	}
+	if bad > 0 {
+		t.Errorf("%d messages delivered first out of their key's order", bad)
+	}
+}
+
 // mosquittoPublisher publishes message i on topic with QoS 1 through
 // Mosquitto (which stays up: its acknowledgement is the publisher's).
 func mosquittoPublisher(t *testing.T, url, id, topic string) func(int) paho.Token {
@@ -460,25 +490,71 @@ routes:
 		t.Errorf("no kill found records in the outbox (%v): the kills did not land mid-stream", st.liveAtKills)
 	}
 
-	// Per group, the first delivery of each message comes after the first
-	// delivery of every earlier message of the group.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seen := map[string]bool{}
-	last := map[int]int{} // group -> index of its last first delivery
-	for _, body := range s.order {
-		if seen[body] {
-			continue
-		}
-		seen[body] = true
-		var i int
-		if _, err := fmt.Sscanf(body, "m-%d", &i); err != nil {
-			t.Fatalf("unexpected body %q", body)
-		}
-		if prev, ok := last[i%groups]; ok && i < prev {
-			t.Errorf("group g%d: %s delivered first after %s", i%groups, body, msgID(prev))
-		}
-		last[i%groups] = i
-	}
+	checkKeyOrder(t, s.order, func(i int) int { return i % groups })
 	t.Logf("%d groups in order; %d duplicates in the queue", groups, st.dups)
+}
+
+// TestRun_DirectOrOutboxKeepsKeyOrderAcrossARestart: the records of a key
+// that a killed process left in the outbox go before the key's later
+// messages (DESIGN.md §11.6); the restarted process cannot know their keys
+// from memory, so a later message must not be sent directly past them.
+func TestRun_DirectOrOutboxKeepsKeyOrderAcrossARestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills the gobridge binary")
+	}
+	mqttURL := testservices.MQTTURL(t)
+	s := newSink(t)
+	var down, hang atomic.Bool
+	down.Store(true)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unhang := func() { releaseOnce.Do(func() { hang.Store(false); close(release) }) }
+	t.Cleanup(unhang)
+	const old = 10 // m-00000..m-00009 wait in the outbox at the kill
+	s.fail = func(body string) bool {
+		if hang.Load() && body < msgID(old) {
+			<-release // the restarted process's sends of them hang
+			return true
+		}
+		return down.Load()
+	}
+	admin, run := freeAddr(t), fmt.Sprintf("keyorder-%d", time.Now().UnixNano())
+	db := filepath.Join(t.TempDir(), "outbox.db")
+	k := killRun{db: db, cfg: mqttReceiverConfig(admin, db, mqttURL, run, s.srv.URL, "direct_or_outbox", `    ordering_key: "{topic.1}"
+    session: {id: s, drain_strategy: {type: fixed_poll, interval: 200ms}}
+    policy: {direct_timeout: 1s, send_timeout: 10s, backoff: {initial_interval: 100ms, max_interval: 1s}}
+`)}
+	bin := gobridgeBinary(t)
+	cfgPath, logPath := procFiles(t, t.TempDir(), k.cfg)
+	p := startProc(t, bin, cfgPath, logPath)
+	waitFor(t, 20*time.Second, "gobridge ready", procReady(admin))
+	pub := publisher(t, mqttURL, "pub-"+run)
+	var toks []paho.Token
+	for i := range old {
+		toks = append(toks, pub.Publish(run+"/k", 1, false, msgID(i)))
+	}
+	waitTokens(t, toks, 20*time.Second)
+	waitFor(t, 20*time.Second, "the target down and the messages in the outbox", func() bool { return k.liveRecords(t) == old })
+	p.kill(t)
+	hang.Store(true)
+	down.Store(false)
+	p = startProc(t, bin, cfgPath, logPath)
+	waitFor(t, 20*time.Second, "gobridge ready after the restart", procReady(admin))
+	waitTokens(t, []paho.Token{pub.Publish(run+"/k", 1, false, msgID(old))}, 20*time.Second)
+	// Mosquitto acknowledged it; once gobridge settled it, it was
+	// delivered directly past the old ones (which cannot be delivered
+	// before unhang) or went to the outbox behind them.
+	waitFor(t, 20*time.Second, "the new message settled by gobridge", func() bool {
+		_, m := httpGet(t, "http://"+admin+"/metrics")
+		return strings.Contains(m, `gobridge_delivery_direct_total{route="r"} 1`) ||
+			strings.Contains(m, `gobridge_delivery_fallback_total{route="r"} 1`)
+	})
+	unhang()
+	waitFor(t, 30*time.Second, "every message at the sink", func() bool { return s.distinct() == old+1 })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	checkKeyOrder(t, s.order, func(int) int { return 0 })
+	t.Logf("deliveries: %v", s.order)
 }
