@@ -540,7 +540,7 @@ func TestRun_DirectOrOutboxKeepsKeyOrderAcrossARestart(t *testing.T) {
 	p.kill(t)
 	hang.Store(true)
 	down.Store(false)
-	p = startProc(t, bin, cfgPath, logPath)
+	startProc(t, bin, cfgPath, logPath) // stopped at cleanup
 	waitFor(t, 20*time.Second, "gobridge ready after the restart", procReady(admin))
 	waitTokens(t, []paho.Token{pub.Publish(run+"/k", 1, false, msgID(old))}, 20*time.Second)
 	// Mosquitto acknowledged it; once gobridge settled it, it was
