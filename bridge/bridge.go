@@ -193,6 +193,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 			return err
 		}
 		serve.Go(func() { b.keepInstance(serveCtx, le) })
+		b.limits.refresh(ingestCtx, false) // count what an earlier process left before ingest starts
 	}
 	serve.Go(func() {
 		if err := b.serveAdmin(serveCtx); err != nil {

@@ -21,7 +21,9 @@ import (
 // Order: messages of one ordering key go one at a time, in arrival order,
 // and once a key has records in the outbox its later messages go there too,
 // until the session's outbox is empty again, so the drainer delivers them
-// in order behind the earlier ones.
+// in order behind the earlier ones. A new process does not know the keys of
+// the records an earlier one left: every key goes to the outbox until it
+// is empty.
 type fallback struct {
 	b     *Bridge
 	r     *route
@@ -30,10 +32,13 @@ type fallback struct {
 	mu      sync.Mutex
 	sticky  map[string]bool // ordering keys with records in the outbox
 	pending int             // fallbacks not yet counted in the session's live records
+	// unknown: the outbox may hold records of any key (left by an earlier
+	// process), so every key is held until the session's outbox is empty.
+	unknown bool
 }
 
 func newFallback(b *Bridge, r *route) *fallback {
-	return &fallback{b: b, r: r, lanes: newLanes(r, nil), sticky: map[string]bool{}}
+	return &fallback{b: b, r: r, lanes: newLanes(r, nil), sticky: map[string]bool{}, unknown: true}
 }
 
 // submit waits for a slot (or ctx) and starts the delivery of env; settle
@@ -76,15 +81,16 @@ func (f *fallback) direct(env *message.Envelope, received message.Envelope, sett
 	return false
 }
 
-// held reports whether key has records in the outbox; once the session's
-// outbox is empty, no key has.
+// held reports whether key may have records in the outbox; once the
+// session's outbox is empty, no key has.
 func (f *fallback) held(key string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.sticky) > 0 && f.pending == 0 && f.b.limits.live(f.r.session) == 0 {
+	if (f.unknown || len(f.sticky) > 0) && f.pending == 0 && f.b.limits.live(f.r.session) == 0 {
 		clear(f.sticky)
+		f.unknown = false
 	}
-	return key != "" && f.sticky[key]
+	return key != "" && (f.unknown || f.sticky[key])
 }
 
 // mark notes that a fallback of key starts (n = 1: key has a record in

@@ -111,7 +111,9 @@ type sink struct {
 	got   map[string]int // body -> deliveries
 	order []string
 	// hook, when set, runs before the answer (in the handler goroutine).
-	hook  func(body string)
+	hook func(body string)
+	// fail, when set, answers 503 to the requests it returns true for.
+	fail  func(body string) bool
 	total atomic.Int64
 }
 
@@ -119,7 +121,7 @@ func newSink(t testing.TB) *sink {
 	s := &sink{got: map[string]int{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		if s.down.Load() {
+		if s.down.Load() || (s.fail != nil && s.fail(string(b))) {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
 		}

@@ -208,7 +208,7 @@ func (b *Bridge) apply(old, p *parts) {
 		// Keys with records in the outbox keep going there, in order. (The
 		// old fallback is idle now; the new one waits for its ready.)
 		if n := p.route(r.id); n != nil && n.fallback != nil && r.fallback != nil {
-			n.fallback.sticky = maps.Clone(r.fallback.sticky)
+			n.fallback.sticky, n.fallback.unknown = maps.Clone(r.fallback.sticky), r.fallback.unknown
 		}
 	}
 	for _, r := range p.routes {
