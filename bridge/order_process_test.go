@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	paho "github.com/eclipse/paho.mqtt.golang"
+
 	"github.com/gobridge/gobridge/internal/testservices"
 )
 
