@@ -204,13 +204,16 @@ func checkAttributeName(name string) string {
 }
 
 // chunks splits entries, in order, into batches of at most size entries and
-// MaxBatchBytes bytes.
+// MaxBatchBytes bytes, with at most one entry per FIFO message group: SQS
+// may accept a group's later entry of a call while it refuses an earlier one.
 func chunks(entries []entry, size int) [][]entry {
 	var out [][]entry
 	var cur []entry
 	bytes := 0
 	for _, e := range entries {
-		if len(cur) > 0 && (len(cur) == size || bytes+e.size > MaxBatchBytes) {
+		g := e.req.MessageGroupId
+		sameGroup := func(c entry) bool { return g != nil && *c.req.MessageGroupId == *g }
+		if len(cur) > 0 && (len(cur) == size || bytes+e.size > MaxBatchBytes || slices.ContainsFunc(cur, sameGroup)) {
 			out = append(out, cur)
 			cur, bytes = nil, 0
 		}

@@ -127,6 +127,9 @@ func (s *Sender) BatchSize() int { return s.batchSize }
 // envelope (nil: SQS accepted it). A message SQS would refuse (see
 // MessageError) fails alone with senders.Permanent; a failed call fails each
 // of its entries (classifyCall), a failed entry only itself (classifyEntry).
+// On a FIFO queue a call carries at most one entry per message group, and
+// once an entry fails (not permanently) the later entries of its group are
+// not sent: they fail with senders.Capacity, so that none overtakes it.
 func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 	errs := make([]error, len(envs))
 	entries := make([]entry, 0, len(envs))
@@ -138,8 +141,19 @@ func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 		}
 		entries = append(entries, en)
 	}
+	held := map[string]error{} // FIFO group → why its later entries wait
 	for _, batch := range chunks(entries, s.batchSize) {
+		batch = slices.DeleteFunc(batch, func(en entry) bool {
+			errs[en.index] = held[aws.ToString(en.req.MessageGroupId)]
+			return errs[en.index] != nil
+		})
 		s.sendBatch(ctx, batch, errs)
+		for _, en := range batch {
+			g := aws.ToString(en.req.MessageGroupId)
+			if class, _ := senders.Classify(errs[en.index]); g != "" && held[g] == nil && class != senders.OK && class != senders.Fatal {
+				held[g] = senders.Capacity(fmt.Errorf("sqs: held behind an earlier message of group %q that failed: %v", g, errs[en.index]), 0)
+			}
+		}
 	}
 	return errs
 }
@@ -149,6 +163,9 @@ func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 var errNoResult = errors.New("sqs: no result for entry in the SendMessageBatch response")
 
 func (s *Sender) sendBatch(ctx context.Context, batch []entry, errs []error) {
+	if len(batch) == 0 {
+		return
+	}
 	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(s.queueURL), Entries: make([]types.SendMessageBatchRequestEntry, len(batch))}
 	byID := make(map[string]int, len(batch))
 	for i, en := range batch {
