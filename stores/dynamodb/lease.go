@@ -20,6 +20,9 @@ func (s *Store) leaseCheck(name string, token int64) types.TransactWriteItem {
 	return s.tw(leaseKey(name), "", "#token = :lt AND #owner <> :none", ":lt", token, ":none", "")
 }
 
+// server is t, of this process's clock, in DynamoDB's (see observe).
+func (s *Store) server(t time.Time) time.Time { return t.Add(time.Duration(s.skew.Load())) }
+
 // Acquire implements stores.Leases: the next token from the token item
 // (one UpdateItem ADD), then one conditional UpdateItem of the lease item
 // (free, released, lapsed at now, or already owner's).
@@ -37,7 +40,7 @@ func (s *Store) Acquire(ctx context.Context, name, owner string, ttl time.Durati
 	if err == nil {
 		_, err = s.updateItem(ctx, leaseKey(name), "SET #owner = :o, #token = :lt, #until = :u",
 			"attribute_not_exists(#token) OR (#token < :lt AND (#owner = :o OR #owner = :none OR #until <= :now))",
-			":o", owner, ":lt", le.Token, ":u", le.Until, ":none", "", ":now", now)
+			":o", owner, ":lt", le.Token, ":u", s.server(le.Until), ":none", "", ":now", s.server(now))
 	}
 	if conditionFailed(err) {
 		err = stores.ErrLeaseHeld
@@ -54,7 +57,7 @@ func (s *Store) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, n
 		return stores.Lease{}, fmt.Errorf("dynamodb: renew lease: %w: ttl %v", stores.ErrInvalid, ttl)
 	}
 	le.Until = time.Unix(0, now.Add(ttl).UnixNano()).UTC()
-	if err := s.changeLease(ctx, le, "SET #until = :u", ":u", le.Until); err != nil {
+	if err := s.changeLease(ctx, le, "SET #until = :u", ":u", s.server(le.Until)); err != nil {
 		return stores.Lease{}, fmt.Errorf("dynamodb: renew lease %q: %w", le.Name, err)
 	}
 	return le, nil
@@ -92,7 +95,8 @@ func (s *Store) List(ctx context.Context, prefix string, now time.Time) ([]store
 	var out []stores.Lease
 	err := s.query(ctx, &dynamodb.QueryInput{KeyConditionExpression: aws.String("#pk = :pk AND begins_with(#sk, :p)")},
 		[]any{":pk", "leases", ":p", prefix}, func(it item) bool {
-			le := stores.Lease{Name: getS(it, "sk"), Owner: getS(it, "owner"), Token: getN(it, "token"), Until: getT(it, "until")}
+			le := stores.Lease{Name: getS(it, "sk"), Owner: getS(it, "owner"), Token: getN(it, "token"),
+				Until: getT(it, "until").Add(-time.Duration(s.skew.Load()))}
 			if le.Owner != "" && le.Until.After(now) {
 				out = append(out, le)
 			}

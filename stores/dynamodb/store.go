@@ -67,6 +67,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -108,6 +109,7 @@ type Store struct {
 	db     *dynamodb.Client
 	table  *string
 	closed atomic.Bool
+	skew   atomic.Int64 // DynamoDB's clock minus this process's, ns (see observe)
 
 	wmu  sync.Mutex       // one Write at a time: a process's writes never conflict with each other
 	seqs map[string]int64 // under wmu: partition pk → the highest counter this process knows committed
@@ -305,8 +307,25 @@ func (s *Store) updateItem(ctx context.Context, k item, upd, cond string, kv ...
 	if err != nil {
 		return nil, err
 	}
+	if at, ok := awsmiddleware.GetServerTime(out.ResultMetadata); ok {
+		local, _ := awsmiddleware.GetResponseAt(out.ResultMetadata)
+		s.observe(at.Sub(local))
+	}
 	return out.Attributes, nil
 }
+
+// observe notes how far DynamoDB's clock (its Date header, whole seconds)
+// is ahead of this process's: lease items hold times in DynamoDB's clock,
+// so that instances whose clocks disagree agree on when a lease ends. Under
+// maxSkew the clocks count as one.
+func (s *Store) observe(d time.Duration) {
+	if d.Abs() < maxSkew {
+		d = 0
+	}
+	s.skew.Store(int64(d))
+}
+
+const maxSkew = 2 * time.Second
 
 // getItems reads keys with strongly consistent BatchGetItem calls and
 // returns the items found by itemID.
