@@ -225,13 +225,13 @@ func (c *Config) checkListenConflicts(add func(Problem)) {
 func bindConflict(a, b string) bool {
 	ha, pa, errA := net.SplitHostPort(a)
 	hb, pb, errB := net.SplitHostPort(b)
-	if a == b || errA != nil || errB != nil {
+	na, errPA := net.LookupPort("tcp", pa)
+	nb, errPB := net.LookupPort("tcp", pb)
+	if errA != nil || errB != nil || errPA != nil || errPB != nil {
 		return a == b
 	}
-	na, errA := net.LookupPort("tcp", pa)
-	nb, errB := net.LookupPort("tcp", pb)
-	if errA != nil || errB != nil || na != nb || na == 0 {
-		return false
+	if na != nb || na == 0 {
+		return false // port 0: each listener gets a free port of its own
 	}
 	ha, hb = strings.ToLower(ha), strings.ToLower(hb)
 	wildcard := func(h string) bool {
