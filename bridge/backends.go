@@ -66,6 +66,17 @@ func newSenderBackend(c routes.SenderConfig, maxInFlight int, out io.Writer, log
 	return nil, fmt.Errorf("unknown sender type %q", c.Type)
 }
 
+// CheckSender builds the sender c names as New does, and closes it: the
+// constructors read TLS files and the AWS configuration but connect to
+// nothing, so `gobridge check` reports what they refuse.
+func CheckSender(c routes.SenderConfig) error {
+	s, err := newSenderBackend(c, 0, io.Discard, nil)
+	if c, ok := s.(interface{ Close() error }); ok && err == nil {
+		_ = c.Close()
+	}
+	return err
+}
+
 // mqttOptions maps an mqtt receiver's config to its Options.
 func mqttOptions(c routes.ReceiverConfig, tc *tls.Config) mqtt.Options {
 	o := c.Options

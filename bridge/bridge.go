@@ -271,6 +271,13 @@ const hardStopGrace = 5 * time.Second
 // shutdown_timeout plus a grace period after shutdown began.
 var ErrShutdownTimeout = errors.New("bridge: shutdown timed out")
 
+// Close releases what New opened (the store, the senders, the admin
+// listener) for a Bridge that will not Run.
+func (b *Bridge) Close() {
+	b.holdCancel()
+	b.closeAll()
+}
+
 // closeAll closes the senders, the store and the admin listener; it is
 // safe to call more than once.
 func (b *Bridge) closeAll() {

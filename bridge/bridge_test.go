@@ -3,8 +3,10 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -171,4 +173,31 @@ func TestBridge_AcksOnlyWhenEveryRouteSettled(t *testing.T) {
 	if down.distinct() != 1 {
 		t.Fatalf("held route delivered %d messages, want 1", down.distinct())
 	}
+}
+
+// TestNew_ReturnsAPartsFailure checks that New reports a part it cannot
+// build as an error (it used to panic while discarding what it had built),
+// and releases the outbox it opened, so a second New can take its file.
+func TestNew_ReturnsAPartsFailure(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "outbox.db")
+	yml := fmt.Sprintf(`version: 1
+bridge: {id: parts, admin: {listen: ""}}
+stores: {outbox: {type: sqlite, options: {path: %q}}}
+receivers:
+  - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0", allow_anonymous: true}, topics: [{topic: "#"}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: all, receiver: edge, topic: "#", sender: out, delivery_mode: shared_outbox, session: {id: s}}
+`, db)
+	cfg := parseConfig(t, yml)
+	cfg.Routes[0].Sender = "gone" // no config check lets this through; a part that fails to build is the same path
+	if _, err := New(cfg, Options{Stdout: io.Discard}); err == nil || !strings.Contains(err.Error(), `unknown sender "gone"`) {
+		t.Fatalf("New = %v, want the unknown sender", err)
+	}
+	b, err := New(parseConfig(t, yml), Options{Stdout: io.Discard})
+	if err != nil {
+		t.Fatalf("New after a failed New: %v", err)
+	}
+	b.Close()
 }

@@ -56,9 +56,10 @@ func (b *Bridge) assemble(cfg *routes.Config, old *parts) (p *parts, err error) 
 		old = &parts{}
 	}
 	p = &parts{cfg: cfg, senders: map[string]*sender{}, sessions: map[string]*session{}}
+	built := p // a failing return sets p to nil
 	defer func() {
 		if err != nil {
-			p.discard(old)
+			built.discard(old)
 		}
 	}()
 	maxInFlight := map[string]int{}

@@ -57,6 +57,14 @@ func (ps Problems) HasErrors() bool {
 	return slices.ContainsFunc(ps, func(p Problem) bool { return p.Severity != SeverityWarning })
 }
 
+// ErrorUnder reports whether an error is about the field at path or one
+// inside it.
+func (ps Problems) ErrorUnder(path string) bool {
+	return slices.ContainsFunc(ps, func(p Problem) bool {
+		return p.Severity == SeverityError && (p.path == path || strings.HasPrefix(p.path, path+".") || strings.HasPrefix(p.path, path+"["))
+	})
+}
+
 // Errors returns only the errors.
 func (ps Problems) Errors() Problems {
 	return slices.DeleteFunc(slices.Clone(ps), func(p Problem) bool { return p.Severity == SeverityWarning })

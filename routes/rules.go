@@ -6,6 +6,8 @@ import (
 	"maps"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -109,9 +111,31 @@ func (c *Config) checkStores(add func(Problem)) {
 		return // the enum rule reports it
 	}
 	c.checkOptions(add, "stores.outbox.options", "store", s.Type, s.Options, allowed)
+	if err := sqlitePathProblem(s.Options.Path); s.Type == "sqlite" && err != nil {
+		add(c.Errorf("stores.outbox.options.path", "sqlite-path", "stores.outbox.options.path: %v", err))
+	}
 	if s.Type == "sqlite" && s.Options.Sync == "normal" {
 		add(c.Warnf("stores.outbox.options.sync", "sqlite-sync",
 			"stores.outbox.options.sync is normal: an OS crash or power loss may lose the last acknowledged batches; use full to survive them"))
+	}
+}
+
+// sqlitePathProblem says why no SQLite outbox can be opened at path,
+// whatever the permissions: it is not a regular file, or it names a
+// directory, or its nearest existing parent is not a directory.
+func sqlitePathProblem(path string) error {
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	if strings.HasSuffix(path, "/") {
+		return fmt.Errorf("%s names a directory, not a file", path)
+	}
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		} else if err == nil || filepath.Dir(dir) == dir {
+			return nil
+		}
 	}
 }
 

@@ -87,14 +87,19 @@ func (c *Config) checkReceivers(add func(Problem)) {
 	}
 }
 
-// checkTLS checks that a certificate comes with its key. A server (the
-// embedded listener) has no use for ca_file or insecure_skip_verify.
+// checkTLS checks that a certificate comes with its key, and then loads
+// the files as the bridge will (TLS.Config). A server (the embedded
+// listener) has no use for ca_file or insecure_skip_verify.
 func (c *Config) checkTLS(add func(Problem), path string, t TLS, server bool) {
 	switch {
 	case t.CertFile != "" && t.KeyFile == "":
 		add(c.Errorf(path+".key_file", "tls", "%s: cert_file needs key_file", path))
 	case t.KeyFile != "" && t.CertFile == "":
 		add(c.Errorf(path+".cert_file", "tls", "%s: key_file needs cert_file", path))
+	default:
+		if _, err := t.Config(server); err != nil {
+			add(c.Errorf(path, "tls", "%s: %v", path, err))
+		}
 	}
 	if server && t.InsecureSkipVerify {
 		add(c.Errorf(path+".insecure_skip_verify", "option", "%s.insecure_skip_verify applies to clients only", path))
@@ -220,13 +225,13 @@ func (c *Config) checkListenConflicts(add func(Problem)) {
 func bindConflict(a, b string) bool {
 	ha, pa, errA := net.SplitHostPort(a)
 	hb, pb, errB := net.SplitHostPort(b)
-	if a == b || errA != nil || errB != nil {
+	na, errPA := net.LookupPort("tcp", pa)
+	nb, errPB := net.LookupPort("tcp", pb)
+	if errA != nil || errB != nil || errPA != nil || errPB != nil {
 		return a == b
 	}
-	na, errA := net.LookupPort("tcp", pa)
-	nb, errB := net.LookupPort("tcp", pb)
-	if errA != nil || errB != nil || na != nb || na == 0 {
-		return false
+	if na != nb || na == 0 {
+		return false // port 0: each listener gets a free port of its own
 	}
 	ha, hb = strings.ToLower(ha), strings.ToLower(hb)
 	wildcard := func(h string) bool {

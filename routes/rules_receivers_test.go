@@ -70,6 +70,7 @@ func TestCheck_ListenConflicts(t *testing.T) {
 		{"127.0.0.1:9100", "127.0.0.1:9101", false},
 		{"127.0.0.1:9100", "127.0.0.2:9100", false},
 		{":0", "127.0.0.1:0", false}, // port 0: each gets a free port
+		{"127.0.0.1:0", "127.0.0.1:0", false},
 	}
 	for _, c := range cases {
 		got := listenProblems(t, c.admin, c.web)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gobridge/gobridge/bridge"
 	"github.com/gobridge/gobridge/processors"
 	"github.com/gobridge/gobridge/routes"
 )
@@ -142,10 +143,11 @@ func (c *CheckCommand) print(probs routes.Problems, format string, files int) er
 	return err
 }
 
-// compileProblems compiles every route's processors and ordering key as the
-// runtime will, so that `check` reports an expression that does not compile
-// with its position. Problems the routes validator already reported at the
-// same position are not repeated.
+// compileProblems builds every sender and compiles every route's
+// processors and ordering key as the bridge will, so that `check` reports
+// what they refuse with its position. Problems the routes validator
+// already reported (at the same position; for a sender, anywhere in it)
+// are not repeated.
 func compileProblems(cfg *routes.Config, known routes.Problems) routes.Problems {
 	at := map[[2]int]bool{}
 	for _, p := range known {
@@ -154,6 +156,12 @@ func compileProblems(cfg *routes.Config, known routes.Problems) routes.Problems 
 		}
 	}
 	var out routes.Problems
+	for i, sc := range cfg.Senders {
+		path := fmt.Sprintf("senders[%d]", i)
+		if err := bridge.CheckSender(sc); err != nil && !known.ErrorUnder(path) {
+			out = append(out, cfg.Errorf(path, "sender", "%s: %v", path, err))
+		}
+	}
 	for i, rc := range cfg.Routes {
 		_, err := processors.Compile(rc)
 		var ces processors.CompileErrors

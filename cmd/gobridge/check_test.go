@@ -272,3 +272,41 @@ routes:
 		t.Fatalf("exit %d, output:\n%s", code, out)
 	}
 }
+
+// TestCheck_ReportsWhatASenderRefuses checks that check builds each sender
+// as run does and reports, at the sender, what its constructor refuses and
+// no routes rule saw: an SQS attribute name SQS refuses, a header value
+// with a control character, an SQS queue with no region to be found.
+func TestCheck_ReportsWhatASenderRefuses(t *testing.T) {
+	inRoot(t)
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	path := filepath.Join(t.TempDir(), "senders.yaml")
+	cfg := `version: 1
+bridge: {id: test}
+receivers:
+  - {id: edge, type: mqtt_listener, options: {allow_anonymous: true}, topics: [{topic: "#"}]}
+senders:
+  - {id: q, type: sqs, options: {queue_url: "http://127.0.0.1:1/000000000000/q", region: eu-west-1, attributes: {"AWS.site": x}}}
+  - {id: h, type: http, options: {url: "http://127.0.0.1:1/in", headers: {X-A: "a\u0001b"}}}
+  - {id: r, type: sqs, options: {queue_url: "http://127.0.0.1:1/000000000000/r"}}
+routes:
+  - {id: a, receiver: edge, topic: "a", sender: q, processors: [{type: idempotency_key, hash: true}], policy: {on_expired: drop, on_permanent_failure: drop}}
+  - {id: b, receiver: edge, topic: "b", sender: h, processors: [{type: idempotency_key, hash: true}], policy: {on_expired: drop, on_permanent_failure: drop}}
+  - {id: c, receiver: edge, topic: "c", sender: r, processors: [{type: idempotency_key, hash: true}], policy: {on_expired: drop, on_permanent_failure: drop}}
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := gobridge(t, "check", path)
+	for _, want := range []string{
+		path + `:6:5: sender: senders[0]: sqs sender "q": attribute "AWS.site": names starting with AWS. or Amazon. are reserved`,
+		path + `:7:5: sender: senders[1]: http sender "h": header X-A: the value holds a control character other than tab`,
+		path + `:8:5: sender: senders[2]: sqs sender "r": no region: set options.region or AWS_REGION`,
+	} {
+		if code != exitFailure || !strings.Contains(out, want+"\n") {
+			t.Errorf("exit %d, want %s in the output:\n%s", code, want, out)
+		}
+	}
+}
