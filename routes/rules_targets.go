@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"strings"
+
+	"github.com/gobridge/gobridge/topics"
 )
 
 // Rules about what a route promises its target: order, duplicates, and
@@ -14,6 +16,7 @@ func isFIFOQueue(url string) bool { return strings.HasSuffix(url, ".fifo") }
 
 // checkTargets runs the rules of this file.
 func (c *Config) checkTargets(add func(Problem)) {
+	c.checkFIFOFanOut(add)
 	for i, r := range c.Routes {
 		path := fmt.Sprintf("routes[%d]", i)
 		hasKey := false
@@ -54,5 +57,29 @@ func (c *Config) checkTargets(add func(Problem)) {
 		add(c.Warnf(path, "no-idempotency-key",
 			"%s: route %q has no idempotency_key processor, but %s: every delivery gets a fresh envelope ID, so a message the broker redelivers (after a crash or a lost acknowledgement) reaches %q as a new message; add {type: idempotency_key, from: \"{payload.msg_id}\"} (a message id of the producer) or {type: idempotency_key, hash: true}",
 			path, r.ID, dedup, s.ID))
+	}
+}
+
+// checkFIFOFanOut warns about two routes that can take the same message
+// (one receiver, overlapping topics) to one FIFO queue: both copies carry
+// the same envelope ID as MessageDeduplicationId, and SQS keeps only the
+// first within its 5-minute deduplication window, reporting both sent.
+func (c *Config) checkFIFOFanOut(add func(Problem)) {
+	queue := func(r RouteConfig) string {
+		if s := byID(c.Senders, senderID, r.Sender); s != nil && s.Type == SenderSQS && isFIFOQueue(s.Options.QueueURL) {
+			return s.Options.QueueURL
+		}
+		return ""
+	}
+	for j, b := range c.Routes {
+		for _, a := range c.Routes[:j] {
+			if q := queue(a); q != "" && q == queue(b) && a.Receiver == b.Receiver && topics.Overlaps(a.Topic, b.Topic) {
+				path := fmt.Sprintf("routes[%d]", j)
+				add(c.Warnf(path, "fifo-fan-out",
+					"%s: routes %q and %q can take the same message to the FIFO queue %s with the same MessageDeduplicationId (its envelope ID): SQS keeps the first copy and drops the other within its 5-minute deduplication window, while both count as sent; send them to different queues, or make their topics disjoint",
+					path, a.ID, b.ID, q))
+				break
+			}
+		}
 	}
 }
