@@ -1,7 +1,9 @@
 package mqtt
 
 import (
+	"cmp"
 	"fmt"
+	"strings"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
@@ -29,28 +31,27 @@ func (r *Receiver) onConnect(c paho.Client) {
 	if r.o.Adopt {
 		topics = nil // the adopted session holds its subscriptions
 	}
-	for _, sub := range topics {
-		tok := c.Subscribe(sub.Filter, sub.QoS, nil)
-		if !tok.WaitTimeout(subscribeTimeout) {
-			r.subscribeFailed(sub, "got no SUBACK within "+subscribeTimeout.String())
-			return
+	// One SUBSCRIBE for every filter: a filter the broker refuses does not
+	// keep the others from being made.
+	filters, names := make(map[string]byte, len(topics)), make([]string, len(topics))
+	for i, sub := range topics {
+		filters[sub.Filter], names[i] = sub.QoS, sub.Filter
+	}
+	var failed string // the reason of the first subscription that failed
+	if len(filters) > 0 {
+		tok := c.SubscribeMultiple(filters, nil)
+		switch {
+		case !tok.WaitTimeout(subscribeTimeout):
+			failed = r.subscribeFailed(strings.Join(names, ", "), "got no SUBACK within "+subscribeTimeout.String())
+		case tok.Error() != nil:
+			failed = r.subscribeFailed(strings.Join(names, ", "), tok.Error().Error())
+		default:
+			failed = r.checkGrants(topics, tok.(*paho.SubscribeToken).Result())
 		}
-		if err := tok.Error(); err != nil {
-			r.subscribeFailed(sub, err.Error())
-			return
-		}
-		for _, granted := range tok.(*paho.SubscribeToken).Result() {
-			switch {
-			case granted == 0x80:
-				r.subscribeFailed(sub, "was refused by the broker")
-				return
-			case granted == 0 && sub.QoS > 0:
-				r.subscribeFailed(sub, fmt.Sprintf("was granted QoS 0 (asked for %d): the broker may drop its messages", sub.QoS))
-				return
-			case granted < sub.QoS:
-				r.log.Info("broker granted a lower qos", "topic", sub.Filter, "requested", sub.QoS, "granted", granted)
-			}
-		}
+	}
+	if failed != "" {
+		r.setStatus(func(s *receivers.Status) { s.Subscribed, s.Reason = false, failed })
+		return
 	}
 	if !c.IsConnectionOpen() {
 		return // lost again while subscribing: the notification set the reason
@@ -63,13 +64,31 @@ func (r *Receiver) onConnect(c paho.Client) {
 	r.log.Info("subscribed", "topics", len(topics))
 }
 
-func (r *Receiver) subscribeFailed(sub Subscription, why string) {
-	reason := fmt.Sprintf("subscription to %s %s", sub.Filter, why)
-	r.log.Error("subscribe failed", "topic", sub.Filter, "error", why)
-	r.setStatus(func(s *receivers.Status) {
-		s.Subscribed = false
-		s.Reason = reason
-	})
+// checkGrants logs each subscription the broker refused or granted a
+// lower QoS, and returns the reason of the first that fails.
+func (r *Receiver) checkGrants(topics []Subscription, grants map[string]byte) (failed string) {
+	for _, sub := range topics {
+		why := ""
+		switch granted, ok := grants[sub.Filter]; {
+		case !ok || granted == 0x80:
+			why = "was refused by the broker"
+		case granted == 0 && sub.QoS > 0:
+			why = fmt.Sprintf("was granted QoS 0 (asked for %d): the broker may drop its messages", sub.QoS)
+		case granted < sub.QoS:
+			r.log.Info("broker granted a lower qos", "topic", sub.Filter, "requested", sub.QoS, "granted", granted)
+		}
+		if why != "" {
+			failed = cmp.Or(failed, r.subscribeFailed(sub.Filter, why))
+		}
+	}
+	return failed
+}
+
+// subscribeFailed logs why the subscription to filter failed and returns
+// the reason Status gives.
+func (r *Receiver) subscribeFailed(filter, why string) string {
+	r.log.Error("subscribe failed", "topic", filter, "error", why)
+	return fmt.Sprintf("subscription to %s %s", filter, why)
 }
 
 // onNotification tracks connection attempts and losses for Status. A

@@ -95,3 +95,23 @@ func TestReceiver_BrokerDownAtStart(t *testing.T) {
 		t.Error("broker URLs are not printed as redacted URLs")
 	}
 }
+
+// TestReceiver_RefusedSubscriptionDoesNotCostTheOthers: a broker that
+// refuses one filter (an ACL) must not keep the receiver from subscribing
+// to the others: it reports the refusal and still receives what the other
+// filters match.
+func TestReceiver_RefusedSubscriptionDoesNotCostTheOthers(t *testing.T) {
+	t.Parallel()
+	url := startBroker(t, 2) // refuses filters under secret/
+	sink := testsink.New(true)
+	r := newReceiver(t, config(url, "gobridge-refused-first", "secret/#", "allowed/#"), sink)
+	run(t, r)
+	testsink.Eventually(t, "refusal reported", func() bool {
+		s := r.Status()
+		return s.Connected && !s.Subscribed && strings.Contains(s.Reason, "secret/#")
+	})
+	publish(t, url, "allowed/1", "still flows")
+	if d := sink.Next(t); string(d.Msg.Payload) != "still flows" {
+		t.Fatalf("got %q", d.Msg.Payload)
+	}
+}
