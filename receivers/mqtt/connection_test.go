@@ -7,7 +7,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/receivers/internal/testsink"
 )
 
@@ -114,4 +116,33 @@ func TestReceiver_RefusedSubscriptionDoesNotCostTheOthers(t *testing.T) {
 	if d := sink.Next(t); string(d.Msg.Payload) != "still flows" {
 		t.Fatalf("got %q", d.Msg.Payload)
 	}
+}
+
+// TestReceiver_StatusShowsALossWhileIngestPushesBack: while the sink holds
+// every message (a full outbox), the receiver stops reading the socket, so
+// paho's keep-alive drops the connection; paho reports the loss only once
+// the receiver reads again. Status must say disconnected meanwhile.
+func TestReceiver_StatusShowsALossWhileIngestPushesBack(t *testing.T) {
+	t.Parallel()
+	url := testservices.MQTTURL(t)
+	id := unique(t)
+	topic := "gbtest/" + id + "/held"
+	sink := testsink.New(false) // never settles: ingest pushes back
+	o := config(url, id, topic)
+	o.CleanSession, o.KeepAlive, o.MaxInflightBytes = true, time.Second, 4<<10
+	r := newReceiver(t, o, sink)
+	run(t, r)
+	waitSubscribed(t, r)
+	payload := strings.Repeat("p", 1500)
+	publish(t, url, topic, payload, payload, payload, payload) // the third waits for room
+	sink.Next(t)
+	sink.Next(t)
+	deadline := time.Now().Add(60 * time.Second) // paho gives up on a PINGRESP after 10s
+	for r.Status().Connected {
+		if time.Now().After(deadline) {
+			t.Fatalf("status still %+v: the connection has been dead for a while", r.Status())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("status: %+v", r.Status())
 }

@@ -71,7 +71,8 @@ type Receiver struct {
 
 	mu     sync.Mutex
 	status receivers.Status
-	broker string // the broker (redacted) of the current or last connection attempt
+	broker string      // the broker (redacted) of the current or last connection attempt
+	client paho.Client // set by Run
 	// subscribing is closed when the onConnect in progress (if any) has
 	// finished; nil before the first connection.
 	subscribing chan struct{}
@@ -129,6 +130,9 @@ func (r *Receiver) Run(ctx context.Context) error {
 	defer stop()
 	r.ctx = ctx
 	client := paho.NewClient(r.opts)
+	r.mu.Lock()
+	r.client = client
+	r.mu.Unlock()
 
 	var wg sync.WaitGroup
 	ackCtx, stopAck := context.WithCancel(context.WithoutCancel(ctx))
@@ -203,6 +207,11 @@ func (r *Receiver) adopted(ctx context.Context, tok paho.Token) error {
 func (r *Receiver) Status() receivers.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// paho reports a lost connection only once its router is free; while
+	// handle waits for room (ingest pushes back) that can take long.
+	if r.status.Connected && !r.client.IsConnectionOpen() {
+		return receivers.Status{Reason: fmt.Sprintf("disconnected from %s (reconnects once ingest takes messages again)", r.broker)}
+	}
 	return r.status
 }
 
