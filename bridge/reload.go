@@ -211,11 +211,6 @@ func (b *Bridge) apply(old, p *parts) {
 			n.fallback.sticky, n.fallback.unknown = maps.Clone(r.fallback.sticky), r.fallback.unknown
 		}
 	}
-	for _, r := range p.routes {
-		if r.ready != nil && old.route(r.id) != r {
-			close(r.ready)
-		}
-	}
 	// Sessions that changed or went stop, then their successors start.
 	for id, s := range old.sessions {
 		if p.sessions[id] != s {
@@ -228,6 +223,11 @@ func (b *Bridge) apply(old, p *parts) {
 	for _, s := range p.sessions {
 		if s.run == nil {
 			b.startSession(s)
+		}
+	}
+	for _, r := range p.routes { // new routes take messages now that their drainers know them
+		if r.ready != nil && old.route(r.id) != r {
+			close(r.ready)
 		}
 	}
 	for id, s := range old.senders {
