@@ -2,15 +2,22 @@ package bridge
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gobridge/gobridge/stores"
 )
 
 // holdRoute is a direct_hold route H on topic h/# to sender h.
@@ -97,3 +104,71 @@ func counted(c prometheus.Counter) float64 {
 	_ = c.Write(&m)
 	return m.GetCounter().GetValue()
 }
+
+// TestBridge_RequeueDuringAReloadThatRemovesItsRoute: a dead letter of
+// route R is requeued while a reload that removes R is under way (a
+// changed direct_hold route H takes its time to settle). Either the
+// requeue comes first, and the reload sees R's pending record, or it comes
+// after, and R is not in the configuration: never both applied, which
+// would leave a record that no drainer of the new configuration delivers.
+func TestBridge_RequeueDuringAReloadThatRemovesItsRoute(t *testing.T) {
+	t.Parallel()
+	kSink, hSink := newSink(t), newSink(t)
+	var status atomic.Int32 // R's target: 400 (a dead letter), then down
+	status.Store(http.StatusBadRequest)
+	rSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(int(status.Load()))
+	}))
+	t.Cleanup(rSrv.Close)
+	hang, hung := make(chan struct{}), make(chan struct{}, 1)
+	release := sync.OnceFunc(func() { close(hang) })
+	hSink.hook = func(body string) {
+		if body == "h-0" {
+			hung <- struct{}{}
+			<-hang
+		}
+	}
+	addr, db := freeAddr(t), filepath.Join(t.TempDir(), "outbox.db")
+	senders := fmt.Sprintf(`
+  - {id: k, type: http, options: {url: %q}}
+  - {id: r, type: http, options: {url: %q}}
+  - {id: h, type: http, options: {url: %q}}`, kSink.srv.URL, rSrv.URL, hSink.srv.URL)
+	k := sessionRoute("K", "k/#", "k", "")
+	rt := startBridge(t, reloadConfig(t, "requeue", addr, db, senders, k+sessionRoute("R", "r/#", "r", "")+holdRoute("")))
+	t.Cleanup(release) // before the bridge stops
+	pub := publisher(t, "tcp://"+addr, "requeue-pub")
+	waitTokens(t, []paho.Token{pub.Publish("r/x", 1, false, "r-0")}, 20*time.Second)
+	var dead []stores.Record
+	waitFor(t, 20*time.Second, "R's dead letter", func() bool {
+		dead, _, _ = rt.store.Dead(t.Context(), stores.DeadQuery{Route: "R"})
+		return len(dead) == 1
+	})
+	status.Store(http.StatusServiceUnavailable)
+	h0 := pub.Publish("h/x", 1, false, "h-0")
+	<-hung // H holds h-0 until hang is closed
+
+	reloaded, requeued := make(chan error, 1), make(chan error, 1)
+	go func() {
+		reloaded <- rt.Reload(t.Context(), reloadConfig(t, "requeue", addr, db, senders, k+holdRoute("send_timeout: 20s")))
+	}()
+	waitFor(t, 20*time.Second, "the reload to switch the routes", func() bool { return gated(rt, "H") })
+	go func() {
+		_, err := (*Outbox)(rt).Requeue(t.Context(), dead[0].Envelope.ID, "")
+		requeued <- err
+	}()
+	waitFor(t, 20*time.Second, "the requeue to return or to wait for the reload", func() bool {
+		buf := make([]byte, 1<<20)
+		return len(requeued) == 1 || waitsForLock.Match(buf[:runtime.Stack(buf, true)])
+	})
+	release()
+	reqErr, reloadErr := <-requeued, <-reloaded
+	waitTokens(t, []paho.Token{h0}, 20*time.Second)
+	if reqErr == nil && reloadErr == nil {
+		t.Fatalf("the requeue of R's dead letter and the reload removing R were both applied: session s holds %+v", sessionStats(t, rt, "s").Routes)
+	}
+	t.Logf("requeue: %v; reload: %v", reqErr, reloadErr)
+}
+
+// waitsForLock matches a goroutine dump in which Outbox.Requeue waits for a
+// mutex.
+var waitsForLock = regexp.MustCompile(`sync\.\(\*Mutex\)\.Lock\(.*\n.*\n.*bridge\.\(\*Outbox\)\.Requeue\(`)
