@@ -45,7 +45,7 @@ func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 	leaving := leavingRoutes(old, p)
 	err = b.refusals(ctx, old, p, leaving)
 	if err == nil {
-		err = b.quiesce(old, p, leaving)
+		err = b.quiesce(ctx, old, p, leaving)
 	}
 	if err != nil {
 		p.discard(old)
@@ -77,7 +77,7 @@ func leavingRoutes(old, p *parts) map[string]*route {
 // (if they do not within shutdown_timeout, apply stops them and their
 // receivers reconnect); the writer commits it and the old drainers deliver
 // it. Records still pending at shutdown_timeout refuse the reload.
-func (b *Bridge) quiesce(old, p *parts, leaving map[string]*route) error {
+func (b *Bridge) quiesce(ctx context.Context, old, p *parts, leaving map[string]*route) error {
 	if len(leaving) == 0 {
 		return nil
 	}
@@ -86,34 +86,38 @@ func (b *Bridge) quiesce(old, p *parts, leaving map[string]*route) error {
 			rc.in.hold()
 		}
 	}
-	wait, cancel := context.WithTimeout(b.ingestCtx, b.cfg.Bridge.ShutdownTimeout.D())
+	timeout := b.cfg.Bridge.ShutdownTimeout.D()
+	wait, cancel := context.WithTimeout(b.ingestCtx, timeout)
 	defer cancel()
 	for _, r := range leaving {
 		if !settled(wait, &r.busy) {
-			return nil // apply stops it; no new message reaches it meanwhile
+			break // apply stops it (no new message reaches it meanwhile); what it committed must still go
 		}
 	}
-	var why error
-	for {
-		err := b.writer.Flush(wait)
+	pending := func(ctx context.Context) error {
+		err := b.writer.Flush(ctx)
 		var orphans []error
 		if err == nil {
-			orphans, err = b.orphans(wait, p.sessions, nil)
+			orphans, err = b.orphans(ctx, p.sessions, nil)
 		}
-		if err == nil && len(orphans) == 0 {
-			return nil
-		}
-		if wait.Err() == nil {
-			why = cmp.Or(err, errors.Join(orphans...))
-		}
-		if !sleep(wait.Done(), 20*time.Millisecond) { // polling the store's counts
-			break
-		}
+		return cmp.Or(err, errors.Join(orphans...))
+	}
+	why := pending(wait)
+	for why != nil && sleep(wait.Done(), 20*time.Millisecond) { // polling the store's counts
+		why = pending(wait)
+	}
+	if wait.Err() != nil { // the last look was cut short: one more
+		last, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		why = pending(last)
+	}
+	if why == nil {
+		return nil
 	}
 	for _, rc := range old.receivers {
 		rc.in.release()
 	}
-	return fmt.Errorf("%w: %w, still pending after %s: keep the route until they are delivered", ErrRefused, why, b.cfg.Bridge.ShutdownTimeout.D())
+	return fmt.Errorf("%w: %w, still pending after %s: keep the route until they are delivered", ErrRefused, why, timeout)
 }
 
 // refusals says why p cannot replace old in this process (nil: it can).

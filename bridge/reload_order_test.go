@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -172,3 +174,43 @@ func TestBridge_RequeueDuringAReloadThatRemovesItsRoute(t *testing.T) {
 // waitsForLock matches a goroutine dump in which Outbox.Requeue waits for a
 // mutex.
 var waitsForLock = regexp.MustCompile(`sync\.\(\*Mutex\)\.Lock\(.*\n.*\n.*bridge\.\(\*Outbox\)\.Requeue\(`)
+
+// TestBridge_ReloadRefusesToRemoveABusyRouteWithPendingRecords: route A,
+// to be removed by a reload, has a record in the outbox that its target
+// has not accepted yet, and a message waiting for room in its full
+// session, so it does not settle within shutdown_timeout. The reload must
+// be refused (the record is pending): applied, it would leave the record
+// to a drainer that does not know A.
+func TestBridge_ReloadRefusesToRemoveABusyRouteWithPendingRecords(t *testing.T) {
+	t.Parallel()
+	kSink, aSink := newSink(t), newSink(t)
+	kSink.down.Store(true)
+	hang, hung := make(chan struct{}), make(chan struct{}, 1)
+	release := sync.OnceFunc(func() { close(hang) })
+	aSink.hook = func(body string) {
+		if body == "a-0" {
+			hung <- struct{}{}
+			<-hang
+		}
+	}
+	addr, db := freeAddr(t), filepath.Join(t.TempDir(), "outbox.db")
+	senders := fmt.Sprintf(`
+  - {id: k, type: http, options: {url: %q}}
+  - {id: a, type: http, options: {url: %q}}`, kSink.srv.URL, aSink.srv.URL)
+	k := sessionRoute("K", "k/#", "k", "max_outbox_depth: 2, send_timeout: 60s")
+	short := func(yml string) *routes.Config {
+		cfg := reloadConfig(t, "busy", addr, db, senders, yml)
+		cfg.Bridge.ShutdownTimeout = routes.Duration(2 * time.Second)
+		return cfg
+	}
+	rt := startBridge(t, short(k+sessionRoute("A", "a/#", "a", "max_outbox_depth: 2, send_timeout: 60s")))
+	t.Cleanup(release) // before the bridge stops
+	pub := publisher(t, "tcp://"+addr, "busy-pub")
+	waitTokens(t, []paho.Token{pub.Publish("k/x", 1, false, "k-0"), pub.Publish("a/x", 1, false, "a-0")}, 20*time.Second)
+	<-hung // a-0 is in flight until hang is closed; session s is full
+	pub.Publish("a/x", 1, false, "a-1")
+	waitFor(t, 20*time.Second, "route A to take a-1", func() bool { return counted(rt.metrics.routeReceived.WithLabelValues("A")) == 2 })
+	if err := rt.Reload(t.Context(), short(k)); !errors.Is(err, ErrRefused) {
+		t.Fatalf("Reload removing A with a-0 pending: %v, want ErrRefused; session s holds %+v", err, sessionStats(t, rt, "s").Routes)
+	}
+}
