@@ -106,9 +106,10 @@ func (b *Bridge) quiesce(ctx context.Context, old, p *parts, leaving map[string]
 	for why != nil && sleep(wait.Done(), 20*time.Millisecond) { // polling the store's counts
 		why = pending(wait)
 	}
-	if wait.Err() != nil { // the last look was cut short: one more
+	if wait.Err() != nil && b.ingestCtx.Err() == nil { // the last look was cut short: one more
 		last, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
+		defer context.AfterFunc(b.ingestCtx, cancel)() // not past a shutdown
 		why = pending(last)
 	}
 	if why == nil {
