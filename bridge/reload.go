@@ -55,14 +55,14 @@ func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 	return nil
 }
 
-// leavingRoutes are the routes of old whose outbox records p would not
-// deliver (removed, or moved to another session), by id, when their sender
-// is up: quiesce lets them deliver what they took. (Pending records of one
-// whose sender is down are refused at once.)
+// leavingRoutes are the outbox routes of old whose records p would not
+// deliver (removed, or moved to another session), by id: quiesce lets them
+// deliver what they took. (Pending records of one whose sender is down
+// are refused at once.)
 func leavingRoutes(old, p *parts) map[string]*route {
 	leaving := map[string]*route{}
 	for _, r := range old.routes {
-		if s := p.sessions[r.session]; r.cfg.UsesOutbox() && r.health.Up() && (s == nil || s.members[r.id] == nil) {
+		if s := p.sessions[r.session]; r.cfg.UsesOutbox() && (s == nil || s.members[r.id] == nil) {
 			leaving[r.id] = r
 		}
 	}
@@ -142,7 +142,9 @@ func (b *Bridge) refusals(ctx context.Context, old, p *parts, leaving map[string
 		}
 	}
 	if b.store != nil {
-		orphans, err := b.orphans(ctx, p.sessions, leaving)
+		up := maps.Clone(leaving) // quiesce lets them deliver what they hold
+		maps.DeleteFunc(up, func(_ string, r *route) bool { return !r.health.Up() })
+		orphans, err := b.orphans(ctx, p.sessions, up)
 		if err != nil {
 			return err
 		}

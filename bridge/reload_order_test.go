@@ -214,3 +214,54 @@ func TestBridge_ReloadRefusesToRemoveABusyRouteWithPendingRecords(t *testing.T) 
 		t.Fatalf("Reload removing A with a-0 pending: %v, want ErrRefused; session s holds %+v", err, sessionStats(t, rt, "s").Routes)
 	}
 }
+
+// TestBridge_ReloadRemovingARouteWhoseSenderIsDown: route L, to be
+// removed, has no record in the outbox when the reload starts, but takes
+// one in during the reload (it waited for room in its full session); its
+// sender is down (a direct_hold route on the same sender holds failing
+// messages). The reload must be refused, as for any pending record of a
+// removed route: applied, it would leave l-0 to a drainer that does not
+// know L.
+func TestBridge_ReloadRemovingARouteWhoseSenderIsDown(t *testing.T) {
+	t.Parallel()
+	kSink, xSink := newSink(t), newSink(t)
+	kSink.down.Store(true)
+	xSink.down.Store(true)
+	addr, db := freeAddr(t), filepath.Join(t.TempDir(), "outbox.db")
+	senders := fmt.Sprintf(`
+  - {id: k, type: http, options: {url: %q}}
+  - {id: x, type: http, options: {url: %q}}`, kSink.srv.URL, xSink.srv.URL)
+	kd := sessionRoute("K", "k/#", "k", "max_outbox_depth: 1, max_in_flight: 4") + `
+  - {id: D, receiver: edge, topic: "d/#", sender: x, delivery_mode: direct_hold, policy: {max_in_flight: 4}}`
+	short := func(yml string) *routes.Config {
+		cfg := reloadConfig(t, "down", addr, db, senders, yml)
+		cfg.Bridge.ShutdownTimeout = routes.Duration(2 * time.Second)
+		return cfg
+	}
+	rt := startBridge(t, short(kd+sessionRoute("L", "l/#", "x", "max_outbox_depth: 1, max_in_flight: 4")))
+	pubD := publisher(t, "tcp://"+addr, "down-pub-d")
+	for i := range 3 {
+		pubD.Publish("d/x", 1, false, fmt.Sprintf("d-%d", i))
+	}
+	x := rt.cur.Load().route("L").health
+	waitFor(t, 20*time.Second, "sender x down", func() bool { return !x.Up() })
+	pub := publisher(t, "tcp://"+addr, "down-pub")
+	waitTokens(t, []paho.Token{pub.Publish("k/x", 1, false, "k-0")}, 20*time.Second) // session s is full
+	pub.Publish("l/x", 1, false, "l-0")
+	waitFor(t, 20*time.Second, "route L to take l-0", func() bool { return counted(rt.metrics.routeReceived.WithLabelValues("L")) == 1 })
+
+	reloaded := make(chan error, 1)
+	go func() { reloaded <- rt.Reload(t.Context(), short(kd)) }()
+	in := rt.cur.Load().receiver("edge").in
+	waitFor(t, 20*time.Second, "the reload to hold the listener or to switch its routes", func() bool {
+		in.mu.RLock()
+		defer in.mu.RUnlock()
+		return in.held != nil || !takes(rt, "L")
+	})
+	kSink.down.Store(false) // room: L commits l-0
+	if err := <-reloaded; !errors.Is(err, ErrRefused) {
+		waitFor(t, 20*time.Second, "l-0 in the outbox", func() bool { return sessionStats(t, rt, "s").Routes["L"] != stores.RouteCounts{} })
+		t.Fatalf("Reload removing L while it took l-0 in: %v, want ErrRefused; session s holds %+v", err, sessionStats(t, rt, "s").Routes)
+	}
+	noDeadLetters(t, rt)
+}
