@@ -50,8 +50,10 @@ type route struct {
 	// workers counts the goroutines of its lanes (direct sends), which
 	// return once quit is closed.
 	workers sync.WaitGroup
-	// ready, when not nil, is closed once the route this one replaces has
-	// settled what it held: until then dispatch waits.
+	// ready, when not nil (a route a reload built to replace a route, or
+	// into a running session), is closed once the route it replaces has
+	// settled what it held and its session's new drainer, which knows it,
+	// runs: until then dispatch waits.
 	ready chan struct{}
 	// quit is closed when the route stops retrying (shutdown, or a reload
 	// that gave up waiting): what it holds stays unacknowledged. ctx bounds

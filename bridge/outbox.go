@@ -25,6 +25,8 @@ func (o *Outbox) Stats(ctx context.Context) ([]stores.SessionStats, error) { ret
 // Requeue implements admin.Outbox.
 func (o *Outbox) Requeue(ctx context.Context, id, route string) (stores.Record, error) {
 	b := (*Bridge)(o)
+	b.mu.Lock() // not during a reload: it would place r by the configuration going away
+	defer b.mu.Unlock()
 	r, err := stores.Requeue(ctx, b.store, id, route, Placer(b.cur.Load().cfg), time.Now())
 	if err != nil {
 		return r, err

@@ -92,7 +92,7 @@ func (b *Bridge) assemble(cfg *routes.Config, old *parts) (p *parts, err error) 
 		if err != nil {
 			return nil, err
 		}
-		if o != nil {
+		if o != nil || old.sessions[r.session] != nil { // its predecessor or its session's old drainer must go first
 			r.ready = make(chan struct{})
 		}
 		p.routes = append(p.routes, r)

@@ -45,7 +45,7 @@ func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 	leaving := leavingRoutes(old, p)
 	err = b.refusals(ctx, old, p, leaving)
 	if err == nil {
-		err = b.quiesce(old, p, leaving)
+		err = b.quiesce(ctx, old, p, leaving)
 	}
 	if err != nil {
 		p.discard(old)
@@ -55,14 +55,14 @@ func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 	return nil
 }
 
-// leavingRoutes are the routes of old whose outbox records p would not
-// deliver (removed, or moved to another session), by id, when their sender
-// is up: quiesce lets them deliver what they took. (Pending records of one
-// whose sender is down are refused at once.)
+// leavingRoutes are the outbox routes of old whose records p would not
+// deliver (removed, or moved to another session), by id: quiesce lets them
+// deliver what they took. (Pending records of one whose sender is down
+// are refused at once.)
 func leavingRoutes(old, p *parts) map[string]*route {
 	leaving := map[string]*route{}
 	for _, r := range old.routes {
-		if s := p.sessions[r.session]; r.cfg.UsesOutbox() && r.health.Up() && (s == nil || s.members[r.id] == nil) {
+		if s := p.sessions[r.session]; r.cfg.UsesOutbox() && (s == nil || s.members[r.id] == nil) {
 			leaving[r.id] = r
 		}
 	}
@@ -77,7 +77,7 @@ func leavingRoutes(old, p *parts) map[string]*route {
 // (if they do not within shutdown_timeout, apply stops them and their
 // receivers reconnect); the writer commits it and the old drainers deliver
 // it. Records still pending at shutdown_timeout refuse the reload.
-func (b *Bridge) quiesce(old, p *parts, leaving map[string]*route) error {
+func (b *Bridge) quiesce(ctx context.Context, old, p *parts, leaving map[string]*route) error {
 	if len(leaving) == 0 {
 		return nil
 	}
@@ -86,34 +86,39 @@ func (b *Bridge) quiesce(old, p *parts, leaving map[string]*route) error {
 			rc.in.hold()
 		}
 	}
-	wait, cancel := context.WithTimeout(b.ingestCtx, b.cfg.Bridge.ShutdownTimeout.D())
+	timeout := b.cfg.Bridge.ShutdownTimeout.D()
+	wait, cancel := context.WithTimeout(b.ingestCtx, timeout)
 	defer cancel()
 	for _, r := range leaving {
 		if !settled(wait, &r.busy) {
-			return nil // apply stops it; no new message reaches it meanwhile
+			break // apply stops it (no new message reaches it meanwhile); what it committed must still go
 		}
 	}
-	var why error
-	for {
-		err := b.writer.Flush(wait)
+	pending := func(ctx context.Context) error {
+		err := b.writer.Flush(ctx)
 		var orphans []error
 		if err == nil {
-			orphans, err = b.orphans(wait, p.sessions, nil)
+			orphans, err = b.orphans(ctx, p.sessions, nil)
 		}
-		if err == nil && len(orphans) == 0 {
-			return nil
-		}
-		if wait.Err() == nil {
-			why = cmp.Or(err, errors.Join(orphans...))
-		}
-		if !sleep(wait.Done(), 20*time.Millisecond) { // polling the store's counts
-			break
-		}
+		return cmp.Or(err, errors.Join(orphans...))
+	}
+	why := pending(wait)
+	for why != nil && sleep(wait.Done(), 20*time.Millisecond) { // polling the store's counts
+		why = pending(wait)
+	}
+	if wait.Err() != nil && b.ingestCtx.Err() == nil { // the last look was cut short: one more
+		last, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		defer context.AfterFunc(b.ingestCtx, cancel)() // not past a shutdown
+		why = pending(last)
+	}
+	if why == nil {
+		return nil
 	}
 	for _, rc := range old.receivers {
 		rc.in.release()
 	}
-	return fmt.Errorf("%w: %w, still pending after %s: keep the route until they are delivered", ErrRefused, why, b.cfg.Bridge.ShutdownTimeout.D())
+	return fmt.Errorf("%w: %w, still pending after %s: keep the route until they are delivered", ErrRefused, why, timeout)
 }
 
 // refusals says why p cannot replace old in this process (nil: it can).
@@ -137,7 +142,9 @@ func (b *Bridge) refusals(ctx context.Context, old, p *parts, leaving map[string
 		}
 	}
 	if b.store != nil {
-		orphans, err := b.orphans(ctx, p.sessions, leaving)
+		up := maps.Clone(leaving) // quiesce lets them deliver what they hold
+		maps.DeleteFunc(up, func(_ string, r *route) bool { return !r.health.Up() })
+		orphans, err := b.orphans(ctx, p.sessions, up)
 		if err != nil {
 			return err
 		}
@@ -211,11 +218,6 @@ func (b *Bridge) apply(old, p *parts) {
 			n.fallback.sticky, n.fallback.unknown = maps.Clone(r.fallback.sticky), r.fallback.unknown
 		}
 	}
-	for _, r := range p.routes {
-		if r.ready != nil && old.route(r.id) != r {
-			close(r.ready)
-		}
-	}
 	// Sessions that changed or went stop, then their successors start.
 	for id, s := range old.sessions {
 		if p.sessions[id] != s {
@@ -228,6 +230,11 @@ func (b *Bridge) apply(old, p *parts) {
 	for _, s := range p.sessions {
 		if s.run == nil {
 			b.startSession(s)
+		}
+	}
+	for _, r := range p.routes { // new routes take messages now that their drainers know them
+		if r.ready != nil && old.route(r.id) != r {
+			close(r.ready)
 		}
 	}
 	for id, s := range old.senders {
