@@ -111,3 +111,26 @@ func TestHandler_BulkRequeueStepsOverFailures(t *testing.T) {
 		t.Errorf("bulk requeue behind 3 truncated letters: %d done, %d failed; want 4 and 3", done, failed)
 	}
 }
+
+// Two requeues of one dead letter at once (two operators, or the console
+// and the CLI): one wins, the other is told it is gone, and the outbox holds
+// one new record.
+func TestHandler_RacingRequeuesMakeOneRecord(t *testing.T) {
+	fx := setup(t, "")
+	id := deadLetters(t, fx.st, "alarms", 1, []byte("x"))[0]
+	codes := make(chan int, 2)
+	for range 2 {
+		go func() {
+			code, _ := fx.do(t, "POST", "/api/dead-letters/"+id+"/requeue", local, "X-Requested-By", "t")
+			codes <- code
+		}()
+	}
+	a, b := <-codes, <-codes
+	if min(a, b) != http.StatusOK || max(a, b) != http.StatusNotFound {
+		t.Errorf("racing requeues answered %d and %d, want 200 and 404", a, b)
+	}
+	st, err := fx.st.Stats(t.Context())
+	if err != nil || len(st) != 1 || st[0].Live != 1 || st[0].Routes["alarms"].Dead != 0 {
+		t.Errorf("after racing requeues: %+v, %v; want one live record and no dead letter", st, err)
+	}
+}
