@@ -145,13 +145,18 @@ func (h *Handler) drop(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"dropped": id})
 }
 
-// bulk serves POST /api/dead-letters/{requeue,drop}?route=R&limit=N: it acts
-// on up to N (default and most MaxBulk) of the oldest dead letters of route
-// R (required) and answers {"done", "failed", "remaining"}; callers repeat
-// while remaining is true.
+// bulk serves POST /api/dead-letters/{requeue,drop}?route=R&limit=N&
+// after=CURSOR&until=T: it acts on the next N (default and most MaxBulk)
+// dead letters of route R (required) after CURSOR, oldest first, that died
+// no later than T (Unix nanoseconds; default now). It answers {"done",
+// "failed", "remaining", "next", "until"}; callers repeat with after=next
+// and until while remaining is true. So each letter is visited once,
+// failures included, and letters that die meanwhile (a requeued one that
+// fails again) are left for the operator to see.
 func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 	verb := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
-	route := r.URL.Query().Get("route")
+	q := r.URL.Query()
+	route := q.Get("route")
 	if route == "" {
 		writeError(w, http.StatusBadRequest, "bulk "+verb+" needs ?route=R")
 		return
@@ -160,14 +165,26 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	until := time.Now().UnixNano()
+	if s := q.Get("until"); s != "" {
+		var err error
+		if until, err = strconv.ParseInt(s, 10, 64); err != nil {
+			writeError(w, http.StatusBadRequest, "until must be Unix nanoseconds, as a bulk answer gives it")
+			return
+		}
+	}
 	ctx := r.Context()
-	recs, next, err := h.opts.Store.Dead(ctx, stores.DeadQuery{Route: route, Limit: limit})
+	recs, next, err := h.opts.Store.Dead(ctx, stores.DeadQuery{Route: route, After: q.Get("after"), Limit: limit})
 	if err != nil {
 		h.storeError(w, err)
 		return
 	}
 	done, failed := 0, []string{}
 	for i := range recs {
+		if recs[i].DeadAt.UnixNano() > until {
+			next = ""
+			break
+		}
 		id := recs[i].Envelope.ID
 		if verb == "requeue" {
 			_, err = h.opts.Store.Requeue(ctx, id, "")
@@ -184,7 +201,8 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		done++
 	}
 	h.log.Info("dead letters "+verb+" in bulk", "route", route, "count", done, "failed", len(failed), "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, map[string]any{"done": done, "failed": failed, "remaining": next != ""})
+	writeJSON(w, http.StatusOK, map[string]any{"done": done, "failed": failed, "remaining": next != "", "next": next,
+		"until": strconv.FormatInt(until, 10)})
 }
 
 // intParam reads query parameter name (def when absent), answering 400 and

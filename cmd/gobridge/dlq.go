@@ -44,9 +44,10 @@ With IDs, requeue and drop act at once. With --all (every dead letter, or
 those of --route R) they print what they would change, and change nothing
 unless --yes is given.
 
-They work whether or not a bridge runs on the store: on a SQLite file that a
-running bridge owns they read through a read-only connection and send
-requeue and drop to its admin API (bridge.admin.listen and token from FILE).
+They work whether or not a bridge runs on the store. On a SQLite file, list
+and show read through a read-only connection (a bridge may start meanwhile);
+requeue and drop take the file when no bridge owns it, and otherwise go to
+the owner's admin API (bridge.admin.listen and token from FILE).
 A memory outbox lives only inside the bridge: use its console or admin API.
 
 Exit status: 0 done, 1 failure (an ID not found, a store error, an invalid
@@ -95,7 +96,7 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	case *since < 0:
 		return usageErr(fs, "dlq list: --since must not be negative")
 	}
-	_, st, err := openOutbox(ctx, fs, *path)
+	_, st, err := openOutbox(ctx, fs, *path, false)
 	if err != nil {
 		return err
 	}
@@ -164,7 +165,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	case pos[0] == "":
 		return usageErr(fs, "dlq show: an ID must not be empty")
 	}
-	_, st, err := openOutbox(ctx, fs, *path)
+	_, st, err := openOutbox(ctx, fs, *path, false)
 	if err != nil {
 		return err
 	}
@@ -239,7 +240,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	case slices.Contains(ids, ""): // a store takes an empty ID for no ID at all
 		return usageErr(fs, "dlq %s: an ID must not be empty", verb)
 	}
-	_, st, err := openOutbox(ctx, fs, *path)
+	_, st, err := openOutbox(ctx, fs, *path, true)
 	if err != nil {
 		return err
 	}

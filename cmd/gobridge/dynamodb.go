@@ -24,11 +24,13 @@ Create-tables creates the DynamoDB table that FILE's stores.outbox names
 (type dynamodb; table, region and endpoint from its options, credentials
 from the default AWS chain): one table for records and leases, keyed by pk
 and sk, with TTL on ttl. It waits until the table is active (a minute or
-two on AWS). A table that already exists is left as it is, and its layout
-is checked: a table with another key schema or with secondary indexes is
-an error. Meant for a test or a first deployment; production tables are
+two on AWS; run it again if it was interrupted). A table that already
+exists has its layout checked (another key schema or secondary indexes is
+an error) and is left as it is, except that it gets TTL on ttl if it has
+none. Meant for a test or a first deployment; production tables are
 better created by infrastructure code (README, "Creating the table"). It
-needs dynamodb:CreateTable, DescribeTable and UpdateTimeToLive.
+needs dynamodb:CreateTable, DescribeTable, DescribeTimeToLive and
+UpdateTimeToLive.
 `
 
 // Run parses args and runs the subcommand.

@@ -211,3 +211,35 @@ func TestOutbox_StatsPerRouteOnDynamoDB(t *testing.T) {
 		t.Errorf("alarms row = %q, want 1 live, a positive rate and a time to empty", lines[1])
 	}
 }
+
+// A create-tables interrupted while it waited for the new table (Ctrl-C,
+// a timeout: a minute or two on AWS) left the table without TTL; the next
+// run must finish the job, or tombstones never expire and the table grows
+// without bound.
+func TestDynamoDBCommand_CreateTablesFinishesAnInterruptedRun(t *testing.T) {
+	endpoint := testservices.DynamoDBEndpoint(t)
+	table := "gobridge_ct_half_" + strings.ReplaceAll(message.NewID(), "-", "")
+	client, err := dynamodb.NewClient(t.Context(), dynamodb.Options{Table: table, Endpoint: endpoint, Region: "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testservices.DropTablesAtCleanup(t, endpoint, table)
+	// What the interrupted run did: CreateTable (the layout is right), and
+	// no UpdateTimeToLive.
+	keys := []types.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash},
+		{AttributeName: aws.String("sk"), KeyType: types.KeyTypeRange}}
+	attrs := []types.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS},
+		{AttributeName: aws.String("sk"), AttributeType: types.ScalarAttributeTypeS}}
+	if _, err := client.CreateTable(t.Context(), &awsddb.CreateTableInput{TableName: aws.String(table),
+		BillingMode: types.BillingModePayPerRequest, KeySchema: keys, AttributeDefinitions: attrs}); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"dynamodb", "create-tables", "-c", writeDynamoConfig(t, endpoint, table)}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+	ttl, err := client.DescribeTimeToLive(t.Context(), &awsddb.DescribeTimeToLiveInput{TableName: aws.String(table)})
+	if err != nil || ttl.TimeToLiveDescription == nil || ttl.TimeToLiveDescription.TimeToLiveStatus != types.TimeToLiveStatusEnabled {
+		t.Fatalf("after create-tables finished an interrupted run, TTL of %s = %+v, %v; want enabled on ttl", table, ttl.TimeToLiveDescription, err)
+	}
+}

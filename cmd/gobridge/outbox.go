@@ -49,7 +49,7 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	cfg, st, err := openOutbox(ctx, fs, *path)
+	cfg, st, err := openOutbox(ctx, fs, *path, false)
 	if err != nil {
 		return err
 	}

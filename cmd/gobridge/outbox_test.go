@@ -9,6 +9,7 @@ import (
 	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
 func TestOutbox_StatsPerRoute(t *testing.T) {
@@ -78,4 +79,27 @@ func fillStats(t *testing.T, fx *storeFixture) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// A bridge (re)starting while `outbox stats` samples a stopped bridge's
+// SQLite file must get the file: the command only reads, so it must not
+// take the owner's lock (a monitoring job would otherwise make a restarting
+// bridge fail with "owned by process").
+func TestOutbox_StatsLeavesTheFileToABridgeThatStarts(t *testing.T) {
+	fx := newStoreFixture(t, "sqlite")
+	fillStats(t, fx)
+	var openErr error
+	afterFirstSample = func() {
+		st, err := sqlite.Open(fx.db, sqlite.Options{Sync: "normal"}) // what a starting bridge does
+		if openErr = err; err == nil {
+			openErr = st.Close()
+		}
+	}
+	t.Cleanup(func() { afterFirstSample = func() {} })
+	if code, _, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg, "--sample", "1ms"); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if openErr != nil {
+		t.Fatalf("a bridge starting while outbox stats ran could not open its store: %v", openErr)
+	}
 }

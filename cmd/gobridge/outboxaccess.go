@@ -36,12 +36,13 @@ type outbox struct {
 }
 
 // openOutbox loads FILE (-c of fs) with the shared loader (refusing a config with
-// errors, as run does) and opens its outbox store (DESIGN.md §11.2): a
-// SQLite file that no bridge owns is taken (its lock); one that a running
-// bridge owns is read through a read-only connection, and requeue and drop
-// go to that bridge's admin API (its address and token from FILE); a
+// errors, as run does) and opens its outbox store (DESIGN.md §11.2). A
+// SQLite file is read through a read-only connection, which leaves the file
+// to a bridge that starts meanwhile; to write, one that no bridge owns is
+// taken (its lock), and for one that a running bridge owns requeue and drop
+// go to that bridge's admin API (its address and token from FILE). A
 // DynamoDB table is shared by design and used directly.
-func openOutbox(ctx context.Context, fs *flag.FlagSet, path string) (*routes.Config, *outbox, error) {
+func openOutbox(ctx context.Context, fs *flag.FlagSet, path string, write bool) (*routes.Config, *outbox, error) {
 	cfg, err := loadValid(fs, path)
 	if err != nil {
 		return nil, nil, err
@@ -57,6 +58,7 @@ func openOutbox(ctx context.Context, fs *flag.FlagSet, path string) (*routes.Con
 		return nil, nil, errMemoryStore
 	case "sqlite":
 		opts := bridge.SQLiteOptions(*sc)
+		opts.ReadOnly = !write
 		st, err = sqlite.Open(sc.Options.Path, opts)
 		if errors.As(err, &locked) {
 			opts.ReadOnly = true

@@ -16,8 +16,9 @@ import (
 var ErrLayout = errors.New("dynamodb: table layout does not match")
 
 // CreateTable creates the table (on-demand, pk and sk, TTL on ttl) unless
-// one of that name exists, and waits until it is active. It does not check
-// the layout of an existing table; Open does.
+// one of that name exists, and waits until it is active. An existing table
+// of this layout (ErrLayout otherwise) that lacks TTL, as a call
+// interrupted while it waited leaves it, gets TTL on ttl.
 func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 	_, err := db.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:   aws.String(name),
@@ -32,10 +33,7 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 		},
 	})
 	var inUse *types.ResourceInUseException
-	if errors.As(err, &inUse) {
-		return nil
-	}
-	if err != nil {
+	if err != nil && !errors.As(err, &inUse) {
 		return fmt.Errorf("dynamodb: create table %s: %w", name, err)
 	}
 	w := dynamodb.NewTableExistsWaiter(db, func(o *dynamodb.TableExistsWaiterOptions) {
@@ -43,6 +41,18 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 	})
 	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 5*time.Minute); err != nil {
 		return fmt.Errorf("dynamodb: wait for table %s: %w", name, err)
+	}
+	if inUse != nil {
+		if err := checkLayout(ctx, db, name); err != nil {
+			return err
+		}
+		ttl, err := db.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(name)})
+		if err != nil {
+			return fmt.Errorf("dynamodb: describe ttl of %s: %w", name, err)
+		}
+		if d := ttl.TimeToLiveDescription; d != nil && d.TimeToLiveStatus != types.TimeToLiveStatusDisabled {
+			return nil
+		}
 	}
 	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName:               aws.String(name),

@@ -1,0 +1,136 @@
+package admin_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/stores"
+)
+
+// bulkStep is the answer of one bulk call.
+type bulkStep struct {
+	Done      int      `json:"done"`
+	Failed    []string `json:"failed"`
+	Remaining bool     `json:"remaining"`
+	Next      string   `json:"next"`
+	Until     string   `json:"until"`
+}
+
+// bulkAll runs a bulk verb on route the way the console does, calling
+// between steps (as a drainer of a still broken target would run);
+// it returns the steps. It gives up after 20 steps.
+func (fx *fixture) bulkAll(t *testing.T, verb, route string, limit int, between func()) []bulkStep {
+	t.Helper()
+	var steps []bulkStep
+	var last bulkStep
+	for range 20 {
+		q := url.Values{"route": {route}, "limit": {itoa(limit)}, "after": {last.Next}, "until": {last.Until}}
+		code, body := fx.do(t, "POST", "/api/dead-letters/"+verb+"?"+q.Encode(), local, "X-Requested-By", "t")
+		if code != http.StatusOK {
+			t.Fatalf("bulk %s step %d: %d %s", verb, len(steps), code, body)
+		}
+		last = bulkStep{}
+		if err := json.Unmarshal([]byte(body), &last); err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, last)
+		if !last.Remaining {
+			return steps
+		}
+		between()
+	}
+	t.Fatalf("bulk %s did not finish in 20 steps; the last: %d done, %d failed", verb, last.Done, len(last.Failed))
+	return nil
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// redie dead-letters every live record of session "plant" again, as the
+// drainer does while the target still rejects them.
+func redie(t *testing.T, st stores.Store, owner string) int {
+	t.Helper()
+	ctx := t.Context()
+	le, err := st.Acquire(ctx, stores.PartitionLease("plant", 0), owner, time.Minute, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.Claim(ctx, stores.ClaimRequest{Session: "plant", Token: le.Token, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &stores.Batch{}
+	for i := range recs {
+		b.Settle = append(b.Settle, stores.Settlement{Key: recs[i].Key(), Token: le.Token, Outcome: stores.DeadLetter,
+			Attempts: 1, Reason: "permanent: http 422: still unprocessable"})
+	}
+	if err := st.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	return len(recs)
+}
+
+// A bulk requeue requeues each dead letter it started with once, even when
+// the requeued records die again while it runs (the target is still
+// broken): those are new dead letters, left for the operator to see.
+func TestHandler_BulkRequeueTakesEachLetterOnce(t *testing.T) {
+	fx := setup(t, "")
+	deadLetters(t, fx.st, "alarms", 5, []byte("x"))
+	died, owner := 0, "drainer-"+message.NewID()
+	steps := fx.bulkAll(t, "requeue", "alarms", 2, func() { died += redie(t, fx.st, owner) })
+	done := 0
+	for _, s := range steps {
+		done += s.Done
+	}
+	if done != 5 {
+		t.Errorf("bulk requeue of 5 dead letters requeued %d (%d died again meanwhile): %+v", done, died, steps)
+	}
+}
+
+// Dead letters that cannot be requeued (truncated) are reported and
+// stepped over: they do not stop a bulk requeue of the letters after them.
+func TestHandler_BulkRequeueStepsOverFailures(t *testing.T) {
+	fx := setup(t, "")
+	bad := make([]stores.Record, 3)
+	for i := range bad {
+		bad[i] = stores.Record{Session: "plant", Route: "alarms", CreatedAt: t0, State: stores.Dead, Truncated: true,
+			DeadReason: "payload_too_large", DeadAt: t0.Add(-time.Hour), Envelope: message.Envelope{ID: message.NewID(), Topic: "line/7"}}
+	}
+	if err := fx.st.Write(t.Context(), &stores.Batch{Append: bad}); err != nil {
+		t.Fatal(err)
+	}
+	deadLetters(t, fx.st, "alarms", 4, []byte("x"))
+	done, failed := 0, 0
+	for _, s := range fx.bulkAll(t, "requeue", "alarms", 2, func() {}) {
+		done, failed = done+s.Done, failed+len(s.Failed)
+	}
+	if done != 4 || failed != 3 {
+		t.Errorf("bulk requeue behind 3 truncated letters: %d done, %d failed; want 4 and 3", done, failed)
+	}
+}
+
+// Two requeues of one dead letter at once (two operators, or the console
+// and the CLI): one wins, the other is told it is gone, and the outbox holds
+// one new record.
+func TestHandler_RacingRequeuesMakeOneRecord(t *testing.T) {
+	fx := setup(t, "")
+	id := deadLetters(t, fx.st, "alarms", 1, []byte("x"))[0]
+	codes := make(chan int, 2)
+	for range 2 {
+		go func() {
+			code, _ := fx.do(t, "POST", "/api/dead-letters/"+id+"/requeue", local, "X-Requested-By", "t")
+			codes <- code
+		}()
+	}
+	a, b := <-codes, <-codes
+	if min(a, b) != http.StatusOK || max(a, b) != http.StatusNotFound {
+		t.Errorf("racing requeues answered %d and %d, want 200 and 404", a, b)
+	}
+	st, err := fx.st.Stats(t.Context())
+	if err != nil || len(st) != 1 || st[0].Live != 1 || st[0].Routes["alarms"].Dead != 0 {
+		t.Errorf("after racing requeues: %+v, %v; want one live record and no dead letter", st, err)
+	}
+}
