@@ -42,10 +42,13 @@ import (
 type Outbox interface {
 	Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error)
 	Stats(ctx context.Context) ([]stores.SessionStats, error)
-	// Requeue puts dead letter id back for delivery, under route when it is
-	// not empty (a route renamed since), and returns the new record.
-	Requeue(ctx context.Context, id, route string) (stores.Record, error)
-	Drop(ctx context.Context, id string) error
+	// Requeue puts the dead letter with envelope ID id of route of (any
+	// route when empty: see stores.FindDead) back for delivery, under
+	// route to when it is not empty (a route renamed since), and returns
+	// the new record.
+	Requeue(ctx context.Context, id, of, to string) (stores.Record, error)
+	// Drop deletes the dead letter with envelope ID id of route of.
+	Drop(ctx context.Context, id, of string) error
 }
 
 // Options are what a Handler serves.

@@ -55,12 +55,12 @@ func deadLetters(t testing.TB, st stores.Store, route string, n int, payload []b
 // (as the CLI does when no bridge runs): every route lives in "plant".
 type storeOutbox struct{ stores.Store }
 
-func (o storeOutbox) Requeue(ctx context.Context, id, route string) (stores.Record, error) {
-	return stores.Requeue(ctx, o.Store, id, route, func(string) (string, int, error) { return "plant", 1, nil }, time.Now())
+func (o storeOutbox) Requeue(ctx context.Context, id, of, to string) (stores.Record, error) {
+	return stores.Requeue(ctx, o.Store, id, of, to, func(string) (string, int, error) { return "plant", 1, nil }, time.Now())
 }
 
-func (o storeOutbox) Drop(ctx context.Context, id string) error {
-	return stores.DropDead(ctx, o.Store, id)
+func (o storeOutbox) Drop(ctx context.Context, id, of string) error {
+	return stores.DropDead(ctx, o.Store, id, of)
 }
 
 func getDead(t testing.TB, st stores.Store, id string) (stores.Record, error) {

@@ -116,17 +116,17 @@ func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) getDead(w http.ResponseWriter, r *http.Request) {
-	recs, _, err := h.opts.Store.Dead(r.Context(), stores.DeadQuery{ID: r.PathValue("id")})
+	d, err := stores.FindDead(r.Context(), h.opts.Store, r.PathValue("id"), r.URL.Query().Get("of"))
 	if err != nil {
 		h.storeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, NewDeadLetter(&recs[0], time.Now(), true))
+	writeJSON(w, http.StatusOK, NewDeadLetter(&d, time.Now(), true))
 }
 
 func (h *Handler) requeue(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	n, err := h.opts.Store.Requeue(r.Context(), id, r.URL.Query().Get("route"))
+	n, err := h.opts.Store.Requeue(r.Context(), id, r.URL.Query().Get("of"), r.URL.Query().Get("route"))
 	if err != nil {
 		h.storeError(w, err)
 		return
@@ -137,7 +137,7 @@ func (h *Handler) requeue(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) drop(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := h.opts.Store.Drop(r.Context(), id); err != nil {
+	if err := h.opts.Store.Drop(r.Context(), id, r.URL.Query().Get("of")); err != nil {
 		h.storeError(w, err)
 		return
 	}
@@ -187,9 +187,9 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		}
 		id := recs[i].Envelope.ID
 		if verb == "requeue" {
-			_, err = h.opts.Store.Requeue(ctx, id, "")
+			_, err = h.opts.Store.Requeue(ctx, id, route, "")
 		} else {
-			err = h.opts.Store.Drop(ctx, id)
+			err = h.opts.Store.Drop(ctx, id, route)
 		}
 		if err != nil {
 			failed = append(failed, id+": "+err.Error())

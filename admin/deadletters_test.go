@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,5 +133,47 @@ func TestHandler_RacingRequeuesMakeOneRecord(t *testing.T) {
 	st, err := fx.st.Stats(t.Context())
 	if err != nil || len(st) != 1 || st[0].Live != 1 || st[0].Routes["alarms"].Dead != 0 {
 		t.Errorf("after racing requeues: %+v, %v; want one live record and no dead letter", st, err)
+	}
+}
+
+// One message that two routes dead-lettered is two dead letters with one
+// envelope ID. Each is addressed by ID and route: a bulk action on one
+// route acts on that route's letter, never the other's; a single-letter
+// call without ?of= is refused, naming both routes; with it, it acts on
+// that route's letter.
+func TestHandler_ALetterIsItsIDAndRoute(t *testing.T) {
+	fx := setup(t, "")
+	id := message.NewID()
+	var recs []stores.Record
+	for i, route := range []string{"other", "alarms", "third"} { // other's died first
+		recs = append(recs, stores.Record{Session: "plant", Route: route, CreatedAt: t0, State: stores.Dead,
+			DeadReason: "permanent: http 422", DeadAt: t0.Add(time.Duration(i) * time.Second),
+			Envelope: message.Envelope{ID: id, Topic: "line/7", Payload: []byte("x")}})
+	}
+	if err := fx.st.Write(t.Context(), &stores.Batch{Append: recs}); err != nil {
+		t.Fatal(err)
+	}
+	fx.bulkAll(t, "requeue", "alarms", 10, func() {})
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/api/dead-letters/" + id},
+		{"POST", "/api/dead-letters/" + id + "/drop"},
+		{"POST", "/api/dead-letters/" + id + "/requeue"},
+	} {
+		if code, body := fx.do(t, c.method, c.path, local, "X-Requested-By", "t"); code != http.StatusBadRequest ||
+			!strings.Contains(body, "other, third") {
+			t.Errorf("%s %s without ?of=: %d %s, want 400 naming the routes", c.method, c.path, code, body)
+		}
+	}
+	if code, body := fx.do(t, "POST", "/api/dead-letters/"+id+"/drop?of=third", local, "X-Requested-By", "t"); code != http.StatusOK {
+		t.Fatalf("drop ?of=third: %d %s", code, body)
+	}
+	if code, body := fx.do(t, "GET", "/api/dead-letters/"+id, local); code != http.StatusOK || !strings.Contains(body, `"route":"other"`) {
+		t.Errorf("GET after the others went: %d %s, want other's letter", code, body)
+	}
+	for route, want := range map[string]int{"alarms": 0, "other": 1, "third": 0} {
+		dead, _, err := fx.st.Dead(t.Context(), stores.DeadQuery{Route: route})
+		if err != nil || len(dead) != want {
+			t.Errorf("route %s has %d dead letters (%v), want %d", route, len(dead), err, want)
+		}
 	}
 }

@@ -283,7 +283,7 @@ func TestDirectHold_PermanentFailuresAreDeadLettered(t *testing.T) {
 
 	// Requeued while the target still rejects it: the replay fails the same
 	// way and the same record is dead again, with the new reason.
-	requeued, err := (*Outbox)(rt).Requeue(t.Context(), "bad-1", "")
+	requeued, err := (*Outbox)(rt).Requeue(t.Context(), "bad-1", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

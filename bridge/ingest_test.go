@@ -50,7 +50,7 @@ routes:
 	if !d.Truncated {
 		t.Error("the dead letter is not marked truncated")
 	}
-	if _, err := (*Outbox)(rt).Requeue(t.Context(), d.Envelope.ID, ""); err == nil || !strings.Contains(err.Error(), "truncated") {
+	if _, err := (*Outbox)(rt).Requeue(t.Context(), d.Envelope.ID, "", ""); err == nil || !strings.Contains(err.Error(), "truncated") {
 		t.Errorf("requeue of a truncated dead letter = %v, want a refusal that says why", err)
 	}
 	rec := httptest.NewRecorder()

@@ -23,11 +23,11 @@ func (o *Outbox) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record,
 func (o *Outbox) Stats(ctx context.Context) ([]stores.SessionStats, error) { return o.store.Stats(ctx) }
 
 // Requeue implements admin.Outbox.
-func (o *Outbox) Requeue(ctx context.Context, id, route string) (stores.Record, error) {
+func (o *Outbox) Requeue(ctx context.Context, id, of, to string) (stores.Record, error) {
 	b := (*Bridge)(o)
 	b.mu.Lock() // not during a reload: it would place r by the configuration going away
 	defer b.mu.Unlock()
-	r, err := stores.Requeue(ctx, b.store, id, route, Placer(b.cur.Load().cfg), time.Now())
+	r, err := stores.Requeue(ctx, b.store, id, of, to, Placer(b.cur.Load().cfg), time.Now())
 	if err != nil {
 		return r, err
 	}
@@ -39,9 +39,9 @@ func (o *Outbox) Requeue(ctx context.Context, id, route string) (stores.Record, 
 }
 
 // Drop implements admin.Outbox.
-func (o *Outbox) Drop(ctx context.Context, id string) error {
+func (o *Outbox) Drop(ctx context.Context, id, of string) error {
 	b := (*Bridge)(o)
-	err := stores.DropDead(ctx, b.store, id)
+	err := stores.DropDead(ctx, b.store, id, of)
 	if err == nil {
 		b.limits.refresh(ctx, true)
 	}

@@ -155,7 +155,7 @@ func TestBridge_RequeueDuringAReloadThatRemovesItsRoute(t *testing.T) {
 	}()
 	waitFor(t, 20*time.Second, "the reload to switch the routes", func() bool { return gated(rt, "H") })
 	go func() {
-		_, err := (*Outbox)(rt).Requeue(t.Context(), dead[0].Envelope.ID, "")
+		_, err := (*Outbox)(rt).Requeue(t.Context(), dead[0].Envelope.ID, "", "")
 		requeued <- err
 	}()
 	waitFor(t, 20*time.Second, "the requeue to return or to wait for the reload", func() bool {

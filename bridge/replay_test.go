@@ -66,7 +66,7 @@ func TestReplay_RequeuedDirectHoldDeadLetterIsDeliveredOnceTheTargetAccepts(t *t
 	}
 
 	rejecting.Store(false)
-	if _, err := (*Outbox)(rt).Requeue(t.Context(), "m-1", ""); err != nil {
+	if _, err := (*Outbox)(rt).Requeue(t.Context(), "m-1", "", ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the requeued message at the target", func() bool { return delivered.Load() == 1 })
@@ -117,7 +117,7 @@ func TestReplay_RequeueAfterAConfigFixRunsTheFixedProcessors(t *testing.T) {
 
 	addr = freeAddr(t)
 	rt, _ = runStoppable(t, config(addr, "{payload.id}")) // fixed
-	if _, err := (*Outbox)(rt).Requeue(t.Context(), d.Envelope.ID, ""); err != nil {
+	if _, err := (*Outbox)(rt).Requeue(t.Context(), d.Envelope.ID, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the transformed message at the target", func() bool { return snk.count("40") == 1 })
@@ -165,11 +165,11 @@ func TestReplay_AReplayHeldByADownTargetHoldsOnlyItsRoute(t *testing.T) {
 
 	modeA.Store(1)
 	modeB.Store(1)
-	if _, err := (*Outbox)(rt).Requeue(t.Context(), da.Envelope.ID, ""); err != nil {
+	if _, err := (*Outbox)(rt).Requeue(t.Context(), da.Envelope.ID, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "route a's replay retried against its down target", func() bool { return answeredA.Load() >= 2 })
-	if _, err := (*Outbox)(rt).Requeue(t.Context(), db.Envelope.ID, ""); err != nil {
+	if _, err := (*Outbox)(rt).Requeue(t.Context(), db.Envelope.ID, "", ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "route b's replay delivered while a's is held", func() bool { return answeredB.Load() == 1 })

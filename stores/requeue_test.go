@@ -21,10 +21,10 @@ func TestRequeueAndDropDead_RefuseAnEmptyID(t *testing.T) {
 		t.Fatal(err)
 	}
 	place := func(string) (string, int, error) { return "s", 1, nil }
-	if _, err := stores.Requeue(ctx, s, "", "", place, time.Now()); !errors.Is(err, stores.ErrNotFound) {
+	if _, err := stores.Requeue(ctx, s, "", "", "", place, time.Now()); !errors.Is(err, stores.ErrNotFound) {
 		t.Errorf("requeue of an empty ID: %v, want ErrNotFound", err)
 	}
-	if err := stores.DropDead(ctx, s, ""); !errors.Is(err, stores.ErrNotFound) {
+	if err := stores.DropDead(ctx, s, "", ""); !errors.Is(err, stores.ErrNotFound) {
 		t.Errorf("drop of an empty ID: %v, want ErrNotFound", err)
 	}
 	if dead, _, err := s.Dead(ctx, stores.DeadQuery{}); err != nil || len(dead) != 1 {

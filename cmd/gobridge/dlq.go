@@ -24,9 +24,9 @@ type DLQCommand struct {
 
 const dlqUsage = `Usage:
   gobridge dlq list    -c FILE [--route R] [--since DURATION] [--limit N] [--after CURSOR] [--format table|json]
-  gobridge dlq show    -c FILE [--format text|json] ID
-  gobridge dlq requeue -c FILE [--to-route NEW] (ID... | [--route R] --all [--yes])
-  gobridge dlq drop    -c FILE (ID... | [--route R] --all [--yes])
+  gobridge dlq show    -c FILE [--format text|json] [--route R] ID
+  gobridge dlq requeue -c FILE [--to-route NEW] [--route R] (ID... | --all [--yes])
+  gobridge dlq drop    -c FILE [--route R] (ID... | --all [--yes])
 
 list     prints dead letters oldest first (by the time they died), a page of
          --limit at a time; the next page's --after CURSOR goes to stderr
@@ -42,7 +42,10 @@ requeue  puts dead letters back for delivery under a new envelope ID (the
 drop     deletes dead letters for good.
 With IDs, requeue and drop act at once. With --all (every dead letter, or
 those of --route R) they print what they would change, and change nothing
-unless --yes is given.
+unless --yes is given. A dead letter is its ID and its route: one message
+that two routes dead-lettered leaves a letter on each, with the same ID;
+then an ID alone is refused (the error names the routes) and --route R
+names the one meant.
 
 They work whether or not a bridge runs on the store. On a SQLite file, list
 and show read through a read-only connection (a bridge may start meanwhile);
@@ -155,6 +158,7 @@ func listSince(ctx context.Context, st admin.Outbox, f stores.DeadQuery, cutoff 
 func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	fs, path := c.flags("show")
 	format := formatFlag(fs, "text", "json")
+	route := fs.String("route", "", "the dead letter's `ROUTE` (needed when one message was dead-lettered by several routes)")
 	var pos []string
 	if err := parseArgs(fs, args, &pos); err != nil {
 		return err
@@ -170,11 +174,11 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.close()
-	recs, _, err := st.Dead(ctx, stores.DeadQuery{ID: pos[0]})
+	rec, err := stores.FindDead(ctx, st, pos[0], *route)
 	if err != nil {
 		return fmt.Errorf("dlq show %s: %w", safe(pos[0]), err)
 	}
-	d := admin.NewDeadLetter(&recs[0], c.now(), true)
+	d := admin.NewDeadLetter(&rec, c.now(), true)
 	if *format == "json" {
 		return writeJSON(c.Stdout, d)
 	}
@@ -220,7 +224,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 
 func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error {
 	fs, path := c.flags(verb)
-	route := fs.String("route", "", "with --all: only dead letters of `ROUTE`")
+	route := fs.String("route", "", "only dead letters of `ROUTE` (with IDs: needed when one message was dead-lettered by several routes)")
 	to := fs.String("to-route", "", "requeue: under `ROUTE` (the dead letters' route was renamed)")
 	all := fs.Bool("all", false, "act on every dead letter (of --route when given)")
 	yes := fs.Bool("yes", false, "with --all: really do it (without it, only print what would be done)")
@@ -233,8 +237,6 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 		return usageErr(fs, "dlq %s: give IDs or --all, not both", verb)
 	case !*all && len(ids) == 0:
 		return usageErr(fs, "dlq %s: give one or more IDs, or --all (with --route R)", verb)
-	case !*all && *route != "":
-		return usageErr(fs, "dlq %s: --route needs --all", verb)
 	case verb == "drop" && *to != "":
 		return usageErr(fs, "dlq drop: --to-route is for requeue")
 	case slices.Contains(ids, ""): // a store takes an empty ID for no ID at all
@@ -248,8 +250,12 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	if st.via != "" {
 		fmt.Fprintf(c.Stderr, "the outbox is owned by %s\n", st.via)
 	}
+	letters := make([]stores.Record, len(ids))
+	for i, id := range ids {
+		letters[i].Envelope.ID, letters[i].Route = id, *route
+	}
 	if *all {
-		if ids, err = allDeadIDs(ctx, st, *route); err != nil {
+		if letters, err = allDead(ctx, st, *route); err != nil {
 			return fmt.Errorf("dlq %s: %w", verb, err)
 		}
 		scope := "every route"
@@ -257,13 +263,13 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 			scope = "route " + *route
 		}
 		if !*yes {
-			fmt.Fprintf(c.Stdout, "would %s %d dead letters of %s:\n", verb, len(ids), scope)
-			for i, id := range ids {
+			fmt.Fprintf(c.Stdout, "would %s %d dead letters of %s:\n", verb, len(letters), scope)
+			for i, l := range letters {
 				if i == 20 {
-					fmt.Fprintf(c.Stdout, "  ... and %d more\n", len(ids)-20)
+					fmt.Fprintf(c.Stdout, "  ... and %d more\n", len(letters)-20)
 					break
 				}
-				fmt.Fprintf(c.Stdout, "  %s\n", safe(id))
+				fmt.Fprintf(c.Stdout, "  %s (route %s)\n", safe(l.Envelope.ID), safe(l.Route))
 			}
 			fmt.Fprintln(c.Stdout, "nothing changed; add --yes to do it")
 			return nil
@@ -271,7 +277,8 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	}
 	var failed []error
 	n := 0
-	for _, id := range ids {
+	for _, l := range letters {
+		id := l.Envelope.ID
 		if err := ctx.Err(); err != nil {
 			failed = append(failed, err)
 			break
@@ -280,10 +287,10 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 		done := "dropped " + safe(id)
 		if verb == "requeue" {
 			var nr stores.Record
-			nr, err = st.Requeue(ctx, id, *to)
+			nr, err = st.Requeue(ctx, id, l.Route, *to)
 			done = fmt.Sprintf("requeued %s as %s (route %s)", safe(id), safe(nr.Envelope.ID), safe(nr.Route))
 		} else {
-			err = st.Drop(ctx, id)
+			err = st.Drop(ctx, id, l.Route)
 		}
 		if err != nil {
 			failed = append(failed, fmt.Errorf("%s %s: %w", verb, safe(id), err))
@@ -295,8 +302,8 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 		n++
 	}
 	past := map[string]string{"requeue": "requeued", "drop": "dropped"}[verb]
-	if *all || len(ids) > 1 {
-		fmt.Fprintf(c.Stdout, "%s %d of %d dead letters\n", past, n, len(ids))
+	if *all || len(letters) > 1 {
+		fmt.Fprintf(c.Stdout, "%s %d of %d dead letters\n", past, n, len(letters))
 	}
 	if verb == "requeue" && n > 0 {
 		fmt.Fprintln(c.Stdout, "a running bridge delivers them (at once when it owns the store, else at its next poll)")
@@ -304,10 +311,10 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	return errors.Join(failed...)
 }
 
-// allDeadIDs lists the IDs of every dead letter (of route when set), page by
-// page, oldest first.
-func allDeadIDs(ctx context.Context, st admin.Outbox, route string) ([]string, error) {
-	var ids []string
+// allDead lists every dead letter (of route when set) by its envelope ID
+// and route, page by page, oldest first.
+func allDead(ctx context.Context, st admin.Outbox, route string) ([]stores.Record, error) {
+	var out []stores.Record
 	f := stores.DeadQuery{Route: route, Limit: 1000}
 	for {
 		recs, next, err := st.Dead(ctx, f)
@@ -315,10 +322,12 @@ func allDeadIDs(ctx context.Context, st admin.Outbox, route string) ([]string, e
 			return nil, err
 		}
 		for i := range recs {
-			ids = append(ids, recs[i].Envelope.ID)
+			var l stores.Record
+			l.Envelope.ID, l.Route = recs[i].Envelope.ID, recs[i].Route
+			out = append(out, l)
 		}
 		if next == "" {
-			return ids, nil
+			return out, nil
 		}
 		f.After = next
 	}

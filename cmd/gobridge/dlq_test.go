@@ -160,6 +160,35 @@ func TestDLQ_RequeueAndDrop(t *testing.T) {
 	}
 }
 
+// TestDLQ_ALetterIsItsIDAndRoute: one message two routes dead-lettered is
+// a letter on each with the same ID. An ID alone that names both is
+// refused (it used to act on whichever the store listed first, another
+// route's letter included); --route names the one meant; --all takes each
+// letter by its route.
+func TestDLQ_ALetterIsItsIDAndRoute(t *testing.T) {
+	fx := newStoreFixture(t, "sqlite")
+	base := time.Now().Add(-time.Minute)
+	id := fx.dead(t, "alarms", 1, []byte(`x`), "boom", base)[0]
+	fx.with(t, func(st stores.Store) {
+		d := stores.Record{Session: "plant", Route: "telemetry", CreatedAt: base, State: stores.Dead, DeadReason: "boom",
+			DeadAt: base.Add(time.Second), Envelope: message.Envelope{ID: id, Topic: "t/1", Payload: []byte(`x`)}}
+		if err := st.Write(t.Context(), &stores.Batch{Append: []stores.Record{d}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, verb := range []string{"show", "drop", "requeue"} {
+		if code, out, errOut := gobridge(t, "dlq", verb, "-c", fx.cfg, id); code != exitFailure || !strings.Contains(errOut, "alarms, telemetry") {
+			t.Errorf("dlq %s ID naming two letters: exit %d\n%s%s", verb, code, out, errOut)
+		}
+	}
+	if code, out, errOut := gobridge(t, "dlq", "drop", "-c", fx.cfg, "--route", "telemetry", id); code != exitOK {
+		t.Fatalf("drop --route telemetry: exit %d\n%s%s", code, out, errOut)
+	}
+	if left := fx.listDead(t, ""); len(left) != 1 || left[0].Route != "alarms" {
+		t.Fatalf("left after dropping telemetry's letter: %+v", left)
+	}
+}
+
 // TestDLQ_EmptyIDTouchesNothing checks that an empty ID (an unset shell
 // variable: dlq drop "$ID") is a usage error. A store's query by an empty
 // ID is no ID query at all: it answered the oldest dead letter of any
@@ -193,7 +222,6 @@ func TestDLQ_UsageAndStoreErrors(t *testing.T) {
 		{"dlq", "show", "-c", fx.cfg},
 		{"dlq", "requeue", "-c", fx.cfg},
 		{"dlq", "drop", "-c", fx.cfg, "--all", "some-id"},
-		{"dlq", "drop", "-c", fx.cfg, "--route", "alarms", "some-id"},
 		{"dlq", "drop", "-c", fx.cfg, "--to-route", "alarms", "some-id"},
 		{"outbox"},
 		{"outbox", "stats"},

@@ -91,11 +91,13 @@ type offline struct {
 	place stores.Placer
 }
 
-func (o offline) Requeue(ctx context.Context, id, route string) (stores.Record, error) {
-	return stores.Requeue(ctx, o.Store, id, route, o.place, time.Now())
+func (o offline) Requeue(ctx context.Context, id, of, to string) (stores.Record, error) {
+	return stores.Requeue(ctx, o.Store, id, of, to, o.place, time.Now())
 }
 
-func (o offline) Drop(ctx context.Context, id string) error { return stores.DropDead(ctx, o.Store, id) }
+func (o offline) Drop(ctx context.Context, id, of string) error {
+	return stores.DropDead(ctx, o.Store, id, of)
+}
 
 // owned reads a store a running bridge owns, and sends changes to that
 // bridge's admin API at base.
@@ -104,20 +106,20 @@ type owned struct {
 	base, token string
 }
 
-func (o owned) Requeue(ctx context.Context, id, route string) (stores.Record, error) {
+func (o owned) Requeue(ctx context.Context, id, of, to string) (stores.Record, error) {
 	var out struct {
 		ID      string `json:"id"`
 		Route   string `json:"route"`
 		Session string `json:"session"`
 	}
-	err := o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/requeue?route="+url.QueryEscape(route), &out)
+	err := o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/requeue?"+url.Values{"of": {of}, "route": {to}}.Encode(), &out)
 	r := stores.Record{Route: out.Route, Session: out.Session}
 	r.Envelope.ID = out.ID
 	return r, err
 }
 
-func (o owned) Drop(ctx context.Context, id string) error {
-	return o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/drop", new(any))
+func (o owned) Drop(ctx context.Context, id, of string) error {
+	return o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/drop?"+url.Values{"of": {of}}.Encode(), new(any))
 }
 
 // post sends a mutation and decodes the answer into out.
