@@ -296,13 +296,11 @@ func (w *writer) finish(batch uint64) {
 
 // write commits b, retrying failures with backoff until it succeeds or the
 // writer is aborted (then it returns nil and nothing is settled). A batch
-// the store refuses as invalid is split (the settlements apart from the
-// appends, each in halves) until the settlement or record at fault is
-// alone. A refused record is replaced by its truncated dead letter
-// (stores.Truncate), and when even that is refused it is left
-// unacknowledged (errs[i] set); a refused settlement is dropped from
-// b.Settle, its record left claimed. /readyz says why. It returns one
-// error per appended record.
+// the store refuses as invalid is split (settlements apart, see
+// settleApart; the appends in halves) until the record at fault is alone;
+// it is then replaced by its truncated dead letter (stores.Truncate), and
+// when even that is refused it is left unacknowledged (errs[i] set) and
+// /readyz says why. It returns one error per appended record.
 func (w *writer) write(b *stores.Batch) []error {
 	errs := make([]error, len(b.Append))
 	err := w.retry(b)
@@ -317,11 +315,8 @@ func (w *writer) write(b *stores.Batch) []error {
 	return errs
 }
 
-// settleApart writes settlements on their own, splitting on ErrInvalid
-// down to the one at fault, and returns those written. The drainer has let
-// the record of a refused one go, but the store holds it claimed under the
-// partition's token: it is sent again only once the lease changes hands (a
-// restart), and until then /readyz names its route.
+// settleApart writes ss, halving on ErrInvalid, and returns those written; a
+// refused one's record stays claimed until a restart, /readyz names its route.
 func (w *writer) settleApart(ss []stores.Settlement) []stores.Settlement {
 	b := stores.Batch{Settle: ss}
 	err := w.retry(&b)
