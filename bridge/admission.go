@@ -261,8 +261,9 @@ func (a *admission) full() (sessions, routes []string) {
 	return fulls(a.sessions), fulls(a.routes)
 }
 
-// refusedRecord notes that route has a record the store refused even as a
-// truncated dead letter (left unacknowledged), for /readyz.
+// refusedRecord notes, for /readyz, that route has a record the store
+// refused even as a truncated dead letter (left unacknowledged), or whose
+// outcome it refused (left claimed): err says which.
 func (a *admission) refusedRecord(route string, err error) {
 	a.mu.Lock()
 	a.refused[route] = err.Error()

@@ -104,7 +104,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		appendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "gobridge", Subsystem: "outbox", Name: "append_errors_total",
-			Help: "Failed group-commit appends (retried).",
+			Help: "Failed outbox writes (retried), and outcomes the store refused.",
 		}),
 
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -81,7 +81,7 @@ func (b *Bridge) Ready(ctx context.Context) Readiness {
 	}
 	refused := b.limits.refusals()
 	for _, r := range slices.Sorted(maps.Keys(refused)) {
-		add("route %s: a record the store refused, also as a truncated dead letter, is left unacknowledged and holds its receiver: %s", r, refused[r])
+		add("route %s: %s", r, refused[r])
 	}
 	return Readiness{Ready: len(reasons) == 0, Reasons: reasons}
 }

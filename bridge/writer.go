@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -266,7 +267,7 @@ func (w *writer) writeOnce(reserve bool) (n, appends int) {
 		w.limits.written(orig, stored)
 		reqs[i].done(errs[i])
 	}
-	w.limits.settled(settles)
+	w.limits.settled(b.Settle) // those written
 	for _, s := range b.Settle {
 		if s.Stale {
 			w.metrics.stale.WithLabelValues(s.Route).Inc()
@@ -295,10 +296,10 @@ func (w *writer) finish(batch uint64) {
 
 // write commits b, retrying failures with backoff until it succeeds or the
 // writer is aborted (then it returns nil and nothing is settled). A batch
-// the store refuses as invalid is split (the settlements are written on
-// their own, the appends in halves) until the record at fault is alone; it
-// is then replaced by its truncated dead letter (stores.Truncate), and when
-// even that is refused it is left unacknowledged (errs[i] set) and
+// the store refuses as invalid is split (settlements apart, see
+// settleApart; the appends in halves) until the record at fault is alone;
+// it is then replaced by its truncated dead letter (stores.Truncate), and
+// when even that is refused it is left unacknowledged (errs[i] set) and
 // /readyz says why. It returns one error per appended record.
 func (w *writer) write(b *stores.Batch) []error {
 	errs := make([]error, len(b.Append))
@@ -309,15 +310,29 @@ func (w *writer) write(b *stores.Batch) []error {
 	case !errors.Is(err, stores.ErrInvalid):
 		return nil // aborted
 	}
-	if len(b.Settle) > 0 {
-		s := stores.Batch{Settle: b.Settle}
-		if err := w.retry(&s); err != nil {
-			w.log.Error("settlements refused by the store; the records stay claimed", "error", err, "settlements", len(s.Settle))
-		}
-		copy(b.Settle, s.Settle)
-	}
+	b.Settle = w.settleApart(b.Settle)
 	w.bisect(b.Append, errs)
 	return errs
+}
+
+// settleApart writes ss, halving on ErrInvalid, and returns those written; a
+// refused one's record stays claimed until a restart, /readyz names its route.
+func (w *writer) settleApart(ss []stores.Settlement) []stores.Settlement {
+	b := stores.Batch{Settle: ss}
+	err := w.retry(&b)
+	switch {
+	case err == nil || len(ss) == 0:
+		return ss
+	case !errors.Is(err, stores.ErrInvalid):
+		return nil // aborted
+	case len(ss) > 1:
+		return slices.Concat(w.settleApart(ss[:len(ss)/2]), w.settleApart(ss[len(ss)/2:]))
+	}
+	err = fmt.Errorf("the store refused the outcome of record %s, which stays claimed until a restart: %w", ss[0].ID, err)
+	w.log.Error("settlement refused by the store", "route", ss[0].Route, "record_id", ss[0].ID, "error", err)
+	w.metrics.appendErrors.Inc()
+	w.limits.refusedRecord(ss[0].Route, err)
+	return nil
 }
 
 // bisect appends recs, splitting on ErrInvalid down to single records.
@@ -347,7 +362,7 @@ func (w *writer) bisect(recs []stores.Record, errs []error) {
 	if derr := w.retry(&b); derr != nil {
 		errs[0] = fmt.Errorf("store refused the record (%v) and its truncated dead letter (%w)", err, derr)
 		log.Error("record refused by the store, also as a truncated dead letter: left unacknowledged", "error", errs[0])
-		w.limits.refusedRecord(rec.Route, errs[0])
+		w.limits.refusedRecord(rec.Route, fmt.Errorf("left unacknowledged, holding its receiver: %w", errs[0]))
 		return
 	}
 	log.Warn("record refused by the store: kept as a truncated dead letter", "error", err)
