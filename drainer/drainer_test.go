@@ -343,6 +343,7 @@ func TestGroup_RunsProcessorsOfRawRecords(t *testing.T) {
 				for _, e := range snd.log {
 					sent = append(sent, string(e.Payload))
 				}
+				slices.Sort(sent) // no ordering key: sent concurrently, in any order
 				reasons := map[string]string{}
 				for _, d := range dead(t, store) {
 					reasons[string(d.Envelope.Payload)] = d.DeadReason
