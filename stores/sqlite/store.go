@@ -38,6 +38,12 @@ const DefaultDoneRetention = 100_000
 // in memory whatever the backlog.
 const cacheKiB = 4096
 
+// journalLimit is what the -wal file is cut back to when a checkpoint has
+// emptied it (PRAGMA journal_size_limit). It grows past its usual 16 MiB (a
+// checkpoint every 4,000 pages) only while a reader in another process
+// holds a snapshot, and would otherwise stay at that peak until Close.
+const journalLimit = 32 << 20
+
 // ErrReadOnly is returned by the calls that change a store opened with
 // Options.ReadOnly.
 var ErrReadOnly = errors.New("sqlite: store opened read-only (another process may own it)")
@@ -116,6 +122,7 @@ func (s *Store) open() error {
 	q.Add("_pragma", fmt.Sprintf("cache_size(-%d)", cacheKiB))
 	q.Add("_pragma", "temp_store(memory)") // statement journals
 	q.Add("_pragma", "wal_autocheckpoint(4000)")
+	q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", journalLimit))
 	if s.opts.ReadOnly {
 		if _, err := os.Stat(s.path); err != nil {
 			return err

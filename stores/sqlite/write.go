@@ -13,7 +13,9 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// compactStep is the most tombstones one Write deletes.
+// compactStep is how many tombstones beyond DoneRetention one Write
+// deletes on top of those it made, so that the excess shrinks whatever the
+// Writes settle.
 const compactStep = 4096
 
 // chunks are the row counts of the multi-row statements, largest first: a
@@ -80,7 +82,7 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 		seqs: make([]int64, len(b.Append)), tokens: make([]int64, len(b.Append)), stale: make([]bool, len(b.Settle))}
 	seq, tombs := s.seq, s.tombs
 	s.tomb++
-	if err := s.tx(ctx, durable(b), func() error { return w.batch(b) }); err != nil {
+	if err := s.tx(ctx, durable(b), func() error { return w.batch(b, tombs) }); err != nil {
 		s.seq, s.tombs = seq, tombs
 		return fmt.Errorf("sqlite: write: %w", mapErr(err))
 	}
@@ -120,10 +122,11 @@ type write struct {
 	stale  []bool
 }
 
-// batch applies b in order: settlements, appends, then a compaction step.
-// Runs of Done settlements (of distinct keys) and of appends without a
-// coalesce key go in multi-row statements.
-func (w *write) batch(b *stores.Batch) error {
+// batch applies b in order: settlements, appends, then a compaction step
+// (tombs is how many tombstones there were before it). Runs of Done
+// settlements (of distinct keys) and of appends without a coalesce key go
+// in multi-row statements.
+func (w *write) batch(b *stores.Batch, tombs int64) error {
 	s := w.s
 	for i := 0; i < len(b.Settle); {
 		j, seen := i, map[stores.Key]bool{}
@@ -162,7 +165,7 @@ func (w *write) batch(b *stores.Batch) error {
 		i = j
 	}
 	if excess := s.tombs - int64(max(s.opts.DoneRetention, 0)); excess > 0 {
-		n, err := s.exec(w.ctx, compactQuery, min(excess, compactStep))
+		n, err := s.exec(w.ctx, compactQuery, min(excess, compactStep+max(s.tombs-tombs, 0)))
 		if err != nil {
 			return err
 		}
