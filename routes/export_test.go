@@ -30,3 +30,6 @@ func ZeroFields() map[string]string {
 	walk(reflect.TypeFor[Config](), "")
 	return m
 }
+
+// DiskNeed is diskNeed, for the test that measures it against real files.
+var DiskNeed = diskNeed
