@@ -2,6 +2,7 @@ package dynamodb_test
 
 import (
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -44,7 +45,13 @@ func TestWrite_RetryAfterLostAnswer(t *testing.T) {
 			// DynamoDB answers as the first (they carry its
 			// ClientRequestToken), would only add their backoff.
 			noRetries := func(o *awsddb.Options) { o.RetryMaxAttempts = 1 }
-			s, err := dynamodb.Open(ctx, dynamodb.Options{Table: sharedTable(t), Client: newClient(t, cnt, noRetries)})
+			client := newClient(t, cnt, noRetries)
+			// Without the SDK's retries, a keep-alive connection DynamoDB
+			// Local closed while idle in the shared transport would fail a
+			// call ("use of closed network connection"): a connection a
+			// request.
+			cnt.next = &http.Transport{DisableKeepAlives: true}
+			s, err := dynamodb.Open(ctx, dynamodb.Options{Table: sharedTable(t), Client: client})
 			if err != nil {
 				t.Fatal(err)
 			}
