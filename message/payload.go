@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // FormatFloat renders a JSON number without exponent notation in the common
@@ -23,8 +24,9 @@ func FormatFloat(f float64) string {
 
 // ParsedPayload decodes one envelope's JSON payload at most once and shares
 // the result among templates and expressions. Numbers decode exactly: an
-// integer that fits in int64 becomes an int, larger integers stay a
-// json.Number (their exact text), and other numbers become float64.
+// integer that fits in int64 becomes an int, other numbers a float64 when
+// it holds them (the shortest form of the float64 is the number written),
+// and the rest stay a json.Number (their exact text).
 //
 // A ParsedPayload notices when it is asked about a different payload slice
 // (a processor assigned a new payload) and decodes again. The zero value is
@@ -38,8 +40,16 @@ type ParsedPayload struct {
 }
 
 // ErrNotJSON is returned by ParsedPayload.Value for a payload that is not a
-// single JSON value.
+// single JSON value, is not UTF-8, has a string with a lone UTF-16
+// surrogate escape (encoding/json would turn these into U+FFFD, so that
+// distinct strings render the same key), or nests arrays and objects deeper
+// than MaxDepth.
 var ErrNotJSON = errors.New("payload is not JSON")
+
+// MaxDepth is the deepest nesting of arrays and objects a JSON payload may
+// have. It bounds the work a payload can cause: expr's toJSON indents, so
+// its output grows with the square of the depth.
+const MaxDepth = 64
 
 // Value returns payload decoded as JSON, or ErrNotJSON (with a nil value).
 func (p *ParsedPayload) Value(payload []byte) (any, error) {
@@ -62,6 +72,9 @@ func sameSlice(a, b []byte) bool {
 // allowed) and converts its numbers as ParsedPayload says: expr would
 // compare a uint64 or a rounded float64 wrongly.
 func decodeJSON(b []byte) (any, error) {
+	if !utf8.Valid(b) {
+		return nil, fmt.Errorf("%w: not valid UTF-8", ErrNotJSON)
+	}
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	var v any
@@ -71,7 +84,48 @@ func decodeJSON(b []byte) (any, error) {
 	if _, err := d.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: trailing data at offset %d", ErrNotJSON, d.InputOffset())
 	}
+	if err := checkText(b); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotJSON, err)
+	}
 	return numbers(v), nil
+}
+
+// checkText checks what encoding/json accepts but a payload may not have:
+// nesting deeper than MaxDepth and lone surrogate escapes. b is valid JSON,
+// so every backslash is in a string and every escape is complete.
+func checkText(b []byte) error {
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString && c == '\\' && b[i+1] == 'u':
+			r, _ := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+			i += 5
+			if r >= 0xdc00 && r <= 0xdfff {
+				return fmt.Errorf("lone surrogate \\u%04x at offset %d", r, i-5)
+			}
+			if r >= 0xd800 && r <= 0xdbff {
+				lo := uint64(0)
+				if i+6 < len(b) && b[i+1] == '\\' && b[i+2] == 'u' {
+					lo, _ = strconv.ParseUint(string(b[i+3:i+7]), 16, 16)
+				}
+				if lo < 0xdc00 || lo > 0xdfff {
+					return fmt.Errorf("lone surrogate \\u%04x at offset %d", r, i-5)
+				}
+				i += 6
+			}
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case !inString && (c == '[' || c == '{'):
+			if depth++; depth > MaxDepth {
+				return fmt.Errorf("nested deeper than %d at offset %d", MaxDepth, i)
+			}
+		case !inString && (c == ']' || c == '}'):
+			depth--
+		}
+	}
+	return nil
 }
 
 // numbers converts the json.Numbers of a decoded tree in place (a float out
@@ -94,9 +148,40 @@ func numbers(v any) any {
 			}
 			return t
 		}
-		if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f, err := strconv.ParseFloat(s, 64); err == nil && holds(s, f) {
 			return f
 		}
 	}
 	return v
+}
+
+// holds reports whether f, in its shortest form, is the number s: false
+// when s has more significant digits than a float64 keeps (a key rendered
+// from it would merge distinct numbers).
+func holds(s string, f float64) bool {
+	n := 0 // digits from the first non-zero one: at least the significant ones
+	for i := 0; i < len(s) && s[i] != 'e' && s[i] != 'E'; i++ {
+		if c := s[i]; c >= '1' && c <= '9' || c == '0' && n > 0 {
+			n++
+		}
+	}
+	if n <= 15 { // every decimal of 15 digits has its own float64
+		return true
+	}
+	d, exp := decimal(s)
+	fd, fexp := decimal(strconv.FormatFloat(f, 'e', -1, 64))
+	return d == fd && exp == fexp
+}
+
+// decimal returns the significant digits of the JSON number s and the
+// position of the decimal point relative to them.
+func decimal(s string) (string, int) {
+	mant, e, _ := strings.Cut(strings.ToLower(strings.TrimPrefix(s, "-")), "e")
+	exp, _ := strconv.Atoi(e)
+	whole, frac, _ := strings.Cut(mant, ".")
+	d := whole + frac
+	exp += len(whole)
+	trimmed := strings.TrimLeft(d, "0")
+	exp -= len(d) - len(trimmed)
+	return strings.TrimRight(trimmed, "0"), exp
 }

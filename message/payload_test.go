@@ -4,29 +4,57 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math/big"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // referenceDecode is what decodeJSON must agree with: encoding/json with
-// UseNumber, then the documented number conversion.
-func referenceDecode(b []byte) (any, bool) {
-	if !json.Valid(b) {
-		return nil, false
+// UseNumber, then the documented number conversion and refusals (not
+// UTF-8, deeper than MaxDepth, a lone surrogate). known is false when it
+// cannot tell a lone surrogate from a U+FFFD the text spells itself.
+func referenceDecode(b []byte) (v any, ok, known bool) {
+	if !json.Valid(b) || !utf8.Valid(b) {
+		return nil, false, true
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, false
+		return nil, false, true
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, false
+		return nil, false, true
 	}
-	return referenceConvert(v), true
+	depth, most := 0, 0
+	for tok := json.NewDecoder(bytes.NewReader(b)); ; {
+		t, err := tok.Token()
+		if err != nil {
+			break
+		}
+		switch t {
+		case json.Delim('['), json.Delim('{'):
+			depth++
+			most = max(most, depth)
+		case json.Delim(']'), json.Delim('}'):
+			depth--
+		}
+	}
+	if most > MaxDepth {
+		return nil, false, true
+	}
+	if strings.Contains(fmt.Sprint(v), "\ufffd") { // encoding/json's stand-in for a lone surrogate
+		spelled := bytes.Contains(b, []byte("\ufffd")) || bytes.Contains(bytes.ToLower(b), []byte(`\ufffd`))
+		if !spelled {
+			return nil, false, true
+		}
+		return nil, false, false
+	}
+	return referenceConvert(v), true, true
 }
 
 func referenceConvert(v any) any {
@@ -39,10 +67,16 @@ func referenceConvert(v any) any {
 			}
 			return x
 		}
-		if f, err := strconv.ParseFloat(s, 64); err == nil {
-			return f
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return x
 		}
-		return x
+		exact, _ := new(big.Rat).SetString(s)
+		shortest, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+		if exact.Cmp(shortest) != 0 {
+			return x
+		}
+		return f
 	case map[string]any:
 		for k, e := range x {
 			x[k] = referenceConvert(e)
@@ -60,6 +94,7 @@ var jsonSeeds = []string{
 	`"\xff invalid utf8"`, `{"a":{"a":{"a":[[[null]]]}}}`, `{"a":1,"a":2}`, `9223372036854775807`,
 	`9223372036854775808`, `-9223372036854775808`, `-9223372036854775809`, `1e400`, `123456789012345678`,
 	`01`, `1.`, `.5`, `-`, `1e`, `+1`, `"abc`, `"a\x"`, "\"tab\there\"", `{"a" 1}`, `{"a":1,}`, `[1,]`,
+	"\"\xff invalid utf8\"", `"\ud800"`, `"\ud83d\ude00\udc00"`, `"\\ud800"`, `"\ufffd"`, `[1.5, 12345678901234567890.5, 1.00000000000000000001e2]`,
 	`tru`, `nul`, `true false`, ``, `   `, "\ufeff{}", `{"a":[1,2,{"b":"c"}]}x`, `"\`,
 }
 
@@ -74,10 +109,28 @@ func TestDecodeJSON_AgreesWithEncodingJSON(t *testing.T) {
 	}
 }
 
+// Nesting is bounded: expr's toJSON indents, so its output (and CPU) grows
+// with the square of the depth; 10,000 levels in 20 KB cost seconds.
+func TestDecodeJSON_DepthLimit(t *testing.T) {
+	t.Parallel()
+	nest := func(n int) []byte {
+		return []byte(`{"a":` + strings.Repeat("[", n-1) + strings.Repeat("]", n-1) + "}")
+	}
+	if _, err := decodeJSON(nest(MaxDepth)); err != nil {
+		t.Errorf("%d levels: %v", MaxDepth, err)
+	}
+	if _, err := decodeJSON(nest(MaxDepth + 1)); !errors.Is(err, ErrNotJSON) {
+		t.Errorf("%d levels: err = %v, want ErrNotJSON", MaxDepth+1, err)
+	}
+}
+
 func checkDecode(t *testing.T, b []byte) {
 	t.Helper()
-	want, ok := referenceDecode(b)
+	want, ok, known := referenceDecode(b)
 	got, err := decodeJSON(b)
+	if !known {
+		return
+	}
 	if ok != (err == nil) {
 		t.Fatalf("decodeJSON(%q) err = %v, encoding/json valid = %v", b, err, ok)
 	}
@@ -135,7 +188,7 @@ func BenchmarkDecodeJSON(b *testing.B) {
 		b.SetBytes(int64(len(payload)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok := referenceDecode(payload); !ok {
+			if _, ok, _ := referenceDecode(payload); !ok {
 				b.Fatal("invalid")
 			}
 		}

@@ -224,7 +224,7 @@ func (t *Template) renderPart(pt *part, e *Envelope, p *ParsedPayload) (string, 
 		}
 		root, err := p.Value(e.Payload)
 		if err != nil {
-			return "", &FieldError{Placeholder: pt.text, Reason: "payload is not JSON"}
+			return "", &FieldError{Placeholder: pt.text, Reason: err.Error()} // says why (not UTF-8, too deep, ...)
 		}
 		v, reason := walkPath(root, pt.path)
 		if reason != "" {

@@ -2,6 +2,7 @@ package message
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -129,6 +130,40 @@ func TestTemplate_RenderMissingFields(t *testing.T) {
 		}
 		if fe.Placeholder != c.placeholder {
 			t.Errorf("Render(%q) placeholder = %q, want %q", c.tmpl, fe.Placeholder, c.placeholder)
+		}
+	}
+}
+
+// A rendered payload field is the value the publisher wrote or an error,
+// never a lossy stand-in: two messages whose keys differ must not render
+// the same idempotency, ordering or coalesce key.
+func TestTemplate_RenderIsExactOrFails(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ payload, want string }{ // want "": a *FieldError
+		{`{"id":12345678901234567890.5}`, "12345678901234567890.5"},
+		{`{"id":12345678901234567891.5}`, "12345678901234567891.5"},
+		{`{"id":1.2345678901234567891e19}`, "1.2345678901234567891e19"},
+		{`{"id":0.1000000000000000000001}`, "0.1000000000000000000001"},
+		{`{"id":81.50}`, "81.5"},
+		{`{"id":1e2}`, "100"},
+		{"{\"id\":\"a\xffb\"}", ""}, // invalid UTF-8 (encoding/json makes it U+FFFD)
+		{"{\"id\":\"a\xfeb\"}", ""},
+		{`{"id":"a\ud800b"}`, ""}, // a lone surrogate (also U+FFFD)
+		{`{"id":"a\udfffb"}`, ""},
+		{`{"id":"a\ufffdb"}`, "a\ufffdb"},
+		{`{"id":"\ud83d\ude00 \\ud800"}`, "\U0001F600 \\ud800"},
+	}
+	tmpl := mustParse("{payload.id}")
+	for _, c := range cases {
+		got, err := tmpl.Render(testEnvelope(c.payload), nil)
+		if c.want == "" {
+			if fe, ok := errors.AsType[*FieldError](err); !ok || !strings.HasPrefix(fe.Reason, "payload is not JSON: ") {
+				t.Errorf("Render(%q) = %q, %v; want a *FieldError saying why the payload is not JSON", c.payload, got, err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("Render(%q) = %q, %v; want %q", c.payload, got, err, c.want)
 		}
 	}
 }

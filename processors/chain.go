@@ -145,6 +145,9 @@ func (c *Chain) Process(e *message.Envelope) (Result, error) {
 	}
 	if c.orderingKey != nil {
 		key, err := c.orderingKey.Render(e, &s.payload)
+		if err == nil && key == "" { // "" would mean unordered
+			err = fmt.Errorf("%q rendered an empty key", c.orderingKey.String())
+		}
 		if err != nil {
 			*e = orig
 			return Result{}, senders.Permanent(&ProcessError{Index: -1, Err: err})

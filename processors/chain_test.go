@@ -113,6 +113,22 @@ func TestChain_OrderingKeyMissingFieldIsPermanent(t *testing.T) {
 	}
 }
 
+// An ordering key that renders "" would silently drop the route's per-key
+// FIFO promise for that message (e.Key "" means unordered): it fails, like
+// an empty idempotency or coalesce key.
+func TestChain_OrderingKeyEmptyIsPermanent(t *testing.T) {
+	t.Parallel()
+	c := compile(t, "{payload.line}")
+	e := envelope(`{"line":""}`)
+	_, err := c.Process(e)
+	if pe := permanent(t, err); pe.Index != -1 {
+		t.Errorf("Index = %d, want -1", pe.Index)
+	}
+	if e.Key != "" || e.ID != "orig-id" {
+		t.Errorf("envelope changed: Key %q, ID %q", e.Key, e.ID)
+	}
+}
+
 func TestChain_TransformInvalidatesDecodedPayload(t *testing.T) {
 	t.Parallel()
 	c := compile(t, "",
