@@ -99,9 +99,11 @@ func (t *txn) pointer(g *group, ttl int64) {
 	if g.ptr != nil {
 		cond, kv = "#id = :id", []any{":id", getS(g.ptr, "id")}
 	}
-	// Moved by another process: take it as the cancellation returned it.
+	// Moved by another process: take it as the cancellation returned it
+	// (and back off, as for a partition counter: processes appending the
+	// same keys would otherwise retry in lockstep).
 	t.add(func(old item) {
-		g.ptr, g.ignore = old, false
+		g.ptr, g.ignore, t.busy = old, false, true
 		s.learn(old)
 	}, s.tw(ptr, "put", cond, kv...))
 	t.after = append(t.after, func() { g.ptr, g.ignore = ptr, false })

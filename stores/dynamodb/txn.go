@@ -19,7 +19,7 @@ type txn struct {
 	replan []func(old item) // by item; nil for items without a condition
 	after  []func()
 	stats  map[string]*counts // by session: the changes
-	busy   bool               // set by replan: another process appended to a partition first
+	busy   bool               // set by replan: another process appended to a partition (or a coalesce key) first
 }
 
 func (t *txn) add(replan func(old item), it types.TransactWriteItem) {

@@ -317,8 +317,8 @@ func (s *Store) commit(ctx context.Context, c []*op, now time.Time) error {
 			return err
 		}
 		if t.busy && attempt > 0 {
-			// Several processes keep appending to one partition: spread
-			// them out.
+			// Several processes keep appending to one partition (or one
+			// coalesce key): spread them out.
 			if berr := backoff(ctx, attempt); berr != nil {
 				return errors.Join(err, berr) // refused, not lost
 			}
