@@ -30,6 +30,8 @@ type route struct {
 	health *senders.Health
 	policy drainer.Policy
 	chain  *processors.Chain // runs the processors and sets the ordering key
+	// maxPayload is its receiver's max_payload_bytes: no transform makes more.
+	maxPayload int
 	// session and partitions: where the route keeps its records (see home).
 	session       string
 	partitions    int
@@ -161,7 +163,7 @@ func (s *sender) close() error {
 }
 
 // newRoute compiles one route.
-func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
+func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender, maxPayload int) (*route, error) {
 	p := rc.Policy
 	r := &route{
 		cfg: rc, id: rc.ID, topic: rc.Topic, mode: rc.DeliveryMode, sender: s.Sender, health: s.health,
@@ -171,10 +173,10 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender) (*route, error) {
 			DropExpired: p.OnExpired == routes.PolicyDrop, DropPermanent: p.OnPermanentFailure == routes.PolicyDrop,
 			Backoff: drainer.Backoff{Initial: p.Backoff.InitialInterval.D(), Max: p.Backoff.MaxInterval.D(), Multiplier: p.Backoff.Multiplier},
 		},
-		ttl: p.TTL.D(), stallAfter: p.StallAfter.D(), directTimeout: p.DirectTimeout.D(),
+		maxPayload: maxPayload, ttl: p.TTL.D(), stallAfter: p.StallAfter.D(), directTimeout: p.DirectTimeout.D(),
 		dlq: p.OnPermanentFailure == routes.PolicyDLQ && b.store != nil, quit: make(chan struct{}),
 	}
-	ch, err := processors.Compile(rc)
+	ch, err := processors.Compile(rc, maxPayload)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: route %s: compile processors: %w", rc.ID, err)
 	}

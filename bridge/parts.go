@@ -78,17 +78,21 @@ func (b *Bridge) assemble(cfg *routes.Config, old *parts) (p *parts, err error) 
 			p.senders[sc.ID] = s
 		}
 	}
+	maxPayload := map[string]int{}
+	for _, rc := range cfg.Receivers {
+		maxPayload[rc.ID] = rc.Options.MaxPayloadBytes
+	}
 	for _, rc := range cfg.Routes {
 		s := p.senders[rc.Sender]
 		if s == nil {
 			return nil, fmt.Errorf("bridge: route %s: unknown sender %q", rc.ID, rc.Sender)
 		}
 		o := old.route(rc.ID)
-		if o != nil && o.health == s.health && reflect.DeepEqual(o.cfg, rc) {
+		if o != nil && o.health == s.health && o.maxPayload == maxPayload[rc.Receiver] && reflect.DeepEqual(o.cfg, rc) {
 			p.routes = append(p.routes, o)
 			continue
 		}
-		r, err := b.newRoute(rc, s)
+		r, err := b.newRoute(rc, s, maxPayload[rc.Receiver])
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
@@ -99,6 +100,16 @@ func (b *Bridge) stalled(s *session, st stores.SessionStats, now time.Time) stri
 	sent := "nothing sent since start"
 	if !lastAt.IsZero() {
 		sent = fmt.Sprintf("last send %s ago", now.Sub(lastAt).Round(time.Second))
+	}
+	var errs []string // its targets' last errors: why nothing is sent
+	for _, r := range s.members {
+		if e := r.health.LastError(); e != "" && !slices.Contains(errs, e) {
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) > 0 {
+		slices.Sort(errs)
+		sent += ": last target error: " + strings.Join(errs, "; ")
 	}
 	return fmt.Sprintf("session %s: stalled: oldest pending record is %s old (stall_after %s), %s",
 		s.id, now.Sub(st.Oldest).Round(time.Second), s.stallAfter, sent)

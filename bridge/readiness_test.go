@@ -2,11 +2,15 @@ package bridge
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/gobridge/gobridge/stores"
 )
 
 // readyz returns /readyz's status code and body from the admin listener.
@@ -74,5 +78,30 @@ func TestReadiness_FailsWhileASessionStalls(t *testing.T) {
 	waitReadyz(t, rt, 200, `"ready":true`)
 	if s.distinct() != 1 {
 		t.Fatalf("sink got %d messages, want 1", s.distinct())
+	}
+}
+
+// A target whose certificate does not verify is the target's failure: the
+// record waits (no dead letter) and /readyz names the TLS error, not only
+// the stall.
+func TestReadiness_NamesTheTargetErrorOfAStalledSession(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(srv.Close)
+	addr := freeAddr(t)
+	rt := startBridge(t, parseConfig(t, listenerConfig(addr, "127.0.0.1:0", "{type: memory}",
+		fmt.Sprintf(`  - {id: tls, type: http, options: {url: %q}}`, srv.URL), `
+  - id: buffered
+    receiver: edge
+    topic: "#"
+    sender: tls
+    delivery_mode: shared_outbox
+    session: {id: s1, drain_strategy: {type: fixed_poll, interval: 100ms}}
+    policy: {stall_after: 1s, backoff: {initial_interval: 100ms, max_interval: 200ms}}`)))
+	pub := publisher(t, "tcp://"+addr, "stall-tls")
+	waitTokens(t, []paho.Token{pub.Publish("line/x", 1, false, "one")}, 10*time.Second)
+	waitReadyz(t, rt, 503, "certificate signed by unknown authority")
+	if dead, _, err := rt.store.Dead(t.Context(), stores.DeadQuery{}); err != nil || len(dead) != 0 {
+		t.Fatalf("%d dead letters (%v), want none", len(dead), err)
 	}
 }

@@ -77,16 +77,19 @@ func (es CompileErrors) Unwrap() []error {
 	return out
 }
 
-// Compile compiles route.Processors, in order, and route.OrderingKey. It
+// Compile compiles route.Processors, in order, and route.OrderingKey.
+// maxPayloadBytes (the route's receiver's max_payload_bytes; <= 0: no
+// limit) bounds what a transform may make: a larger result fails the
+// message, as its receiver would have refused it (DESIGN.md §11.1). It
 // reports every problem it finds (an unknown type, a missing or superfluous
 // field, an expression or template that does not compile) as CompileErrors.
 // A route without processors or ordering key compiles to a chain whose
 // Process does nothing.
-func Compile(route routes.RouteConfig) (*Chain, error) {
+func Compile(route routes.RouteConfig, maxPayloadBytes int) (*Chain, error) {
 	c := &Chain{}
 	var errs CompileErrors
 	for i, pc := range route.Processors {
-		st, perr := compileProcessor(i, pc)
+		st, perr := compileProcessor(i, pc, maxPayloadBytes)
 		if len(perr) > 0 {
 			errs = append(errs, perr...)
 			continue
@@ -167,14 +170,14 @@ type state struct {
 	env     map[string]any
 }
 
-func compileProcessor(i int, pc routes.ProcessorConfig) (step, CompileErrors) {
+func compileProcessor(i int, pc routes.ProcessorConfig, maxPayloadBytes int) (step, CompileErrors) {
 	var st step
 	var err *CompileError
 	switch pc.Type {
 	case TypeFilter:
 		st, err = compileFilter(i, pc.Expr)
 	case TypeTransform:
-		st, err = compileTransform(i, pc.Expr)
+		st, err = compileTransform(i, pc.Expr, maxPayloadBytes)
 	case TypeSetHeaders:
 		return compileSetHeaders(i, pc.Headers)
 	case TypeIdempotencyKey:

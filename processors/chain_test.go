@@ -28,7 +28,7 @@ func envelope(payload string) *message.Envelope {
 
 func compile(t *testing.T, ordering string, ps ...routes.ProcessorConfig) *Chain {
 	t.Helper()
-	c, err := Compile(routes.RouteConfig{ID: "r", Processors: ps, OrderingKey: ordering})
+	c, err := Compile(routes.RouteConfig{ID: "r", Processors: ps, OrderingKey: ordering}, 0)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}

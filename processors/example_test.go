@@ -18,7 +18,7 @@ func ExampleCompile() {
 			{Type: "set_headers", Headers: map[string]string{"site": "{topic.1}"}},
 			{Type: "idempotency_key", From: "{topic.1}-{header.site}"},
 		},
-	})
+	}, 0)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -30,7 +30,7 @@ func ExampleCompile() {
 
 	_, err = processors.Compile(routes.RouteConfig{Processors: []routes.ProcessorConfig{
 		{Type: "coalesce", Key: "{topic.one}"},
-	}})
+	}}, 0)
 	fmt.Println(err)
 	// Output:
 	// false <nil>

@@ -135,7 +135,7 @@ func compileFilter(i int, src string) (step, *CompileError) {
 	}, nil
 }
 
-func compileTransform(i int, src string) (step, *CompileError) {
+func compileTransform(i int, src string, maxBytes int) (step, *CompileError) {
 	p, err := compileExpr(i, src, false)
 	if err != nil {
 		return nil, err
@@ -148,6 +148,9 @@ func compileTransform(i int, src string) (step, *CompileError) {
 		payload, err := encodePayload(out)
 		if err != nil {
 			return fmt.Errorf("transform %q: %w", src, err)
+		}
+		if maxBytes > 0 && len(payload) > maxBytes {
+			return fmt.Errorf("transform %q made %d bytes, over the receiver's max_payload_bytes (%d)", src, len(payload), maxBytes)
 		}
 		s.e.Payload = payload // a new slice: cached decodings notice it
 		return nil

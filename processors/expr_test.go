@@ -2,10 +2,12 @@ package processors
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/senders"
 )
 
 func TestFilter_KeepsAndDrops(t *testing.T) {
@@ -127,7 +129,7 @@ func TestCompile_Errors(t *testing.T) {
 		{"ordering key", routes.RouteConfig{OrderingKey: "{topic"}, -1, "ordering_key", 0},
 	}
 	for _, c := range cases {
-		_, err := Compile(c.route)
+		_, err := Compile(c.route, 0)
 		ce, ok := errors.AsType[*CompileError](err)
 		if !ok {
 			t.Errorf("%s: error %v, want *CompileError", c.name, err)
@@ -155,7 +157,7 @@ func TestCompile_ReportsEveryProblem(t *testing.T) {
 			{Type: TypeCoalesce},
 		},
 		OrderingKey: "{bad}",
-	})
+	}, 0)
 	ces, ok := errors.AsType[CompileErrors](err)
 	if !ok || len(ces) != 3 {
 		t.Fatalf("error %v: want 3 CompileErrors", err)
@@ -169,5 +171,30 @@ func TestCompile_ReportsEveryProblem(t *testing.T) {
 	var te *message.TemplateError
 	if !errors.As(ces[2], &te) || te.Offset != 0 {
 		t.Errorf("ordering_key problem %v does not carry the template offset", ces[2])
+	}
+}
+
+// A transform may not make more than its receiver's max_payload_bytes:
+// JSON escapes turn control bytes into six times as many. The message
+// fails permanently and is left as it arrived.
+func TestTransform_OutputOverMaxPayloadBytesFails(t *testing.T) {
+	c, err := Compile(routes.RouteConfig{Processors: []routes.ProcessorConfig{
+		{Type: TypeTransform, Expr: "{'a': raw}"},
+	}}, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := &message.Envelope{ID: "1", Payload: []byte("\x01\x02")}
+	if _, err := c.Process(small); err != nil || string(small.Payload) != `{"a":"\u0001\u0002"}` {
+		t.Fatalf("under the limit: %q, %v", small.Payload, err)
+	}
+	in := strings.Repeat("\x01", 1000)
+	e := &message.Envelope{ID: "2", Payload: []byte(in)}
+	_, err = c.Process(e)
+	if class, _ := senders.Classify(err); class != senders.Fatal || !strings.Contains(err.Error(), "max_payload_bytes (1024)") {
+		t.Fatalf("over the limit: %v, want a permanent max_payload_bytes error", err)
+	}
+	if string(e.Payload) != in {
+		t.Fatal("the message was changed")
 	}
 }

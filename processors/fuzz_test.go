@@ -26,7 +26,7 @@ func FuzzChain(f *testing.F) {
 			{Type: TypeTransform, Expr: transform},
 			{Type: TypeSetHeaders, Headers: map[string]string{"h": tmpl}},
 			{Type: TypeCoalesce, Key: tmpl},
-		}})
+		}}, 0)
 		if err != nil {
 			if _, ok := errors.AsType[*CompileError](err); !ok {
 				t.Fatalf("compile error %v is not a *CompileError", err)
@@ -55,7 +55,7 @@ func BenchmarkChain(b *testing.B) {
 			{Type: TypeSetHeaders, Headers: map[string]string{"site": "{topic.1}", "fw": "{payload.meta.fw}"}},
 			{Type: TypeIdempotencyKey, From: "{payload.msg_id}"},
 		},
-	})
+	}, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func BenchmarkChain_TopicOnly(b *testing.B) {
 			{Type: TypeFilter, Expr: "topic startsWith 'factory/'"},
 			{Type: TypeSetHeaders, Headers: map[string]string{"site": "{topic.1}"}},
 		},
-	})
+	}, 0)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -163,7 +163,7 @@ func compileProblems(cfg *routes.Config, known routes.Problems) routes.Problems 
 		}
 	}
 	for i, rc := range cfg.Routes {
-		_, err := processors.Compile(rc)
+		_, err := processors.Compile(rc, 0)
 		var ces processors.CompileErrors
 		if !errors.As(err, &ces) {
 			if err != nil {

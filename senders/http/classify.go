@@ -22,6 +22,9 @@ const (
 	// drainLimit bounds how much of a body is read to reuse the connection;
 	// a longer body closes the connection instead.
 	drainLimit = 256 << 10
+	// maxHeaderBytes bounds a response's status line and headers (net/http
+	// allows 10 MiB per request in flight); more is a target failure.
+	maxHeaderBytes = 64 << 10
 )
 
 // StatusError is a non-2xx response, wrapped in senders.Capacity or
@@ -62,11 +65,16 @@ func (e *StatusError) Error() string {
 func classify(resp *nethttp.Response, now time.Time, method string, u *url.URL, perMessageURL bool) error {
 	defer resp.Body.Close()
 	code := resp.StatusCode
-	if code >= 200 && code <= 299 {
+	se := &StatusError{Method: method, URL: redact.URL(u.String()), Status: code}
+	if code < 200 {
+		// Only 101 gets here (net/http skips the other 1xx): its body is
+		// the raw connection, which no timeout covers. Closing it is all.
+		return se
+	}
+	if code <= 299 {
 		drain(resp.Body)
 		return nil
 	}
-	se := &StatusError{Method: method, URL: redact.URL(u.String()), Status: code}
 	head := make([]byte, BodyInReason)
 	n, _ := io.ReadFull(resp.Body, head)
 	se.Body = redact.Text(printable(head[:n])) // a target may echo the request URL
@@ -83,12 +91,27 @@ func classify(resp *nethttp.Response, now time.Time, method string, u *url.URL, 
 		}
 	}
 	if code >= 300 && code <= 399 {
-		se.Location = redact.URL(printable([]byte(resp.Header.Get("Location"))))
+		se.Location = clip(redact.URL(printable([]byte(resp.Header.Get("Location")))))
 	}
 	return se
 }
 
 func drain(r io.Reader) { _, _ = io.Copy(io.Discard, io.LimitReader(r, drainLimit)) }
+
+// clip cuts target-supplied text to BodyInReason bytes, on a rune boundary:
+// an error's text is kept as a record's last error and dead-letter reason.
+func clip(s string) string {
+	if len(s) <= BodyInReason {
+		return s
+	}
+	return strings.ToValidUTF8(s[:BodyInReason], "") + "…"
+}
+
+// clipped is an error whose text is clipped; errors.Is and As see through.
+type clipped struct{ error }
+
+func (c clipped) Error() string { return clip(c.error.Error()) }
+func (c clipped) Unwrap() error { return c.error }
 
 // printable returns b as text for an error message: invalid UTF-8 is
 // replaced and control characters other than tab become spaces.

@@ -115,6 +115,7 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 	// more sends in flight than one route's max_in_flight, and a request
 	// waiting for a connection would spend its timeout waiting.
 	tr.TLSClientConfig = tlsConf
+	tr.MaxResponseHeaderBytes = maxHeaderBytes
 	s.client = &nethttp.Client{
 		Transport: tr,
 		Timeout:   cmp.Or(o.Timeout.D(), DefaultTimeout),
@@ -156,11 +157,13 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 		// Connection refused or reset, DNS, TLS handshake (an operator
 		// fixes a bad certificate, not the message), timeouts and a
 		// cancelled ctx: all may pass. The *url.Error is unwrapped: its text
-		// holds the whole URL, secrets in the query included.
+		// holds the whole URL, secrets in the query included. The rest is
+		// clipped: it may quote what the target sent (a status line, a
+		// certificate's names).
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
-		return fmt.Errorf("http: %s %s: %w", s.method, redact.URL(req.URL.String()), err)
+		return fmt.Errorf("http: %s %s: %w", s.method, redact.URL(req.URL.String()), clipped{err})
 	}
 	err = classify(resp, time.Now(), s.method, req.URL, s.url.sentPerMessage())
 	if err != nil {
