@@ -47,9 +47,11 @@ step() {
 TMP=$(mktemp -d /tmp/gobridge-dist-check.XXXXXX)
 BRIDGE_PID=""
 INSTALLED=0 # this script installed the package: purge it on the way out
+ASIDE="" # a /var/lib/gobridge that was here before (not the package's), moved aside meanwhile
 cleanup() {
   if [ -n "$BRIDGE_PID" ] && kill -0 "$BRIDGE_PID" 2>/dev/null; then kill -KILL "$BRIDGE_PID" || true; fi
   if [ "$INSTALLED" = 1 ]; then dpkg --purge gobridge >/dev/null 2>&1 || true; fi
+  if [ -n "$ASIDE" ] && [ ! -e /var/lib/gobridge ]; then mv "$ASIDE" /var/lib/gobridge; fi
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -127,6 +129,14 @@ printf '/etc/default/gobridge\n/etc/gobridge/gobridge.yaml\n' | cmp -s - "$TMP/c
   || die "conffiles are: $(tr '\n' ' ' <"$TMP/conffiles")"
 if dpkg-query -W -f '${Status}' gobridge 2>/dev/null | grep -q installed; then
   die "a gobridge package is installed on this machine; this check installs and purges its own: remove it first"
+fi
+# The package is checked as on a fresh machine: postinst keeps a state
+# directory an administrator made, so one left here by something else
+# (a root process that opened /var/lib/gobridge/outbox.db) waits aside.
+if [ -e /var/lib/gobridge ]; then
+  ASIDE=$(mktemp -u /var/lib/gobridge.dist-check.XXXXXX)
+  log "moving the existing /var/lib/gobridge ($(stat -c '%U:%G %a' /var/lib/gobridge)) aside to $ASIDE until the end"
+  mv /var/lib/gobridge "$ASIDE"
 fi
 INSTALLED=1
 dpkg -i "$deb" >"$TMP/dpkg-i.log" 2>&1 || { cat "$TMP/dpkg-i.log" >&2; die "dpkg -i failed"; }
