@@ -212,7 +212,7 @@ func TestHandler_PagesTenThousandDeadLetters(t *testing.T) {
 	var got []string
 	after, pages, biggest := "", 0, 0
 	for {
-		code, body := fx.do(t, "GET", "/api/dead-letters?route=alarms&limit=500&after="+after, remote)
+		code, body := fx.do(t, "GET", "/api/dead-letters?route=alarms&limit="+itoa(admin.MaxPage)+"&after="+after, remote)
 		if code != http.StatusOK {
 			t.Fatalf("page %d: %d %s", pages, code, body)
 		}
@@ -236,19 +236,19 @@ func TestHandler_PagesTenThousandDeadLetters(t *testing.T) {
 		}
 		after = p.Next
 	}
-	if len(got) != n || pages != n/500 {
-		t.Fatalf("paged %d IDs in %d pages, want %d in %d", len(got), pages, n, n/500)
+	if len(got) != n || pages != n/admin.MaxPage {
+		t.Fatalf("paged %d IDs in %d pages, want %d in %d", len(got), pages, n, n/admin.MaxPage)
 	}
 	for i := range got {
 		if got[i] != ids[i] {
 			t.Fatalf("ID %d = %s, want %s (oldest first)", i, got[i], ids[i])
 		}
 	}
-	// A page never carries payloads: 500 rows of 2 kB payload stay small.
+	// A page never carries payloads: MaxPage rows of 2 kB payload stay small.
 	if biggest > 300_000 {
 		t.Errorf("largest page is %d bytes", biggest)
 	}
-	if code, _ := fx.do(t, "GET", "/api/dead-letters?limit=501", remote); code != http.StatusBadRequest {
+	if code, _ := fx.do(t, "GET", "/api/dead-letters?limit="+itoa(admin.MaxPage+1), remote); code != http.StatusBadRequest {
 		t.Errorf("limit above %d: %d, want 400", admin.MaxPage, code)
 	}
 

@@ -17,8 +17,8 @@ func BenchmarkHandler_DeadLetterPage(b *testing.B) {
 	h := admin.New(admin.Options{Store: storeOutbox{st}})
 	// The cursor 99,000 records in.
 	deep := ""
-	for range 99 {
-		req := httptest.NewRequest("GET", "http://127.0.0.1/api/dead-letters?route=alarms&limit=500&after="+deep, nil)
+	for range 99_000 / admin.MaxPage {
+		req := httptest.NewRequest("GET", "http://127.0.0.1/api/dead-letters?route=alarms&limit="+itoa(admin.MaxPage)+"&after="+deep, nil)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 		var p struct{ Next string }

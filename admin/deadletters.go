@@ -12,13 +12,15 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Page sizes of the dead-letter endpoints.
+// Page sizes of the dead-letter endpoints. A store reads a page's letters
+// whole, payloads included (up to max_payload_bytes each), even where the
+// answer leaves them out: the sizes bound what one call holds in memory.
 const (
 	DefaultPage = 50
-	MaxPage     = 500
+	MaxPage     = 200
 	// MaxBulk is the most dead letters one bulk call changes; the caller
 	// repeats while the answer says "remaining".
-	MaxBulk = 1000
+	MaxBulk = 100
 )
 
 // DeadLetter is the JSON form of a dead letter (the API and `gobridge dlq`).

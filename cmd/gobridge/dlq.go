@@ -315,7 +315,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 // and route, page by page, oldest first.
 func allDead(ctx context.Context, st admin.Outbox, route string) ([]stores.Record, error) {
 	var out []stores.Record
-	f := stores.DeadQuery{Route: route, Limit: 1000}
+	f := stores.DeadQuery{Route: route, Limit: admin.MaxBulk} // whole letters: a page's payloads are in memory
 	for {
 		recs, next, err := st.Dead(ctx, f)
 		if err != nil {
