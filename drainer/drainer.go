@@ -22,6 +22,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobridge/gobridge/message"
@@ -124,6 +125,13 @@ type Group struct {
 	mu    sync.Mutex
 	parts map[int]*partition // the partitions this instance drains
 
+	// pending counts, per partition, the records the writer asked Reserve
+	// for and has not handed over with Delivered yet, whatever Reserve
+	// answered: a partition acquired meanwhile must not take the store's
+	// silence for the end of its backlog while some of them may still
+	// commit unclaimed (see partition.claim).
+	pending []atomic.Int64
+
 	sends sync.WaitGroup // every goroutine running Sender.Send
 }
 
@@ -147,7 +155,8 @@ func New(opts Options, store Store, settler Settler) *Group {
 	g := &Group{
 		opts: opts, store: store, settler: settler, obs: opts.Observer,
 		routes: map[string]*Route{}, note: newNotifier(), parts: map[int]*partition{},
-		log: opts.Logger.With("component", "drainer", "session", opts.Session),
+		pending: make([]atomic.Int64, opts.Partitions),
+		log:     opts.Logger.With("component", "drainer", "session", opts.Session),
 	}
 	for id, r := range opts.Routes {
 		if r.Sender == nil || r.Health == nil {
@@ -189,6 +198,10 @@ func (g *Group) Run(ctx context.Context) error {
 // returns 0 otherwise: the record is appended unclaimed and the partition
 // claims it later.
 func (g *Group) Reserve(n int) int64 {
+	if n < 0 || n >= len(g.pending) {
+		return 0
+	}
+	g.pending[n].Add(1) // before the partition counts it (see claim)
 	if p := g.part(n); p != nil {
 		return p.reserve()
 	}
@@ -201,8 +214,12 @@ func (g *Group) Reserve(n int) int64 {
 // partition's loop; the others end their reservation, and a record
 // inserted unclaimed tells its partition that the store holds work for it.
 func (g *Group) Delivered(rec *stores.Record, reserved int64) {
-	if p := g.part(rec.Partition); p != nil {
+	n := rec.Partition
+	if p := g.part(n); p != nil {
 		p.delivered(rec, reserved)
+	}
+	if reserved >= 0 && n >= 0 && n < len(g.pending) {
+		g.pending[n].Add(-1) // after the partition forgot it (see claim)
 	}
 }
 

@@ -126,3 +126,25 @@ func TestGroup_AClaimDuringAWriteKeepsTheBacklog(t *testing.T) {
 		sentInOrder(t, store, snd, stop, "m000", "m001")
 	})
 }
+
+// TestGroup_APartitionAcquiredDuringAWriteKeepsItsBacklog: the writer
+// reserves records of a partition this instance does not drain yet (at
+// start, or while a lease moves here), so they go unclaimed. The partition
+// is acquired and claims before that write commits, finding nothing: it
+// must not end its backlog, or the batch's next record would be reserved
+// (held in memory) and sent before the earlier, unclaimed ones. Found as a
+// rare failure of TestGroup_KeepsPerKeyOrderAcrossRetries.
+func TestGroup_APartitionAcquiredDuringAWriteKeepsItsBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		snd := newScriptSender(1, nil)
+		g, _, store := newGroup(t, testOptions(t, snd, testPolicy(), nil))
+		batch, _ := records(3, func(int) string { return "k" })
+		tokens := []int64{g.Reserve(0), g.Reserve(0), 0} // no partition yet
+		stop := running(t, g)
+		eventually(t, time.Minute, "partition 0 held", func() bool { return g.part(0) != nil })
+		synctest.Wait() // and its first claim done
+		tokens[2] = g.Reserve(0)
+		commit(t, g, store, batch, tokens, nil)
+		sentInOrder(t, store, snd, stop, "m000", "m001", "m002")
+	})
+}

@@ -31,7 +31,6 @@ type partition struct {
 	reserved  int             // rooms promised to the writer
 	backlog   bool            // the store may hold unclaimed records of this partition
 	unclaimed uint64          // records the writer appended unclaimed (a version)
-	owed      int             // records reserve told to go unclaimed, not yet delivered
 	wake      chan struct{}
 
 	// stopCtx is cancelled to stop gracefully (shutdown, rebalance);
@@ -103,7 +102,6 @@ func (p *partition) reserve() int64 {
 	if p.backlog || p.held+p.reserved >= p.g.opts.Window {
 		p.backlog = true // later records must queue behind this one
 		p.unclaimed++
-		p.owed++
 		return 0
 	}
 	p.reserved++
@@ -116,9 +114,6 @@ func (p *partition) delivered(rec *stores.Record, reserved int64) {
 	mine := reserved > 0 && reserved == p.l.Token
 	if mine {
 		p.reserved--
-	}
-	if reserved == 0 && p.owed > 0 {
-		p.owed--
 	}
 	switch {
 	case rec.Seq == 0: // a duplicate, or absorbed by coalescing
@@ -248,9 +243,12 @@ func (p *partition) claim() (int, error) {
 	p.mu.Lock()
 	p.held += len(recs)
 	// The store holds nothing more, unless the writer is still committing
-	// records it was told to append unclaimed (the claim could not see
-	// them): only then may it hand records over, or they would overtake.
-	if len(recs) < limit && p.unclaimed == version && p.owed == 0 {
+	// records that go unclaimed (the claim could not see them): those it
+	// reserved that are not this partition's hot ones. Reserve and
+	// Delivered count them in g.pending before and after the partition
+	// does, so this never undercounts. Only then may the writer hand
+	// records over, or they would overtake.
+	if len(recs) < limit && p.unclaimed == version && g.pending[p.n].Load() == int64(p.reserved) {
 		p.backlog = false
 	}
 	// The claimed records are scheduled with the handed-over ones, in Seq
