@@ -2,11 +2,15 @@ package sqs
 
 import (
 	"context"
+	"crypto/md5"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,5 +150,48 @@ func TestClassifyCall_NeverReadsText(t *testing.T) {
 	bad := &smithy.GenericAPIError{Code: "InvalidMessageContents", Message: "throttling"}
 	if class, _ := senders.Classify(classifyCall(bad)); class != senders.Fatal {
 		t.Errorf("invalid message: %v", class)
+	}
+}
+
+// TestSender_ACallRefusedForOneMessageFailsOnlyThatMessage: SQS refuses a
+// whole SendMessageBatch call with a message error code (here for a body
+// containing "poison"); the sender splits the call until only that
+// message fails permanently, and the others are accepted.
+func TestSender_ACallRefusedForOneMessageFailsOnlyThatMessage(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		var in struct {
+			Entries []struct{ Id, MessageBody string }
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			t.Errorf("decode request: %v", err)
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		var ok []map[string]any
+		for _, e := range in.Entries {
+			if strings.Contains(e.MessageBody, "poison") {
+				w.WriteHeader(400)
+				io.WriteString(w, `{"__type":"com.amazonaws.sqs#InvalidMessageContents","message":"bad"}`)
+				return
+			}
+			ok = append(ok, map[string]any{"Id": e.Id, "MessageId": "m" + e.Id, "MD5OfMessageBody": fmt.Sprintf("%x", md5.Sum([]byte(e.MessageBody)))})
+		}
+		json.NewEncoder(w).Encode(map[string]any{"Successful": ok, "Failed": []any{}})
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	s := newSender(t, routes.SenderOptions{QueueURL: srv.URL + "/000000000000/q", Endpoint: srv.URL})
+	envs := envelopes(10, "a/b", func(i int) string { return map[bool]string{true: "poison", false: "fine"}[i == 6] })
+	errs := s.Send(t.Context(), envs)
+	for i, err := range errs {
+		want := map[bool]senders.Class{true: senders.Fatal, false: senders.OK}[i == 6]
+		if class, _ := senders.Classify(err); class != want {
+			t.Errorf("entry %d: class %v, want %v: %v", i, class, want, err)
+		}
+	}
+	if n := calls.Load(); n > 9 { // 1 + 2 + 2 + 2 + 2 halvings at the most
+		t.Errorf("%d calls for one refused message in a batch of 10", n)
 	}
 }

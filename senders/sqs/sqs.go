@@ -126,7 +126,9 @@ func (s *Sender) BatchSize() int { return s.batchSize }
 // BatchSize entries and MaxBatchBytes bytes, and returns one error per
 // envelope (nil: SQS accepted it). A message SQS would refuse (see
 // MessageError) fails alone with senders.Permanent; a failed call fails each
-// of its entries (classifyCall), a failed entry only itself (classifyEntry).
+// of its entries (classifyCall), except that a call refused for a message's
+// sake is split until that message fails alone; a failed entry fails only
+// itself (classifyEntry).
 // On a FIFO queue a call carries at most one entry per message group, and
 // once an entry fails (not permanently) the later entries of its group are
 // not sent: they fail with senders.Capacity, so that none overtakes it.
@@ -176,6 +178,13 @@ func (s *Sender) sendBatch(ctx context.Context, batch []entry, errs []error) {
 	if err != nil {
 		err = classifyCall(fmt.Errorf("sqs: send batch of %d to %s: %w", len(batch), s.queueURL, err))
 		s.log.Debug("send batch failed", "entries", len(batch), "error", err)
+		if class, _ := senders.Classify(err); class == senders.Fatal && len(batch) > 1 {
+			// SQS refused the whole call for one message's sake: halve it
+			// until that message fails alone and the others go through.
+			s.sendBatch(ctx, batch[:len(batch)/2], errs)
+			s.sendBatch(ctx, batch[len(batch)/2:], errs)
+			return
+		}
 		for _, en := range batch {
 			errs[en.index] = err
 		}
