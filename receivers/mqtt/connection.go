@@ -40,9 +40,17 @@ func (r *Receiver) onConnect(c paho.Client) {
 	var failed string // the reason of the first subscription that failed
 	if len(filters) > 0 {
 		tok := c.SubscribeMultiple(filters, nil)
+		if !tok.WaitTimeout(subscribeTimeout) {
+			// Typically ingest pushing back: paho's router is held by a
+			// message the sink has not taken, and the SUBACK waits behind
+			// it. Say so, and keep waiting: the token ends with the SUBACK
+			// or with the connection.
+			why := fmt.Sprintf("got no SUBACK within %s (still waiting; a full outbox holds messages ahead of it)", subscribeTimeout)
+			r.log.Warn("subscribe waiting", "topic", strings.Join(names, ", "), "error", why)
+			r.setStatus(func(s *receivers.Status) { s.Subscribed, s.Reason = false, "subscription to "+strings.Join(names, ", ")+" "+why })
+			<-tok.Done()
+		}
 		switch {
-		case !tok.WaitTimeout(subscribeTimeout):
-			failed = r.subscribeFailed(strings.Join(names, ", "), "got no SUBACK within "+subscribeTimeout.String())
 		case tok.Error() != nil:
 			failed = r.subscribeFailed(strings.Join(names, ", "), tok.Error().Error())
 		default:

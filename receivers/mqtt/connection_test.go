@@ -150,3 +150,46 @@ func TestReceiver_StatusShowsALossWhileIngestPushesBack(t *testing.T) {
 	}
 	t.Logf("status: %+v", r.Status())
 }
+
+// TestReceiver_ASUBACKLateBehindPushbackStillSubscribes: a persistent
+// session's queued messages reach the receiver before the SUBACK of its
+// SUBSCRIBE; while the sink holds them (a full outbox), the SUBACK waits
+// behind them for more than subscribeTimeout. Once ingest takes messages
+// again, the receiver must report itself subscribed, not keep the stale
+// "no SUBACK" reason until the next reconnect.
+func TestReceiver_ASUBACKLateBehindPushbackStillSubscribes(t *testing.T) {
+	t.Parallel()
+	url := testservices.MQTTURL(t)
+	id := unique(t)
+	topic := "gbtest/" + id + "/late"
+	o := config(url, id, topic)
+	first := run(t, newReceiver(t, o, testsink.New(true)))
+	waitSubscribed(t, first.r)
+	first.stop()
+	payload := strings.Repeat("p", 1500)
+	publish(t, url, topic, slices.Repeat([]string{payload}, 10)...) // queued in the session
+
+	sink := testsink.New(false) // holds what it takes: the third message waits for room
+	o.KeepAlive, o.MaxInflightBytes = 2*time.Minute, 4<<10
+	r := newReceiver(t, o, sink)
+	run(t, r)
+	deadline := time.Now().Add(subscribeTimeout + 30*time.Second)
+	for !strings.Contains(r.Status().Reason, "no SUBACK") {
+		if time.Now().After(deadline) {
+			t.Fatalf("status %+v: the SUBACK was expected to wait behind the held messages", r.Status())
+		}
+		time.Sleep(100 * time.Millisecond) // polling with a deadline
+	}
+	t.Logf("while held: %+v", r.Status())
+	go func() { // ingest takes messages again
+		for {
+			select {
+			case d := <-sink.C:
+				d.Done()
+			case <-t.Context().Done():
+				return
+			}
+		}
+	}()
+	waitSubscribed(t, r)
+}
