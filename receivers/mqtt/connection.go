@@ -47,7 +47,9 @@ func (r *Receiver) onConnect(c paho.Client) {
 			// or with the connection.
 			why := fmt.Sprintf("got no SUBACK within %s (still waiting; a full outbox holds messages ahead of it)", subscribeTimeout)
 			r.log.Warn("subscribe waiting", "topic", strings.Join(names, ", "), "error", why)
-			r.setStatus(func(s *receivers.Status) { s.Subscribed, s.Reason = false, "subscription to "+strings.Join(names, ", ")+" "+why })
+			r.setStatus(func(s *receivers.Status) {
+				s.Subscribed, s.Reason = false, "subscription to "+strings.Join(names, ", ")+" "+why
+			})
 			<-tok.Done()
 		}
 		switch {
