@@ -18,33 +18,41 @@ const MaxSecretFile = 64 << 10
 // components see only the value: token_file -> token, password_file ->
 // password, headers_file -> headers (one file per header). A value and its
 // file are exclusive; a file that cannot be read, is empty or larger than
-// MaxSecretFile is an error at the file field's position. Trailing line
-// breaks are trimmed. A header read from a file is escaped to stay literal
-// text (headers are templates). An empty path means no file (an unset
-// ${VAR:-}). A file read is then cleared from its field, as drain_interval
-// is folded into drain_strategy: after loading, the value field alone holds
-// the secret.
+// MaxSecretFile is an error at the file field's position. A header read
+// from a file is escaped to stay literal text (headers are templates). An
+// empty path means no file (an unset ${VAR:-}). A file read is cleared from
+// its field: after loading, the value field alone holds the secret.
 func (c *Config) loadFiles() Problems {
 	var probs Problems
-	add := func(p Problem) {
-		probs = append(probs, p)
-		c.src.broken[p.path] = true
+	// read returns the content of file, the field at fp; conflict, when
+	// set, says which value the file would replace.
+	read := func(fp, file, conflict string, oneLine bool) (string, bool) {
+		if conflict != "" {
+			probs = append(probs, c.Errorf(fp, "exclusive", "%s", conflict))
+			c.src.broken[fp] = true
+			return "", false
+		}
+		s, err := readSecretFile(file)
+		if err == nil && oneLine && strings.ContainsAny(s, "\r\n\x00") {
+			err = errors.New("the file holds a line break or NUL: a header value is one line")
+		}
+		if err != nil {
+			probs = append(probs, c.Errorf(fp, "file", "%s: %v", fp, err))
+			c.src.broken[fp] = true
+		}
+		return s, err == nil
 	}
 	secret := func(path, name string, value *Secret, file *string) {
-		fp, vp := path+"."+name+"_file", path+"."+name
+		fp, conflict := path+"."+name+"_file", ""
+		if *value != "" {
+			conflict = fmt.Sprintf("%s.%s and %s are exclusive: set one", path, name, fp)
+		}
 		if *file == "" {
 			return
 		}
-		if *value != "" {
-			add(c.Errorf(fp, "exclusive", "%s and %s are exclusive: set one", vp, fp))
-			return
+		if s, ok := read(fp, *file, conflict, false); ok {
+			*value, *file = Secret(s), ""
 		}
-		s, err := readSecretFile(*file)
-		if err != nil {
-			add(c.Errorf(fp, "file", "%s: %v", fp, err))
-			return
-		}
-		*value, *file = Secret(s), ""
 	}
 	a := &c.Bridge.Admin
 	secret("bridge.admin", "token", &a.Token, &a.TokenFile)
@@ -62,33 +70,22 @@ func (c *Config) loadFiles() Problems {
 		o := &c.Senders[i].Options
 		path := fmt.Sprintf("senders[%d].options", i)
 		for _, k := range slices.Sorted(maps.Keys(o.HeadersFile)) {
-			fp := path + ".headers_file." + k
+			fp, conflict := path+".headers_file."+k, ""
 			if o.HeadersFile[k] == "" {
 				continue
 			}
-			dup := ""
 			for h := range o.Headers {
 				if strings.EqualFold(h, k) {
-					dup = h
+					conflict = fmt.Sprintf("%s: %s is also set in %s.headers.%s: set one", fp, k, path, h)
 				}
 			}
-			if dup != "" {
-				add(c.Errorf(fp, "exclusive", "%s: %s is also set in %s.headers.%s: set one", fp, k, path, dup))
-				continue
+			if s, ok := read(fp, o.HeadersFile[k], conflict, true); ok {
+				if o.Headers == nil {
+					o.Headers = map[string]string{}
+				}
+				o.Headers[k] = templateLiteral.Replace(s)
+				delete(o.HeadersFile, k)
 			}
-			s, err := readSecretFile(o.HeadersFile[k])
-			if err == nil && strings.ContainsAny(s, "\r\n\x00") {
-				err = errors.New("the file holds a line break or NUL: a header value is one line")
-			}
-			if err != nil {
-				add(c.Errorf(fp, "file", "%s: %v", fp, err))
-				continue
-			}
-			if o.Headers == nil {
-				o.Headers = map[string]string{}
-			}
-			o.Headers[k] = templateLiteral.Replace(s)
-			delete(o.HeadersFile, k)
 		}
 		if len(o.HeadersFile) == 0 {
 			o.HeadersFile = nil

@@ -60,33 +60,29 @@ func ParseWithEnv(r io.Reader, file string, lookup func(string) (string, bool)) 
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// syntaxProblem turns a yaml.v3 parse error into a positioned problem.
-// yaml.v3 reports only a line, in the error text; the column is 1.
-func syntaxProblem(file string, err error) Problem {
-	p := Problem{File: file, Line: 1, Column: 1, Rule: "yaml-syntax", Severity: SeverityError, Message: err.Error()}
-	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-		if n, convErr := strconv.Atoi(m[1]); convErr == nil {
-			p.Line, p.Message = n, m[2]
-		}
+// yamlProblem is a problem of the document as a whole. yaml.v3 reports
+// only a line, in the error text; the column is 1.
+func yamlProblem(file string, n yaml.Node, err error) Problems {
+	p := Problem{File: file, Line: max(n.Line, 1), Column: max(n.Column, 1), Rule: "yaml-syntax", Severity: SeverityError, Message: err.Error()}
+	if m := yamlLine.FindStringSubmatch(p.Message); m != nil {
+		p.Line, _ = strconv.Atoi(m[1])
+		p.Message = m[2]
 	}
-	return p
+	return Problems{p}
 }
 
 func decode(data []byte, file string, lookup func(string) (string, bool)) (*Config, Problems) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, Problems{{File: file, Line: 1, Column: 1, Rule: "yaml-syntax", Severity: SeverityError, Message: "the file is empty"}}
-		}
-		return nil, Problems{syntaxProblem(file, err)}
+	var doc, extra yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil, yamlProblem(file, yaml.Node{}, errors.New("the file is empty"))
+	} else if err != nil {
+		return nil, yamlProblem(file, yaml.Node{}, err)
 	}
-	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return nil, Problems{{File: file, Line: extra.Line, Column: extra.Column, Rule: "yaml-syntax", Severity: SeverityError,
-			Message: "more than one YAML document; a config is a single document"}}
+		return nil, yamlProblem(file, extra, errors.New("more than one YAML document; a config is a single document"))
 	} else if !errors.Is(err, io.EOF) {
-		return nil, Problems{syntaxProblem(file, err)}
+		return nil, yamlProblem(file, yaml.Node{}, err)
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
@@ -101,10 +97,9 @@ func decode(data []byte, file string, lookup func(string) (string, bool)) (*Conf
 	w.walk(root, reflect.TypeFor[Config](), "")
 	cfg := &Config{}
 	if err := root.Decode(cfg); err != nil {
-		// The walker should have removed everything that fails to decode;
-		// report what slipped through rather than panicking.
-		w.probs = append(w.probs, Problem{File: file, Line: root.Line, Column: root.Column, Rule: "wrong-type",
-			Severity: SeverityError, Message: err.Error()})
+		// The walker removes everything that fails to decode; report what
+		// slipped through rather than run a config half decoded.
+		w.errorf(root, "", "wrong-type", "%v", err)
 		return nil, w.probs
 	}
 	cfg.src = src

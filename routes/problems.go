@@ -66,13 +66,13 @@ func (ps Problems) ErrorUnder(path string) bool {
 }
 
 // Errors returns only the errors.
-func (ps Problems) Errors() Problems {
-	return slices.DeleteFunc(slices.Clone(ps), func(p Problem) bool { return p.Severity == SeverityWarning })
-}
+func (ps Problems) Errors() Problems { return ps.only(false) }
 
 // Warnings returns only the warnings.
-func (ps Problems) Warnings() Problems {
-	return slices.DeleteFunc(slices.Clone(ps), func(p Problem) bool { return p.Severity != SeverityWarning })
+func (ps Problems) Warnings() Problems { return ps.only(true) }
+
+func (ps Problems) only(warnings bool) Problems {
+	return slices.DeleteFunc(slices.Clone(ps), func(p Problem) bool { return (p.Severity == SeverityWarning) != warnings })
 }
 
 // Sort orders problems by line and column, keeping the order in which
@@ -108,10 +108,8 @@ func (ps Problems) WriteJSON(w io.Writer) error {
 
 // WriteGitHub writes one GitHub Actions workflow command per problem,
 // "::error file=F,line=L,col=C::RULE: message" (::warning for a warning;
-// no line and col for a problem about a whole file), so that a workflow
-// step shows each problem as an annotation on its line. Values are escaped
-// as the runner requires: "%", CR and LF everywhere, and ":" and "," in
-// the properties too, so no file name or message can end the command
+// no line and col for a problem about a whole file). Values are escaped as
+// the runner requires, so no file name or message can end the command
 // early or start another.
 func (ps Problems) WriteGitHub(w io.Writer) error {
 	for _, p := range ps {

@@ -121,3 +121,17 @@ func (c *Config) tagProblem(v reflect.Value, path, tag string) (Problem, bool) {
 	}
 	return Problem{}, false
 }
+
+// checkExplicitZeros reports every number or duration written as 0 where
+// its zero tag says why 0 means nothing useful (an empty tag: 0 is a value
+// the field takes as written). setDefaults has put the default in its
+// place, but what the file says is not what would run, so the config is
+// invalid. TestZeroFields_ClassifiesEveryNumber makes every number and
+// duration field carry a zero tag.
+func (c *Config) checkExplicitZeros(add func(Problem)) {
+	for _, p := range slices.Sorted(maps.Keys(c.src.zero)) {
+		if why := c.src.zero[p]; why != "" {
+			add(c.Errorf(p, "zero-value", "%s: 0 is not a usable value: %s; leave the field out to use its default", p, why))
+		}
+	}
+}
