@@ -28,7 +28,7 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 			return nil, "", err
 		}
 	}
-	limit := cmp.Or(max(q.Limit, 0), 100)
+	limit := q.PageSize()
 	if err := s.usable(ctx); err != nil {
 		return nil, "", err
 	}

@@ -110,16 +110,8 @@ func plan(b *stores.Batch, now time.Time) ([]*op, error) {
 		}
 		o := &op{rec: rec, r: *rec, pk: partPK(rec.Session, rec.Partition), skip: seen[rec.Key()]}
 		seen[rec.Key()] = true
-		if o.r.CreatedAt.IsZero() {
-			o.r.CreatedAt = now
-		}
-		if o.r.State == stores.Dead {
-			o.r.Token = 0
-			if o.r.DeadAt.IsZero() {
-				o.r.DeadAt = now
-			}
-		} else {
-			o.r.State, o.lease = stores.Live, o.r.Token != 0
+		if o.r.Stamp(now); o.r.State == stores.Live {
+			o.lease = o.r.Token != 0
 			if o.r.CoalesceKey != "" {
 				gk := ptrPK(o.r.Session, o.r.Route, o.r.CoalesceKey)
 				if groups[gk] == nil {
