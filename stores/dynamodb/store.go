@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -83,35 +84,24 @@ type Store struct {
 	partial map[stores.Key]int64
 }
 
-var errClosed = errors.New("dynamodb: store closed")
-
-// NewClient builds a DynamoDB client from the default credential chain, with
-// opts.Region (empty: the chain's) and opts.Endpoint applied.
-func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(opts.Region))
-	if err != nil {
-		return nil, fmt.Errorf("dynamodb: load aws config: %w", err)
-	}
-	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
-		if opts.Endpoint != "" {
-			o.BaseEndpoint = aws.String(opts.Endpoint)
-			// DynamoDB Local's x-amz-crc32 does not match what the SDK
-			// computes; the check guards transport corruption only.
-			o.DisableValidateResponseChecksum = true
-		}
-	}), nil
-}
-
 // Open returns the store on opts.Table, creating the table first when
 // opts.CreateTables is set. It checks the table's layout (one
 // DescribeTable) and fails with ErrLayout when it does not match.
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	db := opts.Client
 	if db == nil {
-		var err error
-		if db, err = NewClient(ctx, opts); err != nil {
-			return nil, err
+		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(opts.Region))
+		if err != nil {
+			return nil, fmt.Errorf("dynamodb: load aws config: %w", err)
 		}
+		db = dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			if opts.Endpoint != "" {
+				o.BaseEndpoint = aws.String(opts.Endpoint)
+				// DynamoDB Local's x-amz-crc32 does not match what the SDK
+				// computes; the check guards transport corruption only.
+				o.DisableValidateResponseChecksum = true
+			}
+		})
 	}
 	if opts.CreateTables {
 		if err := CreateTable(ctx, db, opts.Table); err != nil {
@@ -132,7 +122,7 @@ func (s *Store) Close() error {
 
 func (s *Store) usable(ctx context.Context) error {
 	if s.closed.Load() {
-		return errClosed
+		return stores.ErrClosed
 	}
 	return ctx.Err()
 }
@@ -294,15 +284,11 @@ const maxSkew = 2 * time.Second
 // getItems reads keys with strongly consistent BatchGetItem calls and
 // returns the items found by itemID.
 func (s *Store) getItems(ctx context.Context, keys []item) (map[string]item, error) {
-	out, seen := map[string]item{}, map[string]bool{}
-	var todo []item
+	out, todo := map[string]item{}, map[string]item{}
 	for _, k := range keys {
-		if id := itemID(k); !seen[id] {
-			seen[id] = true
-			todo = append(todo, k)
-		}
+		todo[itemID(k)] = k // BatchGetItem refuses a key twice
 	}
-	for keys := range slices.Chunk(todo, 100) {
+	for keys := range slices.Chunk(slices.Collect(maps.Values(todo)), 100) {
 		req := map[string]types.KeysAndAttributes{*s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
 		for attempt := 0; len(req) > 0; attempt++ {
 			if attempt > 0 {

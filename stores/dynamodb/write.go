@@ -34,11 +34,8 @@ type op struct {
 	token    int64 // append: the token it is written with
 }
 
-// Write implements stores.Store. It reads what the batch needs first (one
-// BatchGetItem for the key items of the settlements and the coalesce
-// pointers; one more for the records being dead-lettered; none for plain
-// appends), then commits one TransactWriteItems per chunk (see Atomicity in
-// the package doc), re-planned after a cancellation (see commit).
+// Write implements stores.Store: it reads what the batch needs (read),
+// then commits it chunk by chunk (see Atomicity in the package doc).
 func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err := b.Validate(); err != nil {
 		return err

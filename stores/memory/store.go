@@ -8,7 +8,6 @@ package memory
 import (
 	"cmp"
 	"context"
-	"errors"
 	"math"
 	"slices"
 	"sync"
@@ -24,8 +23,6 @@ var _ stores.Store = (*Store)(nil)
 // records) a store remembers, so that appending such a record again is a
 // no-op; older ones are forgotten.
 const doneRetention = 100_000
-
-var errClosed = errors.New("memory: store closed")
 
 // Options tunes a Store.
 type Options struct {
@@ -75,7 +72,7 @@ func (s *Store) lock(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return errClosed
+		return stores.ErrClosed
 	}
 	return nil
 }
