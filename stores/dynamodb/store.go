@@ -84,24 +84,33 @@ type Store struct {
 	partial map[stores.Key]int64
 }
 
+// NewClient builds a DynamoDB client from the default credential chain, with
+// opts.Region (empty: the chain's) and opts.Endpoint applied.
+func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(opts.Region))
+	if err != nil {
+		return nil, fmt.Errorf("dynamodb: load aws config: %w", err)
+	}
+	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		if opts.Endpoint != "" {
+			o.BaseEndpoint = aws.String(opts.Endpoint)
+			// DynamoDB Local's x-amz-crc32 does not match what the SDK
+			// computes; the check guards transport corruption only.
+			o.DisableValidateResponseChecksum = true
+		}
+	}), nil
+}
+
 // Open returns the store on opts.Table, creating the table first when
 // opts.CreateTables is set. It checks the table's layout (one
 // DescribeTable) and fails with ErrLayout when it does not match.
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	db := opts.Client
 	if db == nil {
-		cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(opts.Region))
-		if err != nil {
-			return nil, fmt.Errorf("dynamodb: load aws config: %w", err)
+		var err error
+		if db, err = NewClient(ctx, opts); err != nil {
+			return nil, err
 		}
-		db = dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
-			if opts.Endpoint != "" {
-				o.BaseEndpoint = aws.String(opts.Endpoint)
-				// DynamoDB Local's x-amz-crc32 does not match what the SDK
-				// computes; the check guards transport corruption only.
-				o.DisableValidateResponseChecksum = true
-			}
-		})
 	}
 	if opts.CreateTables {
 		if err := CreateTable(ctx, db, opts.Table); err != nil {
