@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -138,6 +139,35 @@ func Supersedes(newer, older *Record) bool {
 	return !older.Envelope.ReceivedAt.After(newer.Envelope.ReceivedAt)
 }
 
+// Stamp sets what Write stamps on a record it inserts at now, but Seq:
+// CreatedAt when zero, and the State Live, or for a dead letter DeadAt when
+// zero and Token 0.
+func (r *Record) Stamp(now time.Time) {
+	r.CreatedAt = cmp.Or(r.CreatedAt, now)
+	if r.State == Dead {
+		r.Token, r.DeadAt = 0, cmp.Or(r.DeadAt, now)
+	} else {
+		r.State = Live
+	}
+}
+
+// PageSize is the number of dead letters a page of q holds.
+func (q *DeadQuery) PageSize() int { return cmp.Or(max(q.Limit, 0), 100) }
+
+// Page is what Dead returns for q given found, the matching dead letters
+// in list order from the cursor on (at least PageSize+1 of them when there
+// are more): the page, the cursor of the next one, ErrNotFound for a query
+// by ID that found none.
+func (q *DeadQuery) Page(found []Record) ([]Record, string, error) {
+	switch limit := q.PageSize(); {
+	case q.ID != "" && len(found) == 0:
+		return nil, "", ErrNotFound
+	case len(found) > limit:
+		return found[:limit], DeadCursor(&found[limit-1]), nil
+	}
+	return found, "", nil
+}
+
 // DeadCursor is the position of dead letter r in list order (DeadAt, then
 // Seq), as DeadQuery.After takes it.
 func DeadCursor(r *Record) string {
@@ -149,8 +179,12 @@ func DeadCursor(r *Record) string {
 }
 
 // ParseDeadCursor reads a DeadCursor back: DeadAt in Unix nanoseconds and
-// Seq. A malformed cursor is ErrInvalid.
+// Seq. A malformed cursor is ErrInvalid; an empty one is before every dead
+// letter.
 func ParseDeadCursor(c string) (deadAt, seq int64, err error) {
+	if c == "" {
+		return math.MinInt64, 0, nil
+	}
 	a, b, _ := strings.Cut(c, ".")
 	deadAt, errAt := strconv.ParseInt(a, 10, 64)
 	seq, errSeq := strconv.ParseInt(b, 10, 64)

@@ -39,6 +39,8 @@ var (
 	// ErrFull: the backend is out of space (disk full). Nothing of the call
 	// was written; ingest should push back.
 	ErrFull = errors.New("stores: store full")
+	// ErrClosed: a call on a store after its Close.
+	ErrClosed = errors.New("stores: store closed")
 )
 
 // State is where a record is in its life. Delivered records leave the

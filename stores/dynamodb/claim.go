@@ -16,15 +16,10 @@ import (
 // errReplan: a record changed between the claim's read and its write.
 var errReplan = errors.New("dynamodb: claim: a record changed meanwhile")
 
-// Claim implements stores.Store: one BatchGetItem of the partition's
-// counter and lease (ErrLeaseLost at once when req.Token is not current),
-// one strongly consistent Query of the partition from req.After up to the
-// counter (records held under req.Token are filtered out, so they cost
-// reads only when they lie above After), then one TransactWriteItems per
-// 99 records that sets their token, each with a check that the lease is
-// still held under req.Token. Seqs follow commit order within a partition
-// (package doc), so the Query sees every record below the counter and
-// starting at After skips none.
+// Claim implements stores.Store: it reads the partition's counter and
+// lease, queries the partition from req.After up to the counter (see Order
+// in the package doc), and sets the token of what it found in transactions
+// that each check the lease.
 func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Record, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err

@@ -15,11 +15,8 @@ import (
 )
 
 // Dead implements stores.Store. A route's dead letters are one item
-// collection sorted by DeadAt then Seq: a page is one Query (Limit+1 items
-// after the cursor). Without a route, the routes with dead letters come
-// from the stats items and each is queried the same way, the pages merged.
-// By ID: one Query of the ID's key items (one per session and route),
-// then a read of those that are dead letters.
+// collection sorted as listed; without a route, the routes with dead
+// letters come from the stats items and their pages are merged.
 func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
 	start := deadPrefix(0, 0) // before every letter
 	if q.After != "" && q.ID == "" {
@@ -28,7 +25,7 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 			return nil, "", err
 		}
 	}
-	limit := cmp.Or(max(q.Limit, 0), 100)
+	limit := q.PageSize()
 	if err := s.usable(ctx); err != nil {
 		return nil, "", err
 	}

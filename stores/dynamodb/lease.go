@@ -23,9 +23,8 @@ func (s *Store) leaseCheck(name string, token int64) types.TransactWriteItem {
 // server is t, of this process's clock, in DynamoDB's (see observe).
 func (s *Store) server(t time.Time) time.Time { return t.Add(time.Duration(s.skew.Load())) }
 
-// Acquire implements stores.Leases: the next token from the token item
-// (one UpdateItem ADD), then one conditional UpdateItem of the lease item
-// (free, released, lapsed at now, or already owner's).
+// Acquire implements stores.Leases: the next token from the token item,
+// then a conditional update of the lease item.
 func (s *Store) Acquire(ctx context.Context, name, owner string, ttl time.Duration, now time.Time) (stores.Lease, error) {
 	if name == "" || owner == "" || ttl <= 0 || len(name) > maxLeaseName {
 		return stores.Lease{}, fmt.Errorf("dynamodb: acquire lease: %w: name %q, owner %q, ttl %v", stores.ErrInvalid, name, owner, ttl)
@@ -51,7 +50,7 @@ func (s *Store) Acquire(ctx context.Context, name, owner string, ttl time.Durati
 	return le, nil
 }
 
-// Renew implements stores.Leases with one conditional UpdateItem.
+// Renew implements stores.Leases.
 func (s *Store) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, now time.Time) (stores.Lease, error) {
 	if ttl <= 0 {
 		return stores.Lease{}, fmt.Errorf("dynamodb: renew lease: %w: ttl %v", stores.ErrInvalid, ttl)
@@ -63,8 +62,8 @@ func (s *Store) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, n
 	return le, nil
 }
 
-// Release implements stores.Leases with one conditional UpdateItem: the
-// owner is cleared, the token stays (claims under it fail from then on).
+// Release implements stores.Leases: the owner is cleared, the token stays
+// (claims under it fail from then on).
 func (s *Store) Release(ctx context.Context, le stores.Lease) error {
 	if err := s.changeLease(ctx, le, "SET #owner = :none, #until = :zero", ":none", "", ":zero", 0); err != nil {
 		return fmt.Errorf("dynamodb: release lease %q: %w", le.Name, err)
@@ -86,8 +85,7 @@ func (s *Store) changeLease(ctx context.Context, le stores.Lease, upd string, kv
 	return err
 }
 
-// List implements stores.Leases: one Query of the lease items by prefix.
-// Leases come sorted by name.
+// List implements stores.Leases; leases come sorted by name.
 func (s *Store) List(ctx context.Context, prefix string, now time.Time) ([]stores.Lease, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err

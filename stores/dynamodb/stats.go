@@ -21,13 +21,11 @@ import (
 // reads for the oldest CreatedAt.
 const oldestWindow = 100
 
-// Stats implements stores.Store without scanning: one Query of the stats
-// items (counts updated in the same transactions as the records), and per
-// partition of a session with live records one Query of the first
-// oldestWindow records for Oldest. Records enter a partition in about the
-// order they were created, so the oldest is among them unless a record
-// created long before was appended behind more than oldestWindow newer
-// ones.
+// Stats implements stores.Store without scanning: the stats items, and
+// for Oldest the first oldestWindow records of each partition of a session
+// with live records. Records enter a partition in about the order they
+// were created, so the oldest is among them unless one created long before
+// was appended behind more than oldestWindow newer ones.
 func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
 	if err := s.usable(ctx); err != nil {
 		return nil, err

@@ -1,65 +1,30 @@
 // Package dynamodb is the DynamoDB backend of stores.Store: an outbox, its
-// dead letters and its leases in one table that several gobridge instances
-// share.
+// dead letters and its leases in one table (pk, sk; TTL on ttl; no
+// secondary index) that several gobridge instances share. The README
+// section "DynamoDB" documents the table layout, the cost of each call and
+// the limits; docs/DESIGN.md §4 the guarantees. What the code relies on:
 //
-// # Table layout
+// Order: a record's Seq is a partition counter n shifted left by partBits,
+// or'd with the partition. Every append transaction sets its partition's
+// counter to the last n it uses, on the condition that the counter is below
+// the first: within a partition Seq order is commit order, so a Claim that
+// reads n and then queries up to it sees every record below it, whichever
+// instance appended it, and ClaimRequest.After is safe to start from.
 //
-// One table, key schema pk (HASH, S) and sk (RANGE, S), on-demand
-// billing, no secondary index, TTL on the attribute ttl. Every key made
-// from message data (envelope ID, coalesce key) is a SHA-256 digest, and
-// names from the configuration (session, route) longer than 200
-// bytes are too ("~" + digest), so no key exceeds DynamoDB's key limits;
-// the full values are plain attributes.
-//
-//	item        pk                            sk                       holds
-//	record      p#<session>#<partition>       Seq, 19 digits           the record (token 0: unclaimed)
-//	partition   p#<session>#<partition>       m                        n: the highest Seq counter committed
-//	key         k#<sha256(id)>                sha256(session, route)   state (live|dead|done), loc_pk/loc_sk, size, ttl once done
-//	dead letter d#<route>                     <DeadAt ns>.<Seq>.<hash> the record, dead_at, dead_reason
-//	coalesce    c#<sha256(session,route,key)> c                        the newest unclaimed record of the key: id, loc, received_at, size
-//	stats       stats                         <session>#<shard 0..15>  name; parts (NS); per route: l#<route> live, b#<route> bytes, d#<route> dead
-//	lease       leases                        <name>                   owner, token, until (ns)
-//	token       meta                          token                    n: the last fencing token
-//
-// A record's Seq is a partition counter n shifted left by 10 bits, or'd
-// with the partition (so Seqs are unique in a session; partitions go up to
-// 1023). Every append transaction sets its partition's counter to the
-// last n it uses, on the condition that the counter is below the first:
-// within a partition Seq order is commit order. A Claim reads n, then
-// queries the partition up to it with a strongly consistent Query and sees
-// every record below it, whichever instance appended it. Per-key order
-// therefore holds across instances without any index, and
-// ClaimRequest.After is safe to start from. A process plans n from the
-// microsecond clock (or just above the highest counter it knows), so
-// processes appending to one partition refuse each other's commits only
-// when they commit out of the order in which they planned them; the
-// refused one plans again above the counter the cancellation returned.
-//
-// # Atomicity
-//
-// A Write is one TransactWriteItems when it fits 100 items: an append takes
-// 2 (record, key) plus 3 when it replaces a coalesced record, a Done or Drop
-// 2, a Retry 1, a dead letter 3, plus per transaction one partition item
-// per partition appended to, one lease check per partition appended to
-// claimed and one stats item per session. About 45 plain records fit one
-// transaction. A larger Write is split into transactions committed in
-// order, each atomic: when one fails, the earlier ones stay committed and
-// their records stamped. So are the failed one's records, at the Seq they
-// were written at, unless DynamoDB answered that it refused it (4xx): it
-// may have applied, its answer lost (a connection dropped after the
-// request was sent, on every attempt of the SDK). Retrying the same Batch
-// in the same process is idempotent: an append a failed attempt inserted,
-// still where it was put, is reported as stored (its Seq and current
-// Token: the owner's drainer holds it, as its claims skip its own token),
-// at the cost of one BatchGetItem; a settlement a failed attempt applied or
-// may have, whose record is in the state it leaves, is reported applied
-// (not Stale), even if another process did it.
+// Atomicity: a Write is one TransactWriteItems per chunk of up to 100
+// items, committed in order. When one fails, the earlier ones stay
+// committed, and so may the failed one unless DynamoDB answered that it
+// refused it (4xx): its answer may have been lost. Retrying the same Batch
+// in the same process is idempotent: an append a failed attempt inserted is
+// reported as stored (its Seq and current Token), a settlement it applied
+// or may have, whose record is in the state it leaves, as applied.
 package dynamodb
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -119,8 +84,6 @@ type Store struct {
 	partial map[stores.Key]int64
 }
 
-var errClosed = errors.New("dynamodb: store closed")
-
 // NewClient builds a DynamoDB client from the default credential chain, with
 // opts.Region (empty: the chain's) and opts.Endpoint applied.
 func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
@@ -168,7 +131,7 @@ func (s *Store) Close() error {
 
 func (s *Store) usable(ctx context.Context) error {
 	if s.closed.Load() {
-		return errClosed
+		return stores.ErrClosed
 	}
 	return ctx.Err()
 }
@@ -330,15 +293,11 @@ const maxSkew = 2 * time.Second
 // getItems reads keys with strongly consistent BatchGetItem calls and
 // returns the items found by itemID.
 func (s *Store) getItems(ctx context.Context, keys []item) (map[string]item, error) {
-	out, seen := map[string]item{}, map[string]bool{}
-	var todo []item
+	out, todo := map[string]item{}, map[string]item{}
 	for _, k := range keys {
-		if id := itemID(k); !seen[id] {
-			seen[id] = true
-			todo = append(todo, k)
-		}
+		todo[itemID(k)] = k // BatchGetItem refuses a key twice
 	}
-	for keys := range slices.Chunk(todo, 100) {
+	for keys := range slices.Chunk(slices.Collect(maps.Values(todo)), 100) {
 		req := map[string]types.KeysAndAttributes{*s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
 		for attempt := 0; len(req) > 0; attempt++ {
 			if attempt > 0 {

@@ -34,11 +34,8 @@ type op struct {
 	token    int64 // append: the token it is written with
 }
 
-// Write implements stores.Store. It reads what the batch needs first (one
-// BatchGetItem for the key items of the settlements and the coalesce
-// pointers; one more for the records being dead-lettered; none for plain
-// appends), then commits one TransactWriteItems per chunk (see Atomicity in
-// the package doc), re-planned after a cancellation (see commit).
+// Write implements stores.Store: it reads what the batch needs (read),
+// then commits it chunk by chunk (see Atomicity in the package doc).
 func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err := b.Validate(); err != nil {
 		return err
@@ -110,16 +107,8 @@ func plan(b *stores.Batch, now time.Time) ([]*op, error) {
 		}
 		o := &op{rec: rec, r: *rec, pk: partPK(rec.Session, rec.Partition), skip: seen[rec.Key()]}
 		seen[rec.Key()] = true
-		if o.r.CreatedAt.IsZero() {
-			o.r.CreatedAt = now
-		}
-		if o.r.State == stores.Dead {
-			o.r.Token = 0
-			if o.r.DeadAt.IsZero() {
-				o.r.DeadAt = now
-			}
-		} else {
-			o.r.State, o.lease = stores.Live, o.r.Token != 0
+		if o.r.Stamp(now); o.r.State == stores.Live {
+			o.lease = o.r.Token != 0
 			if o.r.CoalesceKey != "" {
 				gk := ptrPK(o.r.Session, o.r.Route, o.r.CoalesceKey)
 				if groups[gk] == nil {

@@ -8,7 +8,6 @@ package memory
 import (
 	"cmp"
 	"context"
-	"errors"
 	"math"
 	"slices"
 	"sync"
@@ -24,8 +23,6 @@ var _ stores.Store = (*Store)(nil)
 // records) a store remembers, so that appending such a record again is a
 // no-op; older ones are forgotten.
 const doneRetention = 100_000
-
-var errClosed = errors.New("memory: store closed")
 
 // Options tunes a Store.
 type Options struct {
@@ -75,7 +72,7 @@ func (s *Store) lock(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return errClosed
+		return stores.ErrClosed
 	}
 	return nil
 }
@@ -132,14 +129,10 @@ func (s *Store) append(r *stores.Record, now time.Time) {
 		}
 	}
 	s.seq++
-	r.Seq, r.CreatedAt = s.seq, cmp.Or(r.CreatedAt, now)
-	if r.State == stores.Dead {
-		r.Token, r.DeadAt = 0, cmp.Or(r.DeadAt, now)
-	} else {
-		r.State = stores.Live
-		if le, ok := s.leases[stores.PartitionLease(r.Session, r.Partition)]; !ok || le.Token != r.Token {
-			r.Token = 0
-		}
+	r.Seq = s.seq
+	r.Stamp(now)
+	if le, ok := s.leases[stores.PartitionLease(r.Session, r.Partition)]; !ok || le.Token != r.Token {
+		r.Token = 0
 	}
 	c := *r
 	s.byKey[k] = &c
@@ -210,12 +203,12 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 
 // Dead implements stores.Store.
 func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
-	var afterAt, afterSeq int64 = math.MinInt64, 0
-	if q.After != "" && q.ID == "" {
-		var err error
-		if afterAt, afterSeq, err = stores.ParseDeadCursor(q.After); err != nil {
-			return nil, "", err
-		}
+	afterAt, afterSeq, err := stores.ParseDeadCursor(q.After)
+	if q.ID != "" {
+		afterAt, afterSeq, err = math.MinInt64, 0, nil
+	}
+	if err != nil {
+		return nil, "", err
 	}
 	if err := s.lock(ctx); err != nil {
 		return nil, "", err
@@ -229,16 +222,10 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 			dead = append(dead, *r)
 		}
 	}
-	if q.ID != "" && len(dead) == 0 {
-		return nil, "", stores.ErrNotFound
-	}
 	slices.SortFunc(dead, func(a, b stores.Record) int {
 		return cmp.Or(a.DeadAt.Compare(b.DeadAt), cmp.Compare(a.Seq, b.Seq))
 	})
-	if limit := cmp.Or(max(q.Limit, 0), 100); len(dead) > limit {
-		return dead[:limit], stores.DeadCursor(&dead[limit-1]), nil
-	}
-	return dead, "", nil
+	return q.Page(dead)
 }
 
 // Stats implements stores.Store.

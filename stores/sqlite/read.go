@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/gobridge/gobridge/stores"
@@ -61,32 +60,24 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
 	query, args := deadByID, []any{q.ID}
 	if q.ID == "" {
-		at, seq, err := int64(math.MinInt64), int64(0), error(nil)
-		if q.After != "" {
-			if at, seq, err = stores.ParseDeadCursor(q.After); err != nil {
-				return nil, "", err
-			}
+		at, seq, err := stores.ParseDeadCursor(q.After)
+		if err != nil {
+			return nil, "", err
 		}
 		query, args = deadList, []any{at, seq}
 		if q.Route != "" {
 			query, args = deadListOfRoute, append(args, q.Route)
 		}
 	}
-	limit := cmp.Or(max(q.Limit, 0), 100)
 	if err := s.enter(ctx, false); err != nil {
 		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
 	}
 	defer s.mu.Unlock()
-	out, err := s.records(ctx, query, append(args, limit+1)...)
-	switch {
-	case err != nil:
+	out, err := s.records(ctx, query, append(args, q.PageSize()+1)...)
+	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
-	case q.ID != "" && len(out) == 0:
-		return nil, "", stores.ErrNotFound
-	case len(out) > limit:
-		return out[:limit], stores.DeadCursor(&out[limit-1]), nil
 	}
-	return out, "", nil
+	return q.Page(out)
 }
 
 // records runs query and returns the records it selects.

@@ -52,8 +52,6 @@ var ErrReadOnly = errors.New("sqlite: store opened read-only (another process ma
 // version's (nothing migrates one: nothing before it shipped).
 var ErrSchema = errors.New("sqlite: the file's schema is not this gobridge's: move the file away")
 
-var errClosed = errors.New("sqlite: store closed")
-
 // Options tunes a Store.
 type Options struct {
 	// Sync is the durability of a commit: "full" (the default) fsyncs the
@@ -218,7 +216,7 @@ func (s *Store) enter(ctx context.Context, write bool) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return errClosed
+		return stores.ErrClosed
 	}
 	return nil
 }

@@ -92,12 +92,8 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	for i := range b.Append {
 		r := &b.Append[i]
 		if r.Seq = w.seqs[i]; r.Seq != 0 {
-			r.Token, r.CreatedAt = w.tokens[i], cmp.Or(r.CreatedAt, w.now)
-			if r.State == stores.Dead {
-				r.DeadAt = cmp.Or(r.DeadAt, w.now)
-			} else {
-				r.State = stores.Live
-			}
+			r.Stamp(w.now)
+			r.Token = w.tokens[i]
 		}
 	}
 	return nil
