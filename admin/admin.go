@@ -155,14 +155,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.api.ServeHTTP(w, r)
 }
 
-// Handle registers an extra API endpoint (pattern as for http.ServeMux),
-// served behind the same Host check and token as the others. Call it
-// before serving.
-func (h *Handler) Handle(pattern string, handler http.Handler) { h.mux.Handle(pattern, handler) }
-
-// HandleMutating is Handle for an endpoint that changes state: without a
-// token it is allowed only from loopback clients with the X-Requested-By
-// header.
+// HandleMutating registers an extra API endpoint that changes state
+// (pattern as for http.ServeMux), served behind the same Host check and
+// token as the others; without a token it is allowed only from loopback
+// clients with the X-Requested-By header. Call it before serving.
 func (h *Handler) HandleMutating(pattern string, handler http.Handler) {
 	h.mux.Handle(pattern, h.mutating(handler.ServeHTTP))
 }

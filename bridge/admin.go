@@ -21,7 +21,7 @@ import (
 // openAdmin builds the admin handler: /healthz, /readyz and /metrics (open,
 // and free of secrets), and the admin API and console (package admin,
 // guarded by its Host check and token), plus what other parts register
-// with Handle and HandleMutating. Unless bridge.admin.listen is "", it
+// with HandleMutating. Unless bridge.admin.listen is "", it
 // opens the listener (so that AdminAddr is known before Run). /metrics
 // serves gather.
 func (b *Bridge) openAdmin(gather prometheus.Gatherer) error {
@@ -115,22 +115,16 @@ func (b *Bridge) serveAdmin(ctx context.Context) error {
 	return nil
 }
 
-// Handle registers an admin endpoint (pattern as for http.ServeMux) behind
-// the admin API's Host check and token (package admin). Call it before Run.
-func (b *Bridge) Handle(pattern string, h http.Handler) {
-	b.ops.Handle(pattern, h)
-	b.mux.Handle(pattern, b.ops)
-}
-
-// HandleMutating is Handle for an endpoint that changes state: without
-// bridge.admin.token it is allowed only from loopback clients with the
-// X-Requested-By header. Call it before Run.
+// HandleMutating registers an admin endpoint that changes state (pattern
+// as for http.ServeMux) behind the admin API's Host check and token
+// (package admin); without bridge.admin.token it is allowed only from
+// loopback clients with the X-Requested-By header. Call it before Run.
 func (b *Bridge) HandleMutating(pattern string, h http.Handler) {
 	b.ops.HandleMutating(pattern, h)
 	b.mux.Handle(pattern, b.ops)
 }
 
 // Store returns the outbox store the bridge opened (nil when the config has
-// none), for admin endpoints registered with Handle and HandleMutating. It
+// none), for admin endpoints registered with HandleMutating. It
 // is closed when Run returns.
 func (b *Bridge) Store() stores.Store { return b.store }

@@ -110,8 +110,8 @@ func (a *admission) admit(ctx context.Context, rec *stores.Record) bool {
 	}
 }
 
-// tallyOf is what rec counts against: its route's dead letters when it is
-// one, else its session's live records (nil: not limited here).
+// tallyOf is what rec counts against: its route's dead letters, or its
+// session's live records (nil: not limited here).
 func (a *admission) tallyOf(rec *stores.Record) *tally {
 	if rec.State == stores.Dead {
 		return a.routes[rec.Route]
@@ -226,7 +226,7 @@ func (a *admission) notify() {
 	a.changed = make(chan struct{})
 }
 
-// live is the count of session's live records as admission sees it.
+// live counts session's live records.
 func (a *admission) live(session string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -270,7 +270,7 @@ func (a *admission) refusedRecord(route string, err error) {
 	a.mu.Unlock()
 }
 
-// refusals returns the routes with a refused record and why.
+// refusals maps the routes with a refused record to why.
 func (a *admission) refusals() map[string]string {
 	a.mu.Lock()
 	defer a.mu.Unlock()

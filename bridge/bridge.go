@@ -88,9 +88,6 @@ type Bridge struct {
 // anything. cfg must come from routes.Load (defaults applied, no errors).
 // A Bridge that New returned must be Run, or its resources are leaked.
 func New(cfg *routes.Config, opts Options) (*Bridge, error) {
-	if cfg == nil {
-		return nil, errors.New("bridge: nil config")
-	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -152,17 +149,12 @@ func (b *Bridge) build(reg prometheus.Registerer) error {
 	return b.openAdmin(gather)
 }
 
-// Run starts the receivers, the writer, the drainers, the monitor and the
-// admin server, and blocks until ctx is done or a part fails. Then it shuts
-// down: receivers stop taking messages and drainers stop taking records;
-// direct_hold sends and drainer sends in flight finish; the writer commits
-// what was accepted (acknowledging it) and the drainers' outcomes; the
-// drainers release their leases; the store and the admin server close.
-// Shutdown is bounded by bridge.shutdown_timeout: when it passes, what
-// still runs is cancelled (an unacknowledged message is redelivered later;
-// nothing acknowledged is lost). A reload in progress finishes first. Run
-// returns nil after a clean shutdown, the first part's failure, or
-// ErrShutdownTimeout when parts still ran 5s after the timeout.
+// Run starts every part and blocks until ctx is done or a part fails. Then
+// it shuts down in the order below, bounded by bridge.shutdown_timeout:
+// when it passes, what still runs is cancelled (an unacknowledged message
+// is redelivered later; nothing acknowledged is lost). A reload in progress
+// finishes first. Run returns nil after a clean shutdown, the first part's
+// failure, or ErrShutdownTimeout when parts still ran 5s after the timeout.
 func (b *Bridge) Run(ctx context.Context) error {
 	defer b.closeAll()
 	defer b.holdCancel()

@@ -24,8 +24,6 @@ import (
 type route struct {
 	cfg    routes.RouteConfig
 	id     string
-	topic  string
-	mode   string
 	sender drainer.Sender
 	health *senders.Health
 	policy drainer.Policy
@@ -33,14 +31,11 @@ type route struct {
 	// maxPayload is its receiver's max_payload_bytes: no transform makes more.
 	maxPayload int
 	// session and partitions: where the route keeps its records (see home).
-	session       string
-	partitions    int
-	ttl           time.Duration
-	stallAfter    time.Duration
-	directTimeout time.Duration
-	dlq           bool      // failures are dead-lettered (else dropped)
-	hold          *holder   // direct_hold only
-	fallback      *fallback // direct_or_outbox only
+	session    string
+	partitions int
+	dlq        bool      // failures are dead-lettered (else dropped)
+	hold       *holder   // direct_hold only
+	fallback   *fallback // direct_or_outbox only
 	// The metrics of the route's direct sends, looked up once.
 	sent        prometheus.Counter
 	sendSeconds prometheus.Observer
@@ -154,7 +149,7 @@ func (b *Bridge) newSender(sc routes.SenderConfig, maxInFlight int) (*sender, er
 	return &sender{Sender: s, health: h, cfg: sc, maxInFlight: maxInFlight}, nil
 }
 
-// close closes the sender's backend, if it has anything to close.
+// close closes the sender's backend, if it can be closed.
 func (s *sender) close() error {
 	if c, ok := s.Sender.(interface{ Close() error }); ok {
 		return c.Close()
@@ -162,19 +157,17 @@ func (s *sender) close() error {
 	return nil
 }
 
-// newRoute compiles one route.
 func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender, maxPayload int) (*route, error) {
 	p := rc.Policy
 	r := &route{
-		cfg: rc, id: rc.ID, topic: rc.Topic, mode: rc.DeliveryMode, sender: s.Sender, health: s.health,
+		cfg: rc, id: rc.ID, sender: s.Sender, health: s.health,
 		policy: drainer.Policy{
 			MaxInFlight: p.MaxInFlight, SendTimeout: p.SendTimeout.D(),
 			MaxReplayAttempts: p.MaxReplayAttempts, ReplayBudget: p.ReplayBudget.D(),
 			DropExpired: p.OnExpired == routes.PolicyDrop, DropPermanent: p.OnPermanentFailure == routes.PolicyDrop,
 			Backoff: drainer.Backoff{Initial: p.Backoff.InitialInterval.D(), Max: p.Backoff.MaxInterval.D(), Multiplier: p.Backoff.Multiplier},
 		},
-		maxPayload: maxPayload, ttl: p.TTL.D(), stallAfter: p.StallAfter.D(), directTimeout: p.DirectTimeout.D(),
-		dlq: p.OnPermanentFailure == routes.PolicyDLQ && b.store != nil, quit: make(chan struct{}),
+		maxPayload: maxPayload, dlq: p.OnPermanentFailure == routes.PolicyDLQ && b.store != nil, quit: make(chan struct{}),
 	}
 	ch, err := processors.Compile(rc, maxPayload)
 	if err != nil {
@@ -182,21 +175,22 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender, maxPayload int) (*ro
 	}
 	r.chain = ch
 	r.session, r.partitions = home(rc)
-	if r.mode != routes.SharedOutbox { // it sends directly
+	mode := rc.DeliveryMode
+	if mode != routes.SharedOutbox { // it sends directly
 		r.sent, r.sendSeconds = b.metrics.sent.WithLabelValues(rc.ID), b.metrics.sendSeconds.WithLabelValues(rc.ID)
 	}
-	switch r.mode {
+	switch mode {
 	case routes.SharedOutbox, routes.DirectOrOutbox:
 		if b.store == nil || rc.Session.ID == "" {
-			return nil, fmt.Errorf("bridge: route %s: %s needs stores.outbox and session.id", rc.ID, r.mode)
+			return nil, fmt.Errorf("bridge: route %s: %s needs stores.outbox and session.id", rc.ID, mode)
 		}
-		if r.mode == routes.DirectOrOutbox {
-			r.fallback = newFallback(b, r)
+		if mode == routes.DirectOrOutbox {
+			r.fallback = &fallback{b: b, r: r, lanes: newLanes(r, nil), sticky: map[string]bool{}, unknown: true}
 		}
 	case routes.DirectHold:
-		r.hold = newHolder(b, r)
+		r.hold = &holder{b: b, r: r, lanes: newLanes(r, b.metrics.inFlight.WithLabelValues(r.id)), started: map[*message.Envelope]time.Time{}}
 	default:
-		return nil, fmt.Errorf("bridge: route %s: unknown delivery_mode %q", rc.ID, r.mode)
+		return nil, fmt.Errorf("bridge: route %s: unknown delivery_mode %q", rc.ID, mode)
 	}
 	r.ctx, r.cancel = context.WithCancel(b.holdCtx)
 	return r, nil
@@ -208,7 +202,7 @@ func (b *Bridge) addToSession(p *parts, r *route) {
 	s := p.sessions[r.session]
 	if s == nil {
 		s = &session{id: r.session, sessionSettings: sessionSettings{partitions: r.partitions, batch: routes.DefaultSessionBatchSize,
-			poll: drainer.Poll{Min: time.Second, Max: 30 * time.Second, Multiplier: 2}, stallAfter: r.stallAfter,
+			poll: drainer.Poll{Min: time.Second, Max: 30 * time.Second, Multiplier: 2}, stallAfter: rc.Policy.StallAfter.D(),
 			maxLive: rc.Policy.MaxOutboxDepth, maxBytes: rc.Policy.MaxOutboxBytes},
 			members: map[string]*route{}, routes: map[string]drainer.Route{}}
 		if rc.UsesOutbox() {
@@ -222,7 +216,7 @@ func (b *Bridge) addToSession(p *parts, r *route) {
 		p.sessions[r.session] = s
 	}
 	// A session is held to the tightest of its routes' settings.
-	s.stallAfter = min(s.stallAfter, r.stallAfter)
+	s.stallAfter = min(s.stallAfter, rc.Policy.StallAfter.D())
 	s.maxLive = min(s.maxLive, rc.Policy.MaxOutboxDepth)
 	s.maxBytes = min(s.maxBytes, rc.Policy.MaxOutboxBytes)
 	prep := func(env *message.Envelope) (bool, error) {
@@ -239,7 +233,6 @@ func (b *Bridge) addToSession(p *parts, r *route) {
 	}
 }
 
-// newGroup makes the session's drainer group.
 func (b *Bridge) newGroup(s *session) {
 	s.group = drainer.New(drainer.Options{
 		Session: s.id, Partitions: s.partitions, BatchSize: s.batch,

@@ -35,13 +35,8 @@ type holder struct {
 	started map[*message.Envelope]time.Time
 }
 
-func newHolder(b *Bridge, r *route) *holder {
-	return &holder{b: b, r: r, lanes: newLanes(r, b.metrics.inFlight.WithLabelValues(r.id)), started: map[*message.Envelope]time.Time{}}
-}
-
-// submit waits for a send slot (or ctx) and starts the delivery of env;
-// settle is called when it has settled. It returns false when ctx ended
-// first.
+// submit starts the delivery of env (see lanes.start); settle is called
+// when it has settled.
 func (h *holder) submit(ctx context.Context, env *message.Envelope, received message.Envelope, settle settleFunc) bool {
 	return h.lanes.start(ctx, h.r, env.Key, func() {
 		h.mu.Lock()
@@ -191,8 +186,7 @@ func (h *holder) heldSince() time.Time {
 // stays unacknowledged).
 func (h *holder) deliver(env *message.Envelope, received message.Envelope) string {
 	b, r, mt := h.b, h.r, h.b.metrics
-	// No logger With per message: it costs a message that is sent the first
-	// time.
+	// No logger With per message that is sent the first time: it costs.
 	log := func() *slog.Logger { return b.log.With("route", r.id, "record_id", env.ID) }
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	for attempt := 1; ; attempt++ {

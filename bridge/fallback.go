@@ -37,13 +37,8 @@ type fallback struct {
 	unknown bool
 }
 
-func newFallback(b *Bridge, r *route) *fallback {
-	return &fallback{b: b, r: r, lanes: newLanes(r, nil), sticky: map[string]bool{}, unknown: true}
-}
-
-// submit waits for a slot (or ctx) and starts the delivery of env; settle
-// is called once it is delivered, durable in the outbox, or settled by
-// policy. It returns false when ctx ended first.
+// submit starts the delivery of env (see lanes.start); settle is called
+// once it is delivered, durable in the outbox, or settled by policy.
 func (f *fallback) submit(ctx context.Context, env *message.Envelope, received message.Envelope, coalesceKey string, settle settleFunc) bool {
 	return f.lanes.start(ctx, f.r, env.Key, func() {
 		if f.direct(env, received, settle) {
@@ -64,7 +59,7 @@ func (f *fallback) direct(env *message.Envelope, received message.Envelope, sett
 	if f.held(env.Key) || !r.health.Up() {
 		return false
 	}
-	class, _, err := b.sendDirect(r, env, r.directTimeout)
+	class, _, err := b.sendDirect(r, env, r.cfg.Policy.DirectTimeout.D())
 	switch class {
 	case senders.OK:
 		b.metrics.direct.WithLabelValues(r.id).Inc()

@@ -28,8 +28,8 @@ type ingest struct {
 	held   chan struct{} // while a reload holds new messages (see hold); closed by release
 }
 
-// hold makes Accept wait, before it matches a message, until release.
-// Once it returns, every message matched so far counts in its routes' busy.
+// hold makes Accept wait, before it matches a message, until release; once
+// it returns, every message matched so far counts in its routes' busy.
 func (in *ingest) hold() {
 	in.mu.Lock()
 	if in.held == nil {
@@ -57,8 +57,8 @@ func (in *ingest) set(rs []*route) {
 
 var _ receivers.Sink = (*ingest)(nil)
 
-// settleFunc is called once a route has settled its delivery of a
-// message, with the outcome (receivers.Outcome*).
+// settleFunc is called once a route has settled a message, with the
+// outcome (receivers.Outcome*).
 type settleFunc func(outcome string)
 
 // settler calls done when the last of n deliveries settles; it keeps the
@@ -99,7 +99,7 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		in.mu.RLock()
 	}
 	for _, r := range in.routes {
-		if topics.Match(r.topic, m.Topic) {
+		if topics.Match(r.cfg.Topic, m.Topic) {
 			r.busy.Add(1) // before a reload can swap the routes and wait for them
 			matched = append(matched, r)
 		}
@@ -182,7 +182,7 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, t
 		settleRoute(receivers.OutcomeFiltered)
 		return true
 	}
-	switch r.mode {
+	switch r.cfg.DeliveryMode {
 	case routes.DirectHold:
 		return r.hold.submit(ctx, &env, received, settleRoute)
 	case routes.DirectOrOutbox:
@@ -191,15 +191,14 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, t
 	return b.persist(ctx, r.record(&env, res.CoalesceKey), settleRoute)
 }
 
-// record is env as a live record of r, placed by its ordering key (else
-// its ID).
+// record is env as a live record of r, placed by its ordering key or ID.
 func (r *route) record(env *message.Envelope, coalesceKey string) stores.Record {
 	rec := stores.Record{
 		Session: r.session, Route: r.id, Envelope: *env, CoalesceKey: coalesceKey,
 		Partition: stores.PartitionOf(cmp.Or(env.Key, env.ID), r.partitions),
 	}
-	if r.ttl > 0 {
-		rec.ExpiresAt = env.ReceivedAt.Add(r.ttl)
+	if ttl := r.cfg.Policy.TTL.D(); ttl > 0 {
+		rec.ExpiresAt = env.ReceivedAt.Add(ttl)
 	}
 	return rec
 }

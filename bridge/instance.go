@@ -9,21 +9,18 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// instanceLease names the lease that makes one live process per bridge.id
-// (DESIGN.md §11.2).
-func instanceLease(bridgeID string) string { return "instance/" + bridgeID }
-
 // ErrDuplicateInstance is returned by Run when another live process runs
 // with the same bridge.id on the same store.
 var ErrDuplicateInstance = errors.New("bridge: another instance with this bridge.id is running")
 
-// claimInstance takes this process's instance lease (keepInstance keeps
-// it). A lease held by another process is waited for up to
-// one TTL (the holder may be a process killed a moment ago, whose lease
-// lapses); when it is still renewed after that, a second live instance
-// runs with the same bridge.id and Run refuses to start.
+// claimInstance takes this process's instance lease, which makes one live
+// process per bridge.id (DESIGN.md §11.2; keepInstance keeps it). A lease
+// held by another process is waited for up to one TTL (the holder may be a
+// process killed a moment ago, whose lease lapses); when it is still
+// renewed after that, a second live instance runs with the same bridge.id
+// and Run refuses to start.
 func (b *Bridge) claimInstance(ctx context.Context) (stores.Lease, error) {
-	name, ttl := instanceLease(b.cfg.Bridge.ID), b.cfg.Bridge.LeaseTTL.D()
+	name, ttl := "instance/"+b.cfg.Bridge.ID, b.cfg.Bridge.LeaseTTL.D()
 	deadline := time.Now().Add(ttl + ttl/3)
 	for {
 		le, err := b.store.Acquire(ctx, name, b.owner, ttl, time.Now())

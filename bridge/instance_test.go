@@ -85,7 +85,7 @@ func TestBridge_RefusesASecondLiveInstanceWithTheSameID(t *testing.T) {
 	}
 	startRun(t, first)
 	waitFor(t, 20*time.Second, "the first instance holding its lease", func() bool {
-		ls, err := first.store.List(t.Context(), instanceLease("test"), time.Now())
+		ls, err := first.store.List(t.Context(), "instance/test", time.Now())
 		return err == nil && len(ls) == 1
 	})
 	second, err := New(parseConfig(t, cfg()), Options{Logger: testLogger(t), Stdout: io.Discard})

@@ -53,11 +53,16 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	var vecs []prometheus.Collector // registered below with the others
 	counter := func(sub, name, help string, labels ...string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gobridge", Subsystem: sub, Name: name, Help: help}, labels)
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gobridge", Subsystem: sub, Name: name, Help: help}, labels)
+		vecs = append(vecs, c)
+		return c
 	}
 	gauge := func(sub, name, help string, labels ...string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gobridge", Subsystem: sub, Name: name, Help: help}, labels)
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gobridge", Subsystem: sub, Name: name, Help: help}, labels)
+		vecs = append(vecs, g)
+		return g
 	}
 	m := &metrics{
 		received:  counter("ingest", "received_total", "Messages handed to gobridge by a receiver.", "receiver"),
@@ -78,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		stale:        counter("delivery", "stale_total", "Outcomes the store refused because another owner holds the record now (its claim was taken over).", "route"),
 		direct:       counter("delivery", "direct_total", "direct_or_outbox: messages the target accepted on the direct attempt (no store write).", "route"),
 		fallback:     counter("delivery", "fallback_total", "direct_or_outbox: messages that went to the outbox because the direct attempt failed, timed out, or was skipped (sender down, or earlier messages of its key in the outbox).", "route"),
-		senderUp:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gobridge", Name: "sender_up", Help: "1 when the sender is up, 0 while it is down (probed once per backoff step; DESIGN 11.3)."}, []string{"sender"}),
+		senderUp:     gauge("", "sender_up", "1 when the sender is up, 0 while it is down (probed once per backoff step; DESIGN 11.3).", "sender"),
 		sendSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "gobridge", Subsystem: "delivery", Name: "send_seconds",
 			Help:    "Duration of one send to the target, in seconds.",
@@ -89,7 +94,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 		pending:      gauge("outbox", "pending", "Live records (waiting for delivery) in the session.", "session"),
 		bytes:        gauge("outbox", "bytes", "Bytes of the session's live records (payload, topic, headers).", "session"),
-		deadLetters:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "gobridge", Name: "dead_letters", Help: "Dead letters the route holds now."}, []string{"route"}),
+		deadLetters:  gauge("", "dead_letters", "Dead letters the route holds now.", "route"),
 		oldestAge:    gauge("outbox", "oldest_age_seconds", "Age of the oldest pending record of the session, in seconds (0: none).", "session"),
 		backpressure: counter("outbox", "backpressure_seconds_total", "Time ingest spent blocked because the session was at max_outbox_depth, in seconds.", "session"),
 		appendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -111,13 +116,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "gobridge", Name: "ready", Help: "1 when /readyz reports ready.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{
-		m.received, m.acked, m.unmatched,
-		m.routeReceived, m.routeAcked, m.filtered, m.persisted,
-		m.sent, m.retried, m.deadLettered, m.dropped, m.expired, m.abandoned, m.stale, m.direct, m.fallback, m.senderUp, m.sendSeconds, m.limit, m.inFlight,
-		m.pending, m.bytes, m.deadLetters, m.oldestAge, m.backpressure, m.appendSeconds, m.appendBatch, m.appendErrors,
-		m.ready,
-	} {
+	for _, c := range append(vecs, m.sendSeconds, m.appendSeconds, m.appendBatch, m.appendErrors, m.ready) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -131,8 +130,8 @@ func (m *metrics) initRoute(route string) {
 		m.sent, m.deadLettered, m.dropped, m.expired, m.abandoned, m.stale, m.direct, m.fallback} {
 		c.WithLabelValues(route)
 	}
-	m.retried.WithLabelValues(route, "transient")
-	m.retried.WithLabelValues(route, "capacity")
+	m.retried.WithLabelValues(route, drainer.ResultTransient)
+	m.retried.WithLabelValues(route, drainer.ResultCapacity)
 	m.inFlight.WithLabelValues(route)
 }
 
@@ -216,10 +215,8 @@ func (o *observer) Delivered(out drainer.Outcome) {
 	switch out.Result {
 	case drainer.ResultOK:
 		m.sent.WithLabelValues(out.Route).Inc()
-	case drainer.ResultTransient:
-		m.retried.WithLabelValues(out.Route, "transient").Inc()
-	case drainer.ResultCapacity:
-		m.retried.WithLabelValues(out.Route, "capacity").Inc()
+	case drainer.ResultTransient, drainer.ResultCapacity:
+		m.retried.WithLabelValues(out.Route, out.Result).Inc()
 	case drainer.ResultDeadLettered:
 		m.deadLettered.WithLabelValues(out.Route).Inc()
 	case drainer.ResultDropped:

@@ -11,13 +11,14 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// monitorInterval is how often the outbox gauges, the admission counts and
-// gobridge_ready are refreshed.
-const monitorInterval = time.Second
-
-// appendFailingAfter is how long outbox writes may fail before /readyz
-// says so (DESIGN.md §11.1).
-const appendFailingAfter = 30 * time.Second
+const (
+	// monitorInterval is how often the outbox gauges, the admission counts
+	// and gobridge_ready are refreshed.
+	monitorInterval = time.Second
+	// appendFailingAfter is how long outbox writes may fail before /readyz
+	// says so (DESIGN.md §11.1).
+	appendFailingAfter = 30 * time.Second
+)
 
 // Readiness is the body of /readyz.
 type Readiness struct {
@@ -51,9 +52,9 @@ func (b *Bridge) Ready(ctx context.Context) Readiness {
 		if r.hold == nil {
 			continue
 		}
-		if since := r.hold.heldSince(); !since.IsZero() && now.Sub(since) > r.stallAfter {
+		if since, limit := r.hold.heldSince(), r.cfg.Policy.StallAfter.D(); !since.IsZero() && now.Sub(since) > limit {
 			add("route %s: has held its source for %s (stall_after %s): its target does not accept%s",
-				r.id, now.Sub(since).Round(time.Second), r.stallAfter, withReason(r.health.LastError()))
+				r.id, now.Sub(since).Round(time.Second), limit, withReason(r.health.LastError()))
 		}
 	}
 	if b.store == nil {
@@ -123,8 +124,7 @@ func withReason(reason string) string {
 }
 
 // monitor refreshes the outbox gauges, the admission counts and
-// gobridge_ready every monitorInterval until ctx is done. Run owns the goroutine
-// that calls it.
+// gobridge_ready every monitorInterval until ctx is done.
 func (b *Bridge) monitor(ctx context.Context) {
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()

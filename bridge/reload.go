@@ -56,9 +56,7 @@ func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 }
 
 // leavingRoutes are the outbox routes of old whose records p would not
-// deliver (removed, or moved to another session), by id: quiesce lets them
-// deliver what they took. (Pending records of one whose sender is down
-// are refused at once.)
+// deliver (removed, or moved to another session), by id.
 func leavingRoutes(old, p *parts) map[string]*route {
 	leaving := map[string]*route{}
 	for _, r := range old.routes {
@@ -252,8 +250,8 @@ func (b *Bridge) apply(old, p *parts) {
 		"receivers", len(p.receivers), "sessions", len(p.sessions))
 }
 
-// settled waits until wg is done, and reports false when ctx ends first.
-// (Its goroutine ends with wg, which the caller waits for then.)
+// settled waits until wg is done, and reports false when ctx ends first
+// (its goroutine ends with wg, which the caller then waits for).
 func settled(ctx context.Context, wg *sync.WaitGroup) bool {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -291,14 +289,13 @@ type task struct {
 	done   chan struct{}
 }
 
-// stop cancels the task and waits until it has returned.
+// stop cancels the task and waits for it.
 func (t *task) stop() {
 	t.cancel()
 	<-t.done
 }
 
-// exited reports whether a started task has returned (a receiver that
-// failed, for one).
+// exited reports whether a started task has returned (a failed receiver).
 func (t *task) exited() bool {
 	if t == nil {
 		return false
@@ -322,7 +319,7 @@ func spawn(parent context.Context, wg *sync.WaitGroup, fn func(ctx context.Conte
 	return t
 }
 
-// startSession starts s's drainer group; Run waits for it.
+// startSession starts s's drainer group.
 func (b *Bridge) startSession(s *session) {
 	s.run = spawn(b.drainCtx, &b.drains, func(ctx context.Context) {
 		if err := s.group.Run(ctx); err != nil {
@@ -331,9 +328,9 @@ func (b *Bridge) startSession(s *session) {
 	})
 }
 
-// startReceiver starts rc; Run waits for it. A failure of a receiver that
-// Run started (fatal) stops the bridge; one that a reload started is
-// logged, and /readyz reports the receiver.
+// startReceiver starts rc. A failure of a receiver that Run started
+// (fatal) stops the bridge; one that a reload started is logged, and
+// /readyz reports the receiver.
 func (b *Bridge) startReceiver(rc *recv, fatal bool) {
 	rc.run = spawn(b.ingestCtx, &b.recvs, func(ctx context.Context) {
 		err := rc.r.Run(ctx)

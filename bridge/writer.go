@@ -14,17 +14,15 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Group commit tuning.
 const (
 	// writeMaxAppends is the most records appended by one Write.
 	writeMaxAppends = 512
 	// writeLinger is how long a write waits for more records when the
 	// previous one carried several (under load); a lone record never waits.
 	writeLinger = 500 * time.Microsecond
-	// settleLinger is how long settlements wait for the next append to
-	// share its commit before they are written on their own: nothing waits
-	// on them (the drainer has moved on, the source was acknowledged long
-	// ago), and a commit costs the same for one row as for hundreds.
+	// settleLinger is how long settlements wait to share the next append's
+	// commit: nothing waits on them, and a commit costs the same for one
+	// row as for hundreds.
 	settleLinger = 20 * time.Millisecond
 )
 
@@ -36,13 +34,12 @@ type appendReq struct {
 	done func(error)
 }
 
-// writer is the single writer of the outbox store: every Write of the
-// process goes through it, one durable commit per batch. A batch carries
-// the records ingest appends (claimed under their partition's lease when
-// its drainer has room: Group.Reserve) and the settlements the drainers
-// made since the last one (drainer.Settler). After the commit it hands the
-// claimed records to their drainers and calls the appends' done callbacks
-// in order.
+// writer is the single writer of the outbox store, one durable commit per
+// batch. A batch carries the records ingest appends (claimed under their
+// partition's lease when its drainer has room: Group.Reserve) and the
+// drainers' settlements since the last one (drainer.Settler). After the
+// commit it hands the claimed records to their drainers and calls the
+// appends' done callbacks in order.
 type writer struct {
 	store   stores.Store
 	groups  atomic.Pointer[map[string]*drainer.Group] // by session; a reload replaces it
@@ -61,8 +58,7 @@ type writer struct {
 	stopOnce sync.Once
 	failing  time.Time // when writes began failing; zero when the last one succeeded
 
-	// abortCtx is cancelled by abort: give up retrying writes.
-	abortCtx context.Context
+	abortCtx context.Context // cancelled by abort: give up retrying writes
 	abort    context.CancelFunc
 }
 
@@ -76,8 +72,7 @@ func newWriter(store stores.Store, m *metrics, log *slog.Logger, limits *admissi
 	return w
 }
 
-// setGroups makes the writer hand records to the drainer groups of
-// sessions from its next batch on.
+// setGroups hands records to sessions' drainer groups from the next batch on.
 func (w *writer) setGroups(sessions map[string]*session) {
 	groups := make(map[string]*drainer.Group, len(sessions))
 	for id, s := range sessions {
@@ -130,7 +125,7 @@ func (w *writer) Flush(ctx context.Context) error {
 }
 
 // errWriterAborted is Flush's answer once the writer gave up (shutdown
-// passed its timeout, or the bridge failed): the flush cannot happen.
+// passed its timeout, or the bridge failed).
 var errWriterAborted = errors.New("the outbox writer stopped at the shutdown deadline")
 
 func (w *writer) signal() {
@@ -214,9 +209,8 @@ func (w *writer) due(settleBy *time.Time) time.Duration {
 // stop makes run write what is queued and return.
 func (w *writer) stop() { w.stopOnce.Do(func() { close(w.quit) }) }
 
-// writeOnce takes what is queued (up to writeMaxAppends records) and writes
-// it; it returns how many records and settlements it took, and how many of
-// them were records.
+// writeOnce writes what is queued (up to writeMaxAppends records); it
+// returns how many records and settlements it took, and how many records.
 func (w *writer) writeOnce(reserve bool) (n, appends int) {
 	w.mu.Lock()
 	appends = min(len(w.appends), writeMaxAppends)
