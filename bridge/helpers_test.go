@@ -90,9 +90,12 @@ func startRun(t testing.TB, rt *Bridge) func() {
 	return testservices.Start(t, rt.Run, nil)
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds or the deadline passes. The deadline
+// is for liveness, never a speed check: at least a minute, since a -race
+// build on a loaded 2-core machine took over 20 s for what takes 1 s idle.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = max(timeout, time.Minute)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
