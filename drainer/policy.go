@@ -46,14 +46,17 @@ func (b Backoff) Ceiling(n int) time.Duration {
 
 // Next is when a record whose n-th attempt failed is due again: now plus a
 // delay drawn uniformly from [0, Ceiling(n)] (full jitter); a capacity
-// error's retryAfter wins when it is longer. r supplies the jitter.
+// error's retryAfter wins when it is longer, up to Max: max_interval is the
+// operator's ceiling, and a target (a load balancer answering 503 with
+// Retry-After: 86400) must not park records for a day after it recovers.
+// r supplies the jitter.
 func (b Backoff) Next(now time.Time, n int, retryAfter time.Duration, r *rand.Rand) time.Time {
 	ceil := b.Ceiling(n)
 	var d time.Duration
 	if ceil > 0 {
 		d = time.Duration(r.Int64N(int64(ceil) + 1))
 	}
-	return now.Add(max(d, retryAfter))
+	return now.Add(max(d, min(retryAfter, b.Max)))
 }
 
 // Poisoned reports whether a record that just failed transiently is taken

@@ -79,16 +79,19 @@ func TestBackoff_NextFullJitterWithinCeiling(t *testing.T) {
 	}
 }
 
-func TestBackoff_NextLongerRetryAfterWins(t *testing.T) {
+func TestBackoff_NextLongerRetryAfterWinsUpToMax(t *testing.T) {
 	t.Parallel()
-	b := Backoff{Initial: time.Second, Max: 2 * time.Second, Multiplier: 2}
+	b := Backoff{Initial: time.Second, Max: 2 * time.Minute, Multiplier: 2}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := rand.New(rand.NewPCG(3, 4))
 	for range 100 {
 		if d := b.Next(now, 1, time.Minute, r).Sub(now); d != time.Minute {
 			t.Fatalf("delay %v, want the 1m retry-after", d)
 		}
-		if d := b.Next(now, 5, time.Millisecond, r).Sub(now); d < time.Millisecond || d > 2*time.Second {
+		if d := b.Next(now, 1, 24*time.Hour, r).Sub(now); d != 2*time.Minute {
+			t.Fatalf("delay %v for a 24h retry-after, want max_interval (2m)", d)
+		}
+		if d := b.Next(now, 5, time.Millisecond, r).Sub(now); d < time.Millisecond || d > 16*time.Second {
 			t.Fatalf("delay %v, want backoff no shorter than the hint", d)
 		}
 	}
