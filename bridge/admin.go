@@ -92,8 +92,9 @@ func (b *Bridge) serveAdmin(ctx context.Context) error {
 		return nil
 	}
 	// A stalled client is let go: headers within 10 s, the request within
-	// 30 s, an idle keep-alive connection after 2 minutes.
-	srv := &http.Server{Handler: b.mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	// 30 s, an answer it does not read after 30 s, an idle keep-alive
+	// connection after 2 minutes.
+	srv := admin.NewServer(b.mux, admin.DefaultTimeouts)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(b.adminLn) }()
 	select {

@@ -234,3 +234,36 @@ func TestHTTPIngest_FullOutboxAnswers503UntilTheTargetIsBack(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the retried message delivered", func() bool { return len(target.delivered("m3")) == 1 })
 }
+
+// TestHTTPIngest_AnswersTheIDTheRouteGaveIt: with an idempotency_key
+// processor on the route, the answer's id is the envelope ID the record
+// got (and the target receives), not the one the message arrived with
+// (it named a fresh UUIDv7 that no record or delivery carries).
+func TestHTTPIngest_AnswersTheIDTheRouteGaveIt(t *testing.T) {
+	t.Parallel()
+	target := newKeyTarget(t)
+	addr := freeAddr(t)
+	cfg := strings.Replace(httpIngestConfig(t, addr, target.srv.URL, "", ""), "    delivery_mode: shared_outbox\n",
+		"    delivery_mode: shared_outbox\n    processors: [{type: idempotency_key, from: \"order-{header.X-Order}\"}]\n", 1)
+	cfg = strings.Replace(cfg, "allow_anonymous: true", "allow_anonymous: true, headers: [X-Order]", 1)
+	startBridge(t, parseConfig(t, cfg))
+	base := "http://" + addr
+	waitFor(t, 10*time.Second, "the http listener", func() bool { _, err := http.Get(base + "/"); return err == nil })
+
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/publish/plant/a", strings.NewReader("body-7"))
+	req.Header.Set("X-Order", "7")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a ingestAnswer
+	err = json.NewDecoder(resp.Body).Decode(&a)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || a.ID != "order-7" {
+		t.Fatalf("answer %d %+v (%v), want id order-7", resp.StatusCode, a, err)
+	}
+	waitFor(t, 10*time.Second, "the delivery", func() bool { return len(target.delivered("body-7")) == 1 })
+	if got := target.delivered("body-7"); got[0] != a.ID {
+		t.Fatalf("answered id %s, delivered as %s", a.ID, got[0])
+	}
+}

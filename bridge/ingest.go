@@ -134,10 +134,11 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		if env.ID == "" {
 			env.ID = message.NewID()
 		}
+		var id *string // the first route's ID, as its processors leave it
 		if i == 0 {
-			firstID = env.ID
+			firstID, id = env.ID, &firstID
 		}
-		ok := in.b.dispatch(ctx, r, env, tooLarge, s.route(i == 0))
+		ok := in.b.dispatch(ctx, r, env, id, tooLarge, s.route(i == 0))
 		r.busy.Done()
 		if !ok {
 			for _, r := range matched[i+1:] {
@@ -149,13 +150,14 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 }
 
 // dispatch runs env through route r (processors, then its delivery mode)
-// and arranges for settle to be called once its delivery has settled. It
+// and arranges for settle to be called once its delivery has settled;
+// id, when not nil, gets the envelope ID the processors gave it. It
 // returns false when ctx ended before the delivery was accepted (settle
 // will not be called). A message truncated at tooLarge (its reason; "" when
 // it is whole) is never routed (DESIGN.md §11.1): it becomes an ingest dead
 // letter of its first 1 KiB, or is dropped and counted without an outbox
 // store.
-func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, tooLarge string, settle settleFunc) bool {
+func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, id *string, tooLarge string, settle settleFunc) bool {
 	if r.ready != nil {
 		select {
 		case <-r.ready: // the route this one replaced has settled
@@ -176,6 +178,9 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, t
 	res, err := r.chain.Process(&env)
 	if err != nil {
 		return b.failAtIngest(ctx, r, received, "processor: "+err.Error(), false, settleRoute)
+	}
+	if id != nil {
+		*id = env.ID
 	}
 	if res.Drop {
 		mt.filtered.WithLabelValues(r.id).Inc()

@@ -76,17 +76,23 @@ func ParseLine(line []byte) (Line, error) {
 
 // SplitLines splits an NDJSON body into its lines (without the line
 // ending, "\n" or "\r\n"), with their 1-based numbers; blank lines are
-// skipped.
-func SplitLines(body []byte) (lines [][]byte, numbers []int) {
-	for i, l := range bytes.Split(body, []byte("\n")) {
+// skipped. It keeps at most max lines and reports over when the body has
+// more: a body of many short (or blank) lines costs no more than max.
+func SplitLines(body []byte, max int) (lines [][]byte, numbers []int, over bool) {
+	for n := 1; len(body) > 0; n++ {
+		var l []byte
+		l, body, _ = bytes.Cut(body, []byte("\n"))
 		l = bytes.TrimSuffix(l, []byte("\r"))
 		if len(bytes.TrimSpace(l)) == 0 {
 			continue
 		}
+		if len(lines) == max {
+			return lines, numbers, true
+		}
 		lines = append(lines, l)
-		numbers = append(numbers, i+1)
+		numbers = append(numbers, n)
 	}
-	return lines, numbers
+	return lines, numbers, false
 }
 
 // serveBatch serves POST /v1/publish: every line is checked on its own, the
@@ -103,10 +109,10 @@ func (r *Receiver) serveBatch(ctx context.Context, w http.ResponseWriter, req *h
 		return
 	}
 	defer release()
-	lines, numbers := SplitLines(body)
-	if len(lines) > r.o.MaxBatchLines {
+	lines, numbers, over := SplitLines(body, r.o.MaxBatchLines)
+	if over {
 		r.win.TooLarge.Add(1)
-		answerError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%d lines; the limit is %d", len(lines), r.o.MaxBatchLines))
+		answerError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("more than %d lines (max_batch_lines)", r.o.MaxBatchLines))
 		return
 	}
 	ps := make([]*pending, len(lines))
@@ -117,14 +123,14 @@ func (r *Receiver) serveBatch(ctx context.Context, w http.ResponseWriter, req *h
 		switch {
 		case err != nil:
 			r.win.Malformed.Add(1)
-			p.failure = &result{Status: http.StatusBadRequest, Error: err.Error()}
+			p.failure = failure(http.StatusBadRequest, err.Error())
 		case !topics.MatchAny(r.o.Topics, l.Topic):
 			r.win.Denied.Add(1)
-			p.failure = &result{Status: http.StatusForbidden, Error: fmt.Sprintf("topic %q is not among this receiver's topics", l.Topic)}
+			p.failure = failure(http.StatusForbidden, fmt.Sprintf("topic %q is not among this receiver's topics", l.Topic))
 		case len(l.Payload) > r.o.MaxPayloadBytes:
 			r.win.TooLarge.Add(1)
-			p.failure = &result{Status: http.StatusRequestEntityTooLarge,
-				Error: fmt.Sprintf("the payload has %d bytes; the limit is %d", len(l.Payload), r.o.MaxPayloadBytes)}
+			p.failure = failure(http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("the payload has %d bytes; the limit is %d", len(l.Payload), r.o.MaxPayloadBytes))
 		default:
 			contentType := ""
 			if l.JSON {

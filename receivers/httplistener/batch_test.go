@@ -4,7 +4,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -131,5 +133,80 @@ func TestReceiver_BatchLinesNotSettledAre503(t *testing.T) {
 	}
 	if settled != 1 {
 		t.Fatalf("results = %+v", a.Results)
+	}
+}
+
+// serverAlloc posts body as a batch and returns the answer's status, its
+// raw bytes and the bytes the process allocated meanwhile (the test runs
+// alone: parallel tests wait for it).
+func serverAlloc(t *testing.T, url, body string) (int, []byte, uint64) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	return resp.StatusCode, raw, after.TotalAlloc - before.TotalAlloc
+}
+
+// TestReceiver_BatchOfManyLinesCostsItsSize: a batch body of max_batch_bytes
+// made of blank or tiny lines is answered (200 with no results, 413 over
+// max_batch_lines) with a few times its size allocated: splitting the body
+// into all its lines first allocated 104 MiB for 4 MiB of newlines and 393
+// MiB for 4 MiB of "1\n".
+func TestReceiver_BatchOfManyLinesCostsItsSize(t *testing.T) {
+	b := setup(t, Options{}, newSettlingSink(receivers.OutcomeCommitted, false))
+	for _, c := range []struct {
+		name, body string
+		status     int
+	}{
+		{"blank lines", strings.Repeat("\n", DefaultMaxBatchBytes), http.StatusOK},
+		{"crlf lines", strings.Repeat(" \r\n", DefaultMaxBatchBytes/3), http.StatusOK},
+		{"tiny lines", strings.Repeat("1\n", DefaultMaxBatchBytes/2), http.StatusRequestEntityTooLarge},
+	} {
+		st, raw, alloc := serverAlloc(t, b.url, c.body)
+		if st != c.status {
+			t.Errorf("%s: %d %s, want %d", c.name, st, raw, c.status)
+		}
+		if alloc > 6*DefaultMaxBatchBytes {
+			t.Errorf("%s: a batch of %d bytes allocated %d MiB", c.name, len(c.body), alloc>>20)
+		}
+	}
+}
+
+// TestReceiver_BatchErrorsAreClipped: an answer quotes what the client sent
+// (a topic, an unknown field) in at most MaxErrorText bytes a line, so a
+// batch of 1000 lines with 4 KiB of invalid UTF-8 in a field name (quoted
+// as \xff, five bytes each in JSON) is not answered with 20 MiB.
+func TestReceiver_BatchErrorsAreClipped(t *testing.T) {
+	b := setup(t, Options{}, newSettlingSink(receivers.OutcomeCommitted, false))
+	var body strings.Builder
+	for range 500 {
+		body.WriteString(`{"` + strings.Repeat("\xff", 4000) + `":1}` + "\n")
+		body.WriteString(`{"topic":"other/` + strings.Repeat("\u2028", 1300) + `","payload":1}` + "\n")
+	}
+	st, raw, _ := serverAlloc(t, b.url, body.String())
+	var a batchAnswer
+	if err := json.Unmarshal(raw, &a); st != http.StatusOK || err != nil || len(a.Results) != 1000 {
+		t.Fatalf("%d, %d results, %v", st, len(a.Results), err)
+	}
+	for _, r := range a.Results {
+		if len(r.Error) > MaxErrorText || (r.Status != 400 && r.Status != 403) {
+			t.Fatalf("line %d: status %d, error of %d bytes", r.Line, r.Status, len(r.Error))
+		}
+	}
+	if len(raw) > 1000*(MaxErrorText+100) {
+		t.Fatalf("a batch of %d bytes answered with %d bytes", body.Len(), len(raw))
 	}
 }

@@ -1,8 +1,12 @@
 package httplistener
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/gobridge/gobridge/receivers"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -82,6 +86,79 @@ func FuzzParseLine(f *testing.F) {
 		if err != nil || l2.Topic != l.Topic || l2.Key != l.Key || l2.JSON != l.JSON ||
 			(!l.JSON && string(l2.Payload) != string(l.Payload)) {
 			t.Fatalf("%s parsed as %+v, made again as %s: %+v, %v", line, l, b, l2, err)
+		}
+	})
+}
+
+// FuzzSplitLines: splitting keeps every non-blank line, in order, with its
+// number as bytes.Split counts it, up to max; over says whether more came.
+func FuzzSplitLines(f *testing.F) {
+	for _, s := range []string{"a\nb", "\n\n", "a\r\n\r\nb\n", " \n\t\r\n x", "a\rb\n", ""} {
+		f.Add([]byte(s), uint8(2))
+	}
+	f.Fuzz(func(t *testing.T, body []byte, m uint8) {
+		limit := int(m)
+		lines, numbers, over := SplitLines(body, limit)
+		var want [][]byte
+		var wantN []int
+		for i, l := range bytes.Split(body, []byte("\n")) {
+			if l = bytes.TrimSuffix(l, []byte("\r")); len(bytes.TrimSpace(l)) > 0 {
+				want, wantN = append(want, l), append(wantN, i+1)
+			}
+		}
+		if over != (len(want) > limit) || len(lines) != min(len(want), limit) || len(numbers) != len(lines) {
+			t.Fatalf("%q, max %d: %d lines, over %v; want %d", body, limit, len(lines), over, len(want))
+		}
+		for i := range lines {
+			if !bytes.Equal(lines[i], want[i]) || numbers[i] != wantN[i] {
+				t.Fatalf("%q: line %d = %q (number %d), want %q (%d)", body, i, lines[i], numbers[i], want[i], wantN[i])
+			}
+		}
+	})
+}
+
+// FuzzServeHTTP sends arbitrary methods, paths, Authorization headers and
+// bodies to a receiver: it never panics, answers JSON with a known status,
+// and hands a message on (200) only with the token, to an allowed topic.
+func FuzzServeHTTP(f *testing.F) {
+	for _, s := range [][3]string{
+		{"/v1/publish/plant/a", "Bearer " + testToken, "x"},
+		{"/v1/publish", "bearer  " + testToken + " ", `{"topic":"plant/a","payload":1}` + "\n" + `{"topic":"x","payload":1}`},
+		{"/v1/publish/plant%2Fa", "Bearer " + testToken + "x", ""},
+		{"/v1/publish/other/a", "Bearer " + testToken, "x"},
+		{"/v1/publish/%zz", "Basic " + testToken, "x"},
+	} {
+		f.Add("POST", s[0], s[1], []byte(s[2]))
+	}
+	sink := newSettlingSink(receivers.OutcomeCommitted, false)
+	r, err := New(Options{ID: "web", Topics: []string{"plant/#"}, Token: testToken, MaxBatchLines: 10, MaxBatchBytes: 4096, MaxPayloadBytes: 1024}, sink, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, method, target, auth string, body []byte) {
+		req, err := http.NewRequest(method, "http://127.0.0.1"+target, bytes.NewReader(body))
+		if err != nil {
+			return
+		}
+		req.Header.Set("Authorization", auth)
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, req)
+		switch rec.Code {
+		case 200, 400, 401, 403, 404, 405, 413, 415:
+		default:
+			t.Fatalf("%s %s: status %d", method, target, rec.Code)
+		}
+		if !json.Valid(rec.Body.Bytes()) {
+			t.Fatalf("%s %s: answer %d is not JSON: %q", method, target, rec.Code, rec.Body)
+		}
+		scheme, tok, _ := strings.Cut(strings.TrimSpace(auth), " ")
+		authorized := strings.EqualFold(scheme, "bearer") && strings.TrimSpace(tok) == testToken
+		for len(sink.got) > 0 {
+			m := <-sink.got
+			if !authorized || (m.Topic != "plant" && !strings.HasPrefix(m.Topic, "plant/")) || len(m.Payload) > 1024 {
+				t.Fatalf("handed on %q (%d bytes) with Authorization %q", m.Topic, len(m.Payload), auth)
+			}
 		}
 	})
 }

@@ -301,7 +301,26 @@ func answerJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func answerError(w http.ResponseWriter, status int, msg string) {
-	answerJSON(w, status, result{Status: status, Error: msg})
+	answerJSON(w, status, failure(status, msg))
+}
+
+// MaxErrorText is the longest error text an answer (or a batch line's
+// result) carries, in bytes: the text quotes what the client sent (a
+// topic, an unknown field), so a batch of long bad lines is not answered
+// with several times its size.
+const MaxErrorText = 256
+
+// failure is a refusal's result, its text clipped to MaxErrorText bytes
+// (on a UTF-8 boundary, "..." marking the cut).
+func failure(status int, msg string) *result {
+	if len(msg) > MaxErrorText {
+		n := MaxErrorText - len("...")
+		for n > 0 && !utf8.RuneStart(msg[n]) {
+			n--
+		}
+		msg = msg[:n] + "..."
+	}
+	return &result{Status: status, Error: msg}
 }
 
 func setRetryAfter(w http.ResponseWriter) {
