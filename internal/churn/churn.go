@@ -70,7 +70,7 @@ type Tolerance struct {
 // rounds), measuring after each total once the process has settled, and
 // fails t when a count grew by more than tol between n1 and n2 rounds:
 // what every round leaves behind. It logs both samples and the residue per
-// round. Settling polls (up to 20 s) for goroutines and extra counts to
+// round. Settling polls (up to 10 s) for goroutines and extra counts to
 // come back down, since closed connections end their goroutines
 // asynchronously.
 func Check(t *testing.T, n1, n2 int, tol Tolerance, extra func() map[string]int, round func(i int)) (a, b Sample) {
@@ -80,7 +80,7 @@ func Check(t *testing.T, n1, n2 int, tol Tolerance, extra func() map[string]int,
 		round(-1 - i)
 	}
 	settle := func(ref *Sample) Sample {
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.Now().Add(10 * time.Second)
 		for {
 			s := Measure(extra)
 			if ref == nil || !grew(*ref, s, tol) || time.Now().After(deadline) {
