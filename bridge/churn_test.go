@@ -2,9 +2,11 @@ package bridge
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,5 +96,66 @@ routes:
 	if s := os.Getenv("CHURN_ROUNDS"); s != "" {
 		n2, _ = strconv.Atoi(s)
 	}
+	churn.Check(t, n2/3, n2, churn.Tolerance{Goroutines: 10, FDs: 5, HeapBytes: 512 << 10}, counts, round)
+}
+
+// TestBridge_FlappingTargetLeavesNothingBehind has the target go down and
+// up again every round, with a message on an outbox route and one on a
+// direct_or_outbox route each time: sends fail, the sender goes down, is
+// probed, comes back. Goroutines, heap, descriptors and metric series must
+// not grow with the number of flaps (health, limiter, timers, the
+// fallback's sticky keys).
+func TestBridge_FlappingTargetLeavesNothingBehind(t *testing.T) {
+	target := newSink(t)
+	var refused atomic.Int64
+	var down atomic.Bool
+	target.fail = func(string) bool {
+		if down.Load() {
+			refused.Add(1)
+			return true
+		}
+		return false
+	}
+	addr, db := freeAddr(t), filepath.Join(t.TempDir(), "outbox.db")
+	reg := prometheus.NewRegistry()
+	b, err := New(parseConfig(t, fmt.Sprintf(`version: 1
+bridge: {id: flap, admin: {listen: ""}}
+stores: {outbox: {type: sqlite, options: {path: %q}}}
+receivers:
+  - {id: edge, type: mqtt_listener, options: {listen: %q}, topics: [{topic: "#", qos: 1}]}
+senders:
+  - {id: t, type: http, options: {url: %q}}
+routes:
+  - {id: outbox, receiver: edge, topic: "o/#", sender: t, delivery_mode: shared_outbox,
+     session: {id: so, drain_strategy: {type: fixed_poll, interval: 10ms}},
+     policy: {backoff: {initial_interval: 1ms, max_interval: 20ms}}}
+  - {id: direct, receiver: edge, topic: "d/#", sender: t, delivery_mode: direct_or_outbox,
+     session: {id: sd, drain_strategy: {type: fixed_poll, interval: 10ms}},
+     policy: {direct_timeout: 1s, backoff: {initial_interval: 1ms, max_interval: 20ms}}}
+`, db, addr, target.srv.URL)), Options{Logger: slog.New(slog.DiscardHandler), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, b)
+	pub := publisher(t, "tcp://"+addr, "flap-pub")
+	round := func(i int) {
+		down.Store(true)
+		before := refused.Load()
+		o, d := fmt.Sprintf("o-%d", i), fmt.Sprintf("d-%d", i)
+		toks := []paho.Token{pub.Publish(fmt.Sprintf("o/%d", i%50), 1, false, o), pub.Publish(fmt.Sprintf("d/%d", i%50), 1, false, d)}
+		waitFor(t, time.Minute, fmt.Sprintf("refused sends in round %d (refused %d)", i, refused.Load()-before), func() bool { return refused.Load() >= before+3 })
+		down.Store(false)
+		waitTokens(t, toks, time.Minute)
+		waitFor(t, time.Minute, "both delivered", func() bool { return target.count(o) > 0 && target.count(d) > 0 })
+		target.mu.Lock()
+		clear(target.got)
+		target.order = nil
+		target.mu.Unlock()
+	}
+	n2 := 300
+	if s := os.Getenv("CHURN_ROUNDS"); s != "" {
+		n2, _ = strconv.Atoi(s)
+	}
+	counts := func() map[string]int { return map[string]int{"series": seriesCount(t, reg)} }
 	churn.Check(t, n2/3, n2, churn.Tolerance{Goroutines: 10, FDs: 5, HeapBytes: 512 << 10}, counts, round)
 }

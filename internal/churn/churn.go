@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,12 +21,13 @@ type Sample struct {
 	Goroutines int
 	HeapBytes  int64 // live heap after two GCs
 	FDs        int   // open file descriptors (-1 where /proc is absent)
+	RSSBytes   int64 // resident set (logged only: the allocator keeps freed pages, so it is noisy)
 	Extra      map[string]int
 }
 
 func (s Sample) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "goroutines=%d heap=%dKiB fds=%d", s.Goroutines, s.HeapBytes>>10, s.FDs)
+	fmt.Fprintf(&b, "goroutines=%d heap=%dKiB fds=%d rss=%dKiB", s.Goroutines, s.HeapBytes>>10, s.FDs, s.RSSBytes>>10)
 	for _, k := range slices.Sorted(mapKeys(s.Extra)) {
 		fmt.Fprintf(&b, " %s=%d", k, s.Extra[k])
 	}
@@ -52,6 +54,14 @@ func Measure(extra func() map[string]int) Sample {
 	s := Sample{Goroutines: runtime.NumGoroutine(), HeapBytes: int64(ms.HeapAlloc), FDs: -1}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
 		s.FDs = len(fds)
+	}
+	if status, err := os.ReadFile("/proc/self/status"); err == nil {
+		for line := range strings.Lines(string(status)) {
+			if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				s.RSSBytes = kb << 10
+			}
+		}
 	}
 	if extra != nil {
 		s.Extra = extra()
