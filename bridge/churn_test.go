@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gobridge/gobridge/internal/churn"
+	"github.com/gobridge/gobridge/internal/testservices"
 )
 
 // seriesCount is how many series reg exports.
@@ -39,15 +43,58 @@ func seriesCount(t *testing.T, reg *prometheus.Registry) int {
 // a removed part leaves behind is a leak in a process that runs for months.
 func TestBridge_ReloadChurnLeavesNothingBehind(t *testing.T) {
 	target := newSink(t)
+	sender := func(id string) string {
+		return fmt.Sprintf("{id: %s, type: http, options: {url: %q}}", id, target.srv.URL)
+	}
+	reloadChurn(t, sender, func(body string) bool {
+		if target.count(body) == 0 {
+			return false
+		}
+		target.mu.Lock() // the test's own record must not grow either
+		clear(target.got)
+		target.order = nil
+		target.mu.Unlock()
+		return true
+	})
+}
+
+// TestBridge_ReloadChurnOfSQSSenders is the same with the added route's
+// sender an SQS sender (fauxqs), whose AWS SDK client has its own HTTP
+// transport.
+func TestBridge_ReloadChurnOfSQSSenders(t *testing.T) {
+	endpoint := testservices.SQSEndpoint(t)
+	client := sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint), Credentials: aws.AnonymousCredentials{}})
+	q, err := client.CreateQueue(t.Context(), &sqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("churn-%d", time.Now().UnixNano()))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
+	sender := func(id string) string {
+		return fmt.Sprintf("{id: %s, type: sqs, options: {queue_url: %q, endpoint: %q, region: us-east-1}}", id, *q.QueueUrl, endpoint)
+	}
+	var b *Bridge
+	reloadChurnBridge(t, sender, &b, func(i int) bool { return sessionStats(t, b, fmt.Sprintf("c%d", i)).Live == 0 })
+}
+
+// reloadChurn runs the reload churn (see TestBridge_ReloadChurnLeavesNothingBehind)
+// with the added routes' senders made by sender; delivered says whether
+// the round's message reached the target.
+func reloadChurn(t *testing.T, sender func(id string) string, delivered func(body string) bool) {
+	var b *Bridge
+	reloadChurnBridge(t, sender, &b, func(i int) bool { return delivered(fmt.Sprintf("churn-%d", i)) })
+}
+
+func reloadChurnBridge(t *testing.T, sender func(id string) string, bp **Bridge, delivered func(i int) bool) {
+	t.Helper()
 	addr, db := freeAddr(t), filepath.Join(t.TempDir(), "outbox.db")
 	stable := `
   - {id: stable, receiver: edge, topic: "stable/#", sender: s0, delivery_mode: shared_outbox,
      session: {id: s0, drain_strategy: {type: fixed_poll, interval: 50ms}}}`
 	config := func(i int) string {
-		senders := fmt.Sprintf("  - {id: s0, type: http, options: {url: %q}}", target.srv.URL)
+		senders := "  - " + sender("s0")
 		routesYAML := stable
 		if i >= 0 {
-			senders += fmt.Sprintf("\n  - {id: s%d, type: http, options: {url: %q}}", i+1, target.srv.URL)
+			senders += "\n  - " + sender(fmt.Sprintf("s%d", i+1))
 			routesYAML += fmt.Sprintf(`
   - {id: r%d, receiver: edge, topic: "churn/%d", sender: s%d, delivery_mode: shared_outbox,
      session: {id: c%d, drain_strategy: {type: fixed_poll, interval: 10ms}}}`, i, i, i+1, i)
@@ -68,6 +115,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
+	*bp = b
 	startRun(t, b)
 	pub := publisher(t, "tcp://"+addr, "churn-pub")
 
@@ -80,11 +128,7 @@ routes:
 		}
 		body := fmt.Sprintf("churn-%d", i)
 		waitTokens(t, []paho.Token{pub.Publish(fmt.Sprintf("churn/%d", i), 1, false, body)}, time.Minute)
-		waitFor(t, time.Minute, body+" delivered", func() bool { return target.count(body) > 0 })
-		target.mu.Lock() // the test's own record must not grow either
-		clear(target.got)
-		target.order = nil
-		target.mu.Unlock()
+		waitFor(t, time.Minute, body+" delivered", func() bool { return delivered(i) })
 		if err := b.Reload(t.Context(), parseConfig(t, config(-1))); err != nil {
 			t.Fatalf("reload %d back: %v", i, err)
 		}
