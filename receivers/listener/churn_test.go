@@ -117,5 +117,5 @@ func TestListener_ChurnLeavesNothingBehind(t *testing.T) {
 			"inflight": st.InFlight, "inflight_bytes": int(st.InFlightBytes)}
 	}
 	n1, n2 := churnRounds(t)
-	churn.Check(t, n1, n2, churn.Tolerance{Goroutines: 10, FDs: 5, HeapBytes: 1 << 20, Extra: 0}, counts, round)
+	churn.Check(t, n1, n2, churn.Tolerance{Goroutines: 10, FDs: 5, HeapBytes: 1 << 20, Extra: 2}, counts, round) // mochi_clients: MaxClients plus the reused IDs
 }
