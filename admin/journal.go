@@ -141,6 +141,22 @@ func (j *Journal) Register(session, route string) {
 	j.route(route).session = session
 }
 
+// Forget drops what the journal keeps of routes, sessions and senders
+// that a reload removed.
+func (j *Journal) Forget(routes, sessions, senders []string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, id := range routes {
+		delete(j.routes, id)
+	}
+	for _, id := range sessions {
+		delete(j.lastSent, id)
+	}
+	for _, id := range senders {
+		delete(j.senders, id)
+	}
+}
+
 // route returns the journal of route, creating it. The caller holds mu.
 func (j *Journal) route(route string) *routeJournal {
 	r := j.routes[route]

@@ -50,6 +50,8 @@ type metrics struct {
 	appendErrors  prometheus.Counter     // gobridge_outbox_append_errors_total
 
 	ready prometheus.Gauge // gobridge_ready
+
+	vecs []interface{ DeletePartialMatch(prometheus.Labels) int } // every labelled metric, for forget
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -120,8 +122,52 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+		if v, ok := c.(interface{ DeletePartialMatch(prometheus.Labels) int }); ok {
+			m.vecs = append(m.vecs, v)
+		}
 	}
 	return m, nil
+}
+
+// forget deletes every series whose label (route, session, sender,
+// receiver) is id.
+func (m *metrics) forget(label, id string) {
+	for _, v := range m.vecs {
+		v.DeletePartialMatch(prometheus.Labels{label: id})
+	}
+}
+
+// forget drops what the metrics, the journal and stall detection keep of
+// the routes, sessions, senders and receivers of old that p does not have
+// (a reload removed them, after they stopped): a process reloaded for
+// months with changing names keeps only what runs.
+func (b *Bridge) forget(old, p *parts) {
+	var routes, sessions, senders []string
+	for _, r := range old.routes {
+		if p.route(r.id) == nil {
+			routes = append(routes, r.id)
+			b.metrics.forget("route", r.id)
+		}
+	}
+	for id := range old.sessions {
+		if p.sessions[id] == nil {
+			sessions = append(sessions, id)
+			b.metrics.forget("session", id)
+			b.lastSent.Delete(id)
+		}
+	}
+	for id := range old.senders {
+		if p.senders[id] == nil {
+			senders = append(senders, id)
+			b.metrics.forget("sender", id)
+		}
+	}
+	for _, rc := range old.receivers {
+		if p.receiver(rc.id) == nil {
+			b.metrics.forget("receiver", rc.id)
+		}
+	}
+	b.journal.Forget(routes, sessions, senders)
 }
 
 // initRoute makes a route's series visible at zero.

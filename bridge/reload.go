@@ -240,11 +240,9 @@ func (b *Bridge) apply(old, p *parts) {
 			if err := s.close(); err != nil {
 				b.log.Warn("close", "sender", id, "error", err)
 			}
-			if p.senders[id] == nil {
-				b.metrics.senderUp.DeleteLabelValues(id)
-			}
 		}
 	}
+	b.forget(old, p)
 	b.cur.Store(p)
 	b.log.Info("config reloaded", "routes", len(p.routes), "replaced_routes", len(retired),
 		"receivers", len(p.receivers), "sessions", len(p.sessions))

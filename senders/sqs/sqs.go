@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -31,6 +33,7 @@ type Sender struct {
 	attrs     []attribute
 	batchSize int
 	client    *sqs.Client
+	transport *http.Transport // the client's, so that Close can release its connections
 	log       *slog.Logger
 }
 
@@ -97,12 +100,31 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 	if awsCfg.Region = cmp.Or(awsCfg.Region, regionOf(o.QueueURL)); awsCfg.Region == "" {
 		return fail("no region: set options.region or AWS_REGION")
 	}
+	// The SDK's client with its transport (CA bundle and all) owned here:
+	// Close releases its idle connections when a reload replaces the
+	// sender, instead of leaving them (a goroutine pair, a descriptor and
+	// buffers each) for the transport's 90 s idle timeout. Redirects are not
+	// followed, as by the SDK's client.
+	if bc, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient); ok {
+		s.transport = bc.GetTransport()
+		awsCfg.HTTPClient = &http.Client{Transport: s.transport, Timeout: bc.GetTimeout(),
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
 	s.client = sqs.NewFromConfig(awsCfg, func(so *sqs.Options) {
 		if o.Endpoint != "" {
 			so.BaseEndpoint = aws.String(o.Endpoint)
 		}
 	})
 	return s, nil
+}
+
+// Close closes the idle connections of the sender's transport. Send must
+// not be called after Close.
+func (s *Sender) Close() error {
+	if s.transport != nil {
+		s.transport.CloseIdleConnections()
+	}
+	return nil
 }
 
 // regionOf returns the region of an AWS queue URL
