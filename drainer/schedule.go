@@ -18,9 +18,13 @@ type item struct {
 	env      *message.Envelope
 	prepared bool
 	due      time.Time
-	latency  time.Duration // of the last send
-	where    place
-	heapIdx  int // in schedule.timers
+	// expires is when the record expires (zero: never) on the clock as it
+	// was at scheduled; see partition.schedule.
+	expires   time.Time
+	scheduled time.Time
+	latency   time.Duration // of the last send
+	where     place
+	heapIdx   int // in schedule.timers
 }
 
 // place is where an item is in its schedule.
@@ -101,6 +105,26 @@ func (s *schedule) tick(now time.Time) time.Time {
 		return time.Time{}
 	}
 	return s.timers[0].due
+}
+
+// bound brings every held item due more than its route's
+// backoff.max_interval after now back to that: after the wall clock was
+// stepped back, no record waits for the length of the step.
+func (s *schedule) bound(now time.Time) {
+	cap := func(it *item) {
+		if limit := now.Add(it.route.Policy.Backoff.Max); it.due.After(limit) {
+			it.due = limit
+		}
+	}
+	for _, it := range s.timers {
+		cap(it)
+	}
+	for _, q := range s.keys {
+		for _, it := range q {
+			cap(it)
+		}
+	}
+	heap.Init(&s.timers)
 }
 
 // take removes the oldest ready item of route, to send it.
