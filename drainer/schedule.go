@@ -62,7 +62,7 @@ func (s *schedule) add(it *item, now time.Time) (superseded *item) {
 	if ck := it.rec.CoalesceKey; ck != "" {
 		k := [2]string{it.rec.Route, ck}
 		if old := s.byCo[k]; old != nil && old.where != sending {
-			if !stores.Supersedes(&it.rec, &old.rec) {
+			if !stores.Supersedes(&it.rec, &old.rec, now) {
 				return it
 			}
 			if old.due.After(it.due) { // a backed-off key stays backed off

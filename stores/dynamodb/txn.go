@@ -66,7 +66,7 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 			o.token = o.r.Token
 		}
 	}
-	groups := coalesce(c)
+	groups := coalesce(c, now)
 
 	type part struct {
 		first, n, token int64
