@@ -2,6 +2,7 @@ package drainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
@@ -199,5 +200,48 @@ func TestGroup_BackwardClockStepWhileDraining(t *testing.T) {
 			t.Fatalf("Run: %v", err)
 		}
 		checkDeliveredInOrder(t, j, store, 40)
+	})
+}
+
+// renewOutage is the memory store with a switch that makes Renew fail, as
+// during a store outage.
+type renewOutage struct {
+	*claimCounter
+	down atomic.Bool
+}
+
+func (s *renewOutage) Renew(ctx context.Context, l stores.Lease, ttl time.Duration, now time.Time) (stores.Lease, error) {
+	if s.down.Load() {
+		return stores.Lease{}, errors.New("store unreachable")
+	}
+	return s.claimCounter.Renew(ctx, l, ttl, now)
+}
+
+// The clock is set 56 years back, then the store cannot be reached: the
+// holder stops sending once its lease may have run out (LeaseTTL − margin
+// after its last renewal), not 56 years later, as another instance may
+// hold the partition by then.
+func TestGroup_BackwardClockStepDoesNotStretchTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := newBootClock()
+		clock.step(fiftySixYears)
+		snd := newScriptSender(1, func(ctx context.Context, _ *message.Envelope, _ int) error {
+			<-ctx.Done() // in flight until the drainer cancels it
+			return ctx.Err()
+		})
+		store := &renewOutage{claimCounter: &claimCounter{Store: memory.New(memory.Options{Now: clock.now})}}
+		opts := stepOptions(t, snd, newJournal(), clock)
+		w := &writer{t: t, store: store}
+		w.g = New(opts, store, w)
+		w.append(clockRecords(3, clock, 0)...)
+		stop := running(t, w.g)
+		eventually(t, time.Second, "sending", func() bool { return snd.total() > 0 })
+		clock.step(-fiftySixYears)
+		store.down.Store(true)
+		eventually(t, opts.LeaseTTL, "the loop stopped", func() bool { return w.g.part(0) == nil })
+		store.down.Store(false)
+		if err := stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
 	})
 }

@@ -23,6 +23,10 @@ type partition struct {
 	g *Group
 	n int
 
+	// renewed is when (runtime clock) the last acquisition or renewal of
+	// the lease began; only the membership loop touches it.
+	renewed time.Time
+
 	mu        sync.Mutex
 	l         stores.Lease
 	inbox     []stores.Record // delivered by the writer or claimed, not yet scheduled

@@ -111,17 +111,17 @@ func (s *schedule) tick(now time.Time) time.Time {
 // backoff.max_interval after now back to that: after the wall clock was
 // stepped back, no record waits for the length of the step.
 func (s *schedule) bound(now time.Time) {
-	cap := func(it *item) {
+	clamp := func(it *item) {
 		if limit := now.Add(it.route.Policy.Backoff.Max); it.due.After(limit) {
 			it.due = limit
 		}
 	}
 	for _, it := range s.timers {
-		cap(it)
+		clamp(it)
 	}
 	for _, q := range s.keys {
 		for _, it := range q {
-			cap(it)
+			clamp(it)
 		}
 	}
 	heap.Init(&s.timers)
