@@ -79,7 +79,8 @@ type Bridge struct {
 	holdCtx    context.Context
 	holdCancel context.CancelFunc
 
-	lastSent  sync.Map // session -> time.Time of the last successful send, for stall detection
+	lastSent  sync.Map      // session -> time.Time of the last successful send, for stall detection
+	clock     *stores.Clock // reads the wall clock for readiness, noticing steps
 	closeOnce sync.Once
 }
 
@@ -105,7 +106,7 @@ func New(cfg *routes.Config, opts Options) (*Bridge, error) {
 	}
 	b := &Bridge{
 		cfg: cfg, log: log.With("component", "bridge"), base: log, stdout: opts.Stdout, metrics: m,
-		owner: ownerName(cfg.Bridge.ID), journal: admin.NewJournal(0),
+		owner: ownerName(cfg.Bridge.ID), journal: admin.NewJournal(0), clock: stores.NewClock(nil),
 	}
 	b.holdCtx, b.holdCancel = context.WithCancel(context.Background())
 	if err := b.build(reg); err != nil {

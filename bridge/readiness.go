@@ -47,7 +47,7 @@ func (b *Bridge) Ready(ctx context.Context) Readiness {
 			add("receiver %s: not subscribed%s", nr.id, withReason(st.Reason))
 		}
 	}
-	now := time.Now()
+	now := b.clock.Now()
 	for _, r := range p.routes {
 		if r.hold == nil {
 			continue
@@ -90,7 +90,8 @@ func (b *Bridge) Ready(ctx context.Context) Readiness {
 
 // stalled says why session s is stalled, or "" when it is not.
 func (b *Bridge) stalled(s *session, st stores.SessionStats, now time.Time) string {
-	if st.Live == 0 || st.Oldest.IsZero() || now.Sub(st.Oldest) <= s.stallAfter {
+	age := b.oldestAge(st, now)
+	if st.Live == 0 || st.Oldest.IsZero() || age <= s.stallAfter {
 		return ""
 	}
 	last, _ := b.lastSent.Load(s.id)
@@ -113,7 +114,19 @@ func (b *Bridge) stalled(s *session, st stores.SessionStats, now time.Time) stri
 		sent += ": last target error: " + strings.Join(errs, "; ")
 	}
 	return fmt.Sprintf("session %s: stalled: oldest pending record is %s old (stall_after %s), %s",
-		s.id, now.Sub(st.Oldest).Round(time.Second), s.stallAfter, sent)
+		s.id, age.Round(time.Second), s.stallAfter, sent)
+}
+
+// oldestAge is how old the oldest live record of st is at now: its
+// creation time mapped across the wall-clock steps this process saw (see
+// stores.Clock), and never negative: a record written before a step back
+// that this process did not see counts as new until the clock is past its
+// creation time again.
+func (b *Bridge) oldestAge(st stores.SessionStats, now time.Time) time.Duration {
+	if st.Oldest.IsZero() {
+		return 0
+	}
+	return max(now.Round(0).Sub(b.clock.Rebase(st.Oldest, st.Oldest)), 0)
 }
 
 func withReason(reason string) string {
@@ -132,7 +145,7 @@ func (b *Bridge) monitor(ctx context.Context) {
 		if b.store != nil {
 			b.limits.refresh(ctx, true)
 			if stats, err := b.store.Stats(ctx); err == nil {
-				b.outboxGauges(stats, time.Now())
+				b.outboxGauges(stats, b.clock.Now())
 			}
 		}
 		b.metrics.ready.Set(b2f(b.Ready(ctx).Ready))
@@ -154,8 +167,8 @@ func (b *Bridge) outboxGauges(stats []stores.SessionStats, now time.Time) {
 		b.metrics.pending.WithLabelValues(st.Session).Set(float64(st.Live))
 		b.metrics.bytes.WithLabelValues(st.Session).Set(float64(st.Bytes))
 		age := 0.0
-		if st.Live > 0 && !st.Oldest.IsZero() {
-			age = now.Sub(st.Oldest).Seconds()
+		if st.Live > 0 {
+			age = b.oldestAge(st, now).Seconds()
 		}
 		b.metrics.oldestAge.WithLabelValues(st.Session).Set(age)
 		for r, c := range st.Routes {

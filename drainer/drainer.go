@@ -103,8 +103,9 @@ type Options struct {
 	// AbandonGrace is how long past send_timeout a send that ignores its
 	// context is waited for before its records are retried.
 	AbandonGrace time.Duration
-	// Now is the clock of leases, retries and expiry. Waits use the
-	// runtime's timers (testing/synctest fakes both).
+	// Now is the wall clock of leases, retries and expiry. Waits use the
+	// runtime's timers (testing/synctest fakes both), and steps of Now are
+	// told from the runtime's monotonic clock (see stores.Clock).
 	Now      func() time.Time
 	Logger   *slog.Logger
 	Observer Observer
@@ -121,6 +122,7 @@ type Group struct {
 	routes  map[string]*Route
 	order   []string // route IDs, sorted: the order launch serves them in
 	note    *notifier
+	clock   *stores.Clock
 
 	mu    sync.Mutex
 	parts map[int]*partition // the partitions this instance drains
@@ -154,7 +156,7 @@ func New(opts Options, store Store, settler Settler) *Group {
 	}
 	g := &Group{
 		opts: opts, store: store, settler: settler, obs: opts.Observer,
-		routes: map[string]*Route{}, note: newNotifier(), parts: map[int]*partition{},
+		routes: map[string]*Route{}, note: newNotifier(), parts: map[int]*partition{}, clock: stores.NewClock(opts.Now),
 		pending: make([]atomic.Int64, opts.Partitions),
 		log:     opts.Logger.With("component", "drainer", "session", opts.Session),
 	}
@@ -229,4 +231,4 @@ func (g *Group) part(n int) *partition {
 	return g.parts[n]
 }
 
-func (g *Group) now() time.Time { return g.opts.Now() }
+func (g *Group) now() time.Time { return g.clock.Now() }

@@ -124,6 +124,7 @@ func (m *membership) tick(ctx context.Context) {
 		if g.parts[n] != nil {
 			continue
 		}
+		start := time.Now()
 		l, err := g.store.Acquire(ctx, stores.PartitionLease(g.opts.Session, n), g.opts.Owner, g.opts.LeaseTTL, now)
 		if errors.Is(err, stores.ErrLeaseHeld) {
 			continue
@@ -133,6 +134,7 @@ func (m *membership) tick(ctx context.Context) {
 			continue
 		}
 		p := newPartition(g, n, l)
+		p.renewed = start
 		g.mu.Lock()
 		g.parts[n] = p
 		g.mu.Unlock()
@@ -150,13 +152,15 @@ func (m *membership) renewHeld(ctx context.Context) {
 	defer cancel()
 	for n, p := range g.parts {
 		l := p.lease()
-		now := g.now()
-		nl, err := g.store.Renew(ctx, l, g.opts.LeaseTTL, now)
+		start := time.Now()
+		nl, err := g.store.Renew(ctx, l, g.opts.LeaseTTL, g.now())
 		if err != nil {
 			// A store hiccup is survivable while the lease still runs, but
 			// a holder past Until − margin stops: another owner may take
-			// the partition at Until.
-			if errors.Is(err, stores.ErrLeaseLost) || !now.Before(l.Until.Add(-g.opts.LeaseTTL/3)) {
+			// the partition at Until. How long it runs is measured on the
+			// monotonic clock from the last renewal's start, not from the
+			// stored Until, which a wall-clock step would move.
+			if errors.Is(err, stores.ErrLeaseLost) || time.Since(p.renewed) >= g.opts.LeaseTTL-g.opts.LeaseTTL/3 {
 				g.log.Warn("partition lease lost", "partition", n, "error", err)
 				p.lose()
 			} else {
@@ -165,5 +169,6 @@ func (m *membership) renewHeld(ctx context.Context) {
 			continue
 		}
 		p.setLease(nl)
+		p.renewed = start
 	}
 }

@@ -23,6 +23,10 @@ type partition struct {
 	g *Group
 	n int
 
+	// renewed is when (runtime clock) the last acquisition or renewal of
+	// the lease began; only the membership loop touches it.
+	renewed time.Time
+
 	mu        sync.Mutex
 	l         stores.Lease
 	inbox     []stores.Record // delivered by the writer or claimed, not yet scheduled
@@ -154,9 +158,13 @@ func (p *partition) run(exited chan<- *partition) {
 	log := g.log.With("partition", p.n)
 	w := &waker{p: g.opts.Poll}
 	var nextPoll time.Time
-	errStreak := 0
+	errStreak, steps := 0, 0
 	for !p.stopping() {
 		now := g.now()
+		if n := g.clock.Steps(); n != steps { // the wall clock was stepped
+			steps, nextPoll = n, time.Time{}
+			p.sched.bound(now)
+		}
 		p.absorb(now)
 		if p.wantClaim(now, nextPoll) {
 			found, err := p.claim()
@@ -278,9 +286,12 @@ func (p *partition) absorb(now time.Time) {
 	}
 }
 
-// schedule takes one held record into the schedule.
+// schedule takes one held record into the schedule. Its stored times are
+// wall-clock readings that a step of the clock may have moved (see
+// stores.Clock): it is due at most backoff.max_interval from now, and it
+// expires at most its TTL from now, on the clock as it is now.
 func (p *partition) schedule(rec stores.Record, now time.Time) {
-	it := &item{rec: rec, due: rec.NextAttemptAt}
+	it := &item{rec: rec, due: rec.NextAttemptAt, scheduled: now}
 	it.env = &it.rec.Envelope
 	r := p.g.routes[rec.Route]
 	if r == nil {
@@ -288,6 +299,19 @@ func (p *partition) schedule(rec stores.Record, now time.Time) {
 		return
 	}
 	it.route = r
+	if limit := now.Add(r.Policy.Backoff.Max); it.due.After(limit) {
+		it.due = limit
+	}
+	if e := rec.ExpiresAt; !e.IsZero() {
+		received := rec.Envelope.ReceivedAt
+		if received.IsZero() {
+			received = rec.CreatedAt
+		}
+		it.expires = p.g.clock.Rebase(e, received)
+		if ttl := e.Round(0).Sub(received.Round(0)); !received.IsZero() && it.expires.After(now.Round(0).Add(ttl)) {
+			it.expires = now.Round(0).Add(ttl)
+		}
+	}
 	switch old := p.sched.add(it, now); old {
 	case nil:
 	case it: // a newer message of its coalesce key is held

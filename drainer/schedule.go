@@ -18,9 +18,13 @@ type item struct {
 	env      *message.Envelope
 	prepared bool
 	due      time.Time
-	latency  time.Duration // of the last send
-	where    place
-	heapIdx  int // in schedule.timers
+	// expires is when the record expires (zero: never) on the clock as it
+	// was at scheduled; see partition.schedule.
+	expires   time.Time
+	scheduled time.Time
+	latency   time.Duration // of the last send
+	where     place
+	heapIdx   int // in schedule.timers
 }
 
 // place is where an item is in its schedule.
@@ -58,7 +62,7 @@ func (s *schedule) add(it *item, now time.Time) (superseded *item) {
 	if ck := it.rec.CoalesceKey; ck != "" {
 		k := [2]string{it.rec.Route, ck}
 		if old := s.byCo[k]; old != nil && old.where != sending {
-			if !stores.Supersedes(&it.rec, &old.rec) {
+			if !stores.Supersedes(&it.rec, &old.rec, now) {
 				return it
 			}
 			if old.due.After(it.due) { // a backed-off key stays backed off
@@ -101,6 +105,26 @@ func (s *schedule) tick(now time.Time) time.Time {
 		return time.Time{}
 	}
 	return s.timers[0].due
+}
+
+// bound brings every held item due more than its route's
+// backoff.max_interval after now back to that: after the wall clock was
+// stepped back, no record waits for the length of the step.
+func (s *schedule) bound(now time.Time) {
+	clamp := func(it *item) {
+		if limit := now.Add(it.route.Policy.Backoff.Max); it.due.After(limit) {
+			it.due = limit
+		}
+	}
+	for _, it := range s.timers {
+		clamp(it)
+	}
+	for _, q := range s.keys {
+		for _, it := range q {
+			clamp(it)
+		}
+	}
+	heap.Init(&s.timers)
 }
 
 // take removes the oldest ready item of route, to send it.

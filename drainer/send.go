@@ -78,7 +78,7 @@ func (p *partition) next(id string, now time.Time) bool {
 // still there to send.
 func (p *partition) prepare(it *item, now time.Time) bool {
 	r := it.route
-	if e := it.rec.ExpiresAt; !e.IsZero() && !now.Before(e) {
+	if e := p.g.clock.Rebase(it.expires, it.scheduled); !e.IsZero() && !now.Before(e) {
 		if r.Policy.DropExpired {
 			p.settle(it, stores.Done, "expired", ResultExpired, now)
 		} else {
@@ -209,8 +209,7 @@ func (p *partition) handle(res sendResult) {
 			if it.rec.FirstAttemptAt.IsZero() {
 				it.rec.FirstAttemptAt = res.start
 			}
-			if Poisoned(&it.rec, pol, now, r.Health.DeliveredSince) {
-				since := it.rec.FirstAttemptAt
+			if since := p.firstAttempt(it, now); Poisoned(&stores.Record{Attempts: it.rec.Attempts, FirstAttemptAt: since}, pol, now, r.Health.DeliveredSince) {
 				p.settleDead(it, fmt.Sprintf("poisoned after %d attempts over %s: %v",
 					it.rec.Attempts, now.Sub(since).Round(time.Millisecond), err), ResultDeadLettered, now)
 				continue
@@ -221,6 +220,16 @@ func (p *partition) handle(res sendResult) {
 		}
 	}
 	r.lim.record(anyOK, anyCap)
+}
+
+// firstAttempt is when it was first sent, on the wall clock as it is now
+// (see stores.Clock), and never after now.
+func (p *partition) firstAttempt(it *item, now time.Time) time.Time {
+	since := p.g.clock.Rebase(it.rec.FirstAttemptAt, it.rec.FirstAttemptAt)
+	if now := now.Round(0); since.After(now) {
+		return now
+	}
+	return since
 }
 
 // settleDead dead-letters it, unless its route holds max_dead_letters:

@@ -32,7 +32,8 @@ type Health struct {
 	streak    map[string]bool // messages that failed since the last success
 	lastOK    time.Time
 	lastErr   string
-	probeAt   time.Time // while down: when the next probe may go
+	probeAt   time.Time     // while down: when the next probe may go
+	probeWait time.Duration // the backoff step probeAt was set with
 	probing   bool
 	probeStep int
 }
@@ -90,12 +91,14 @@ func (h *Health) Record(id string, err error, now time.Time, backoff func(n int)
 		if h.probing {
 			h.probing = false
 			h.probeStep++
-			h.probeAt = now.Add(backoff(h.probeStep))
+			h.probeWait = backoff(h.probeStep)
+			h.probeAt = now.Add(h.probeWait)
 		}
 		if !h.down && len(h.streak) >= DownAfter {
 			h.down, changed = true, true
 			h.probeStep = 1
-			h.probeAt = now.Add(backoff(1))
+			h.probeWait = backoff(1)
+			h.probeAt = now.Add(h.probeWait)
 		}
 	}
 	h.mu.Unlock()
@@ -122,13 +125,17 @@ func (h *Health) reportChange() {
 }
 
 // Probe reports whether a send may go now: always while the sender is up;
-// while it is down, one probe at a time, once its backoff step has passed.
-// When it returns false, wait is how long until the next probe may go
-// (zero while a probe is in flight). A caller that got true while down
-// must Record the probe's result.
+// while it is down, one probe at a time, once its backoff step has passed
+// (at most one step from now: a wall clock stepped back does not hold the
+// probe for the length of the step). When it returns false, wait is how
+// long until the next probe may go (zero while a probe is in flight). A
+// caller that got true while down must Record the probe's result.
 func (h *Health) Probe(now time.Time) (ok bool, wait time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.probeAt.Sub(now) > h.probeWait {
+		h.probeAt = now.Add(h.probeWait)
+	}
 	switch {
 	case !h.down:
 		return true, 0

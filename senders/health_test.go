@@ -95,3 +95,23 @@ func TestHealth_RacingTransitionsReportTheFinalState(t *testing.T) {
 		}
 	})
 }
+
+// A wall clock stepped back while the sender is down (wall-clock readings
+// without a monotonic one, as stored ones are) does not hold the next probe
+// for the length of the step: it waits at most its backoff step.
+func TestHealth_ProbeWaitsAtMostOneStepAfterTheClockWentBack(t *testing.T) {
+	t.Parallel()
+	h := senders.NewHealth()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	step := func(n int) time.Duration { return time.Duration(n) * time.Second }
+	for _, id := range []string{"a", "b", "c"} {
+		h.Record(id, errors.New("connection refused"), now, step)
+	}
+	back := now.Add(-50 * 365 * 24 * time.Hour)
+	if ok, wait := h.Probe(back); ok || wait != time.Second {
+		t.Fatalf("Probe after the step back = %v, %v; want a wait of the first step", ok, wait)
+	}
+	if ok, _ := h.Probe(back.Add(time.Second)); !ok {
+		t.Fatal("no probe one step after the step back")
+	}
+}

@@ -132,11 +132,13 @@ func Requeued(d Record, session string, partitions int, now time.Time) (Record, 
 	return r, nil
 }
 
-// Supersedes reports whether newer replaces older under coalescing: older
-// was received no later than newer. (An older message never replaces a
-// newer one.)
-func Supersedes(newer, older *Record) bool {
-	return !older.Envelope.ReceivedAt.After(newer.Envelope.ReceivedAt)
+// Supersedes reports whether newer replaces older under coalescing at now:
+// older was received no later than newer (an older message never replaces a
+// newer one), or after now: its receive time is from a wall clock that was
+// set back since, and says nothing about which came first.
+func Supersedes(newer, older *Record, now time.Time) bool {
+	o := older.Envelope.ReceivedAt
+	return !o.After(newer.Envelope.ReceivedAt) || o.After(now)
 }
 
 // Stamp sets what Write stamps on a record it inserts at now, but Seq:

@@ -2,6 +2,7 @@ package dynamodb
 
 import (
 	"slices"
+	"time"
 
 	"github.com/gobridge/gobridge/stores"
 )
@@ -26,10 +27,10 @@ type group struct {
 
 // coalesce decides, in batch order, which appends with a coalesce key are
 // absorbed by a newer waiting record and which replace the one waiting
-// (stores.Supersedes), as the memory backend does: an append claimed
+// (stores.Supersedes at now), as the memory backend does: an append claimed
 // replaces older waiting records but never waits itself. It returns the
 // groups of c.
-func coalesce(c []*op) []*group {
+func coalesce(c []*op, now time.Time) []*group {
 	var groups []*group
 	for _, o := range c {
 		if g := o.g; g != nil && !o.skip && !slices.Contains(groups, g) {
@@ -47,11 +48,12 @@ func coalesce(c []*op) []*group {
 			continue
 		}
 		recv := nanos(o.r.Envelope.ReceivedAt)
+		later := func(n int64) bool { return n > recv && n <= nanos(now) }
 		switch {
-		case g.cur != nil && nanos(g.cur.r.Envelope.ReceivedAt) > recv:
+		case g.cur != nil && later(nanos(g.cur.r.Envelope.ReceivedAt)):
 			o.absorbed = true
 			continue
-		case g.cur == nil && g.waiting && getN(g.ptr, "received_at") > recv:
+		case g.cur == nil && g.waiting && later(getN(g.ptr, "received_at")):
 			o.absorbed, g.check = true, true
 			continue
 		case g.cur != nil:

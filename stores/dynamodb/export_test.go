@@ -1,5 +1,7 @@
 package dynamodb
 
+import "github.com/gobridge/gobridge/stores"
+
 // SetCounter sets the counter s believes the partition has, as a process
 // whose clock is ahead (or whose view is behind) would.
 func SetCounter(s *Store, session string, partition int, n int64) {
@@ -10,3 +12,9 @@ func SetCounter(s *Store, session string, partition int, n int64) {
 
 // StatsShards is how many stats items a session's counts are spread over.
 const StatsShards = statsShards
+
+// KeyItem is the table key of the key item (live record or tombstone) of k.
+func KeyItem(k stores.Key) (pk, sk string) {
+	it := keyOf(k)
+	return getS(it, "pk"), getS(it, "sk")
+}

@@ -29,7 +29,9 @@ func (s *Store) Acquire(ctx context.Context, name, owner string, ttl time.Durati
 	if name == "" || owner == "" || ttl <= 0 || len(name) > maxLeaseName {
 		return stores.Lease{}, fmt.Errorf("dynamodb: acquire lease: %w: name %q, owner %q, ttl %v", stores.ErrInvalid, name, owner, ttl)
 	}
-	le := stores.Lease{Name: name, Owner: owner, Until: time.Unix(0, now.Add(ttl).UnixNano()).UTC()}
+	// Until keeps now's monotonic reading: the holder's checks against it
+	// then ignore wall-clock steps (the item holds it in DynamoDB's clock).
+	le := stores.Lease{Name: name, Owner: owner, Until: now.Add(ttl)}
 	err := s.usable(ctx)
 	if err == nil {
 		var tok item
@@ -55,7 +57,7 @@ func (s *Store) Renew(ctx context.Context, le stores.Lease, ttl time.Duration, n
 	if ttl <= 0 {
 		return stores.Lease{}, fmt.Errorf("dynamodb: renew lease: %w: ttl %v", stores.ErrInvalid, ttl)
 	}
-	le.Until = time.Unix(0, now.Add(ttl).UnixNano()).UTC()
+	le.Until = now.Add(ttl)
 	if err := s.changeLease(ctx, le, "SET #until = :u", ":u", s.server(le.Until)); err != nil {
 		return stores.Lease{}, fmt.Errorf("dynamodb: renew lease %q: %w", le.Name, err)
 	}

@@ -3,11 +3,15 @@ package dynamodb_test
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/dynamodb"
 )
@@ -55,5 +59,45 @@ func TestLease_ClockSkewBetweenInstances(t *testing.T) {
 	// Once A's lease is over by both clocks, B takes it.
 	if _, err := b.Acquire(t.Context(), name, "b", ttl, start.Add(skew+ttl+5*time.Second)); err != nil {
 		t.Fatalf("B's Acquire after A's lease ended: %v", err)
+	}
+}
+
+// A box booted without a real-time clock (its clock 56 years behind) writes
+// the tombstone of a delivered record. Its expiry ("ttl", which DynamoDB
+// deletes by its own clock) is done_retention ahead in DynamoDB's clock, not
+// in the box's: else DynamoDB would delete it at once and a redelivery of
+// the message by the broker would be appended, and sent, again.
+func TestWrite_TombstoneTTLInDynamoDBsClock(t *testing.T) {
+	t.Parallel()
+	const behind = 56 * 365 * 24 * time.Hour
+	s, err := dynamodb.Open(t.Context(), dynamodb.Options{Table: sharedTable(t),
+		Client: newClient(t, nil, func(o *awsddb.Options) { o.HTTPClient = &http.Client{Transport: lateDate{-behind}} })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	session := uniqueName("tomb-")
+	le, err := s.Acquire(t.Context(), stores.PartitionLease(session, 0), "a", time.Minute, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := stores.Record{Session: session, Route: "r", Token: le.Token, Envelope: message.Envelope{ID: message.NewID()}}
+	if err := s.Write(t.Context(), &stores.Batch{Append: []stores.Record{rec}}); err != nil {
+		t.Fatal(err)
+	}
+	done := stores.Settlement{Key: rec.Key(), Token: le.Token, Outcome: stores.Done}
+	if err := s.Write(t.Context(), &stores.Batch{Settle: []stores.Settlement{done}}); err != nil {
+		t.Fatal(err)
+	}
+	pk, sk := dynamodb.KeyItem(rec.Key())
+	out, err := newClient(t, nil).GetItem(t.Context(), &awsddb.GetItemInput{TableName: aws.String(sharedTable(t)), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: pk}, "sk": &types.AttributeValueMemberS{Value: sk}}})
+	if err != nil || out.Item == nil {
+		t.Fatalf("tombstone: %v, %v", out, err)
+	}
+	n, _ := out.Item["ttl"].(*types.AttributeValueMemberN)
+	ttl, _ := strconv.ParseInt(n.Value, 10, 64)
+	if left := time.Until(time.Unix(ttl, 0).Add(-behind)); left < 6*24*time.Hour {
+		t.Errorf("tombstone expires %v from now in DynamoDB's clock, want about 7 days", left)
 	}
 }

@@ -51,7 +51,7 @@ func (o *op) at() (pk, sk string) {
 // build makes the transaction of chunk c from the ops' current state.
 func (s *Store) build(c []*op, now time.Time) *txn {
 	t := &txn{s: s, stats: map[string]*counts{}}
-	ttl := now.Add(doneRetention).Unix()
+	ttl := s.server(now).Add(doneRetention).Unix() // DynamoDB deletes it by its own clock
 	// Appends claimed: one token per partition, the largest, is checked
 	// against the partition's lease; the others are appended unclaimed.
 	tokens := map[string]int64{}
@@ -66,7 +66,7 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 			o.token = o.r.Token
 		}
 	}
-	groups := coalesce(c)
+	groups := coalesce(c, now)
 
 	type part struct {
 		first, n, token int64

@@ -122,7 +122,7 @@ func (s *Store) append(r *stores.Record, now time.Time) {
 	}
 	if r.State != stores.Dead && r.CoalesceKey != "" {
 		if old := s.coalesce[ckey{r.Session, r.Route, r.CoalesceKey}]; old != nil {
-			if !stores.Supersedes(r, old) {
+			if !stores.Supersedes(r, old, now) {
 				return // a newer message is already waiting: absorb this one
 			}
 			s.remove(old)

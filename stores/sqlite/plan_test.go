@@ -71,7 +71,7 @@ func TestStore_QueryPlans(t *testing.T) {
 		{"retry", retryQuery, "outbox_key", []any{1, "a", "r", "s", 0, 0, "", 1}, false},
 		{"dead letter", deadLetterQuery, "outbox_key", []any{1, "a", "r", "s", 0, "", 0, 1}, false},
 		{"drop", dropQuery, "outbox_key", []any{1, "a", "r", "s"}, false},
-		{"absorb", absorbQuery, "outbox_coalesce", []any{1, "a", "r", "s", "c1", 0}, false},
+		{"absorb", absorbQuery, "outbox_coalesce", []any{1, "a", "r", "s", "c1", 0, 0}, false},
 		{"coalesce replace", replaceQuery, "outbox_coalesce", []any{1, "a", "r", "s", "c1"}, false},
 		{"compact", compactQuery, "outbox_tomb", []any{10}, false}, // the first rows of the index, in order
 		{"oldest", oldestQuery, "outbox_age", []any{"s"}, false},

@@ -36,9 +36,10 @@ const (
 		dead_at=?7 WHERE ` + byKey + ` AND state=0 AND token=?8 RETURNING size`
 	// absorbQuery finds a reason not to append a record (key ?2 to ?4)
 	// with coalesce key ?5 received at ?6: its key is present, or an
-	// unclaimed record of its coalesce key received later waits.
+	// unclaimed record of its coalesce key received later (but not after
+	// now, ?7: see stores.Supersedes) waits.
 	absorbQuery = `SELECT 1 FROM outbox WHERE ` + byKey + ` UNION ALL SELECT 1 FROM outbox WHERE ` + byCoalesce +
-		` AND received_at>?6`
+		` AND received_at>?6 AND received_at<=?7`
 	// replaceQuery makes tombstones of the unclaimed records of a coalesce key.
 	replaceQuery = `UPDATE outbox SET ` + tombstone + ` WHERE ` + byCoalesce + ` RETURNING size`
 	byCoalesce   = `session=?4 AND route=?3 AND ckey=?5 AND state=0 AND token=0 AND ckey<>''`
@@ -319,7 +320,7 @@ func (w *write) lease(r *stores.Record, token *int64) error {
 // is present or an unclaimed record of the key received later waits, else
 // the unclaimed records of the key become tombstones.
 func (w *write) coalesce(r *stores.Record) (absorbed bool, err error) {
-	s, args := w.s, []any{w.s.tomb, r.Envelope.ID, r.Route, r.Session, r.CoalesceKey, nanos(r.Envelope.ReceivedAt)}
+	s, args := w.s, []any{w.s.tomb, r.Envelope.ID, r.Route, r.Session, r.CoalesceKey, nanos(r.Envelope.ReceivedAt), nanos(w.now)}
 	var one int
 	if absorbed, err = s.queryRow(w.ctx, absorbQuery, args, &one); absorbed || err != nil {
 		return true, err

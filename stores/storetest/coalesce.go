@@ -45,6 +45,22 @@ func (s suite) coalesce(t *testing.T) {
 		wantIDs(t, "left", fx.drain(0), newer.Envelope.ID)
 	})
 
+	// A record received while the clock was set ahead (a bad NTP server)
+	// waits; the clock is set back and the next message arrives with an
+	// earlier receive time. It is the newer message, and must not be
+	// absorbed by the stale one (the store's clock is the real one: the
+	// waiting record was received a century after it).
+	t.Run("after the clock was set back a new message replaces one received in the future", func(t *testing.T) {
+		fx := s.setup(t)
+		ahead := keyed(fx, "k", 100*365*24*time.Hour)
+		fx.append(ahead)
+		b := keyed(fx, "k", time.Second)
+		if fx.append(b)[0].Seq == 0 {
+			t.Fatal("the new record was absorbed by one received in the future")
+		}
+		wantIDs(t, "left", fx.drain(0), b.Envelope.ID)
+	})
+
 	t.Run("claimed records are never replaced", func(t *testing.T) {
 		fx := s.setup(t)
 		a := keyed(fx, "k", 0)

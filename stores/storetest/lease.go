@@ -36,6 +36,23 @@ func (s suite) leases(t *testing.T) {
 		wantTime(t, "Until", le.Until, t0.Add(ttl))
 	})
 
+	// The holder checks whether its lease still runs against Until: with
+	// now's monotonic reading kept (time.Now's), a wall-clock step does
+	// not stretch or shorten the lease in the holder's eyes.
+	t.Run("until keeps the monotonic reading of now", func(t *testing.T) {
+		l, p := setup(t)
+		le := acquire(t, l, p+"a", "o1", time.Now())
+		renewed, err := l.Renew(t.Context(), le, ttl, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range []time.Time{le.Until, renewed.Until} {
+			if u.Round(0) == u { // Round(0) strips only the monotonic reading
+				t.Errorf("Until %v carries no monotonic reading", u)
+			}
+		}
+	})
+
 	t.Run("a held lease cannot be taken until it lapses", func(t *testing.T) {
 		l, p := setup(t)
 		old := acquire(t, l, p+"a", "o1", t0)
