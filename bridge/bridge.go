@@ -130,6 +130,7 @@ func (b *Bridge) build(reg prometheus.Registerer) error {
 	b.limits = newAdmission(read)
 	if b.store != nil {
 		b.writer = newWriter(b.store, b.metrics, b.base, b.limits)
+		b.writer.drained = b.drained
 	}
 	p, err := b.assemble(b.cfg, nil)
 	if err != nil {

@@ -185,7 +185,7 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender, maxPayload int) (*ro
 			return nil, fmt.Errorf("bridge: route %s: %s needs stores.outbox and session.id", rc.ID, mode)
 		}
 		if mode == routes.DirectOrOutbox {
-			r.fallback = &fallback{b: b, r: r, lanes: newLanes(r, nil), sticky: map[string]bool{}, unknown: true}
+			r.fallback = newFallback(b, r)
 		}
 	case routes.DirectHold:
 		r.hold = &holder{b: b, r: r, lanes: newLanes(r, b.metrics.inFlight.WithLabelValues(r.id)), started: map[*message.Envelope]time.Time{}}

@@ -7,6 +7,7 @@ import (
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/senders"
+	"github.com/gobridge/gobridge/stores"
 )
 
 // fallback delivers a direct_or_outbox route's messages (DESIGN.md §11.6,
@@ -20,21 +21,36 @@ import (
 //
 // Order: messages of one ordering key go one at a time, in arrival order,
 // and once a key has records in the outbox its later messages go there too,
-// until the session's outbox is empty again, so the drainer delivers them
-// in order behind the earlier ones. A new process does not know the keys of
-// the records an earlier one left: every key goes to the outbox until it
-// is empty.
+// so the drainer delivers them in order behind the earlier ones. A key is
+// forgotten once the drainer has settled the newest record of it that this
+// route wrote (the drainer sends a key's records one at a time in persist
+// order, so the earlier ones were settled before it), or when the session's
+// outbox is empty: what the route remembers is bounded by the keys with
+// records in the outbox, not by every key it ever saw. A new process does
+// not know the keys of the records an earlier one left: every key goes to
+// the outbox until it is empty.
 type fallback struct {
 	b     *Bridge
 	r     *route
 	lanes lanes // no in-flight gauge: the route's drainer reports it
 
 	mu      sync.Mutex
-	sticky  map[string]bool // ordering keys with records in the outbox
-	pending int             // fallbacks not yet counted in the session's live records
+	sticky  map[string]stickyKey // ordering keys with records in the outbox
+	newest  map[string]string    // the IDs of sticky's newest records -> their keys
+	pending int                  // fallbacks not yet counted in the session's live records
 	// unknown: the outbox may hold records of any key (left by an earlier
 	// process), so every key is held until the session's outbox is empty.
 	unknown bool
+}
+
+// stickyKey is what the outbox holds of one ordering key.
+type stickyKey struct {
+	writing int    // its fallbacks that the store has not answered yet
+	newest  string // ID of its newest record the store inserted; "": settled
+}
+
+func newFallback(b *Bridge, r *route) *fallback {
+	return &fallback{b: b, r: r, lanes: newLanes(r, nil), sticky: map[string]stickyKey{}, newest: map[string]string{}, unknown: true}
 }
 
 // submit starts the delivery of env (see lanes.start); settle is called
@@ -47,8 +63,11 @@ func (f *fallback) submit(ctx context.Context, env *message.Envelope, received m
 		f.b.metrics.fallback.WithLabelValues(f.r.id).Inc()
 		f.mark(env.Key, 1)
 		defer f.mark("", -1) // admitted (counted live) or given up by now
-		// At shutdown persist gives up: the message is left unacknowledged.
-		f.b.persist(ctx, f.r.record(env, coalesceKey), settle)
+		// At shutdown persist gives up: the message is left unacknowledged
+		// (and its key stays held until the session's outbox is empty).
+		f.b.persist(ctx, f.r.record(env, coalesceKey), settle, func(inserted bool) {
+			f.written(env.Key, env.ID, inserted)
+		})
 	})
 }
 
@@ -83,18 +102,96 @@ func (f *fallback) held(key string) bool {
 	defer f.mu.Unlock()
 	if (f.unknown || len(f.sticky) > 0) && f.pending == 0 && f.b.limits.live(f.r.session) == 0 {
 		clear(f.sticky)
+		clear(f.newest)
 		f.unknown = false
 	}
-	return key != "" && (f.unknown || f.sticky[key])
+	if key == "" {
+		return false
+	}
+	_, ok := f.sticky[key]
+	return f.unknown || ok
 }
 
 // mark notes that a fallback of key starts (n = 1: key has a record in
 // the outbox from now on) or has been admitted to the outbox (n = -1).
 func (f *fallback) mark(key string, n int) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.pending += n
 	if key != "" {
-		f.sticky[key] = true
+		k := f.sticky[key]
+		k.writing++
+		f.sticky[key] = k
 	}
-	f.mu.Unlock()
+}
+
+// written notes the store's answer to a fallback of key: id is the key's
+// newest record in the outbox when the store inserted it. A key none of
+// whose fallbacks was inserted (it already held their IDs) is forgotten.
+func (f *fallback) written(key, id string, inserted bool) {
+	if key == "" {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k, ok := f.sticky[key]
+	if !ok { // forgotten meanwhile: the outbox emptied
+		return
+	}
+	k.writing--
+	if inserted {
+		delete(f.newest, k.newest)
+		k.newest, f.newest[id] = id, key
+	}
+	f.forget(key, k)
+}
+
+// drained notes that the drainer settled record id for good (delivered,
+// dead-lettered, expired or dropped by policy; not replaced by coalescing):
+// when it is its key's newest, the key's earlier records were settled
+// before it, and the key's messages may go direct again.
+func (f *fallback) drained(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	key, ok := f.newest[id]
+	if !ok {
+		return
+	}
+	delete(f.newest, id)
+	k := f.sticky[key]
+	k.newest = ""
+	f.forget(key, k)
+}
+
+// forget stores k as key's state, or forgets key when it has nothing in
+// the outbox nor on its way there. Called holding mu.
+func (f *fallback) forget(key string, k stickyKey) {
+	if k.writing == 0 && k.newest == "" {
+		delete(f.sticky, key)
+		return
+	}
+	f.sticky[key] = k
+}
+
+// drained tells the direct_or_outbox routes which of their records the
+// drainers settled in a batch the writer wrote (see fallback.drained). A
+// record replaced by coalescing ("coalesced") says nothing about the
+// records of its key before it.
+func (b *Bridge) drained(ss []stores.Settlement) {
+	p := b.cur.Load()
+	if p == nil {
+		return
+	}
+	var r *route
+	for _, s := range ss {
+		if s.Stale || s.Outcome != stores.Done && s.Outcome != stores.DeadLetter || s.Reason == "coalesced" {
+			continue
+		}
+		if r == nil || r.id != s.Route {
+			r = p.route(s.Route)
+		}
+		if r != nil && r.fallback != nil && r.session == s.Session {
+			r.fallback.drained(s.ID)
+		}
+	}
 }

@@ -12,8 +12,9 @@ import (
 )
 
 // fallbackBridge runs a direct_or_outbox route with ordering key {topic}
-// from an embedded listener to sink, on a SQLite outbox.
-func fallbackBridge(t *testing.T, s *sink, directTimeout string) (*Bridge, string, *prometheus.Registry) {
+// from an embedded listener to sink, on a SQLite outbox; policy adds to
+// the route's policy ("k: v, ").
+func fallbackBridge(t *testing.T, s *sink, directTimeout, policy string) (*Bridge, string, *prometheus.Registry) {
 	t.Helper()
 	addr := freeAddr(t)
 	store := fmt.Sprintf("{type: sqlite, options: {path: %q}}", filepath.Join(t.TempDir(), "outbox.db"))
@@ -27,7 +28,7 @@ func fallbackBridge(t *testing.T, s *sink, directTimeout string) (*Bridge, strin
     ordering_key: "{topic}"
     processors: [{type: idempotency_key, from: "{payload.id}"}]
     session: {id: s1, drain_strategy: {type: fixed_poll, interval: 100ms}}
-    policy: {direct_timeout: `+directTimeout+`, backoff: {initial_interval: 50ms, max_interval: 200ms}}`))
+    policy: {`+policy+`direct_timeout: `+directTimeout+`, backoff: {initial_interval: 50ms, max_interval: 200ms}}`))
 	reg := prometheus.NewRegistry()
 	b, err := New(cfg, Options{Logger: testLogger(t), Registerer: reg})
 	if err != nil {
@@ -40,7 +41,7 @@ func fallbackBridge(t *testing.T, s *sink, directTimeout string) (*Bridge, strin
 func TestFallback_AHealthyTargetGetsEveryMessageWithoutAStoreWrite(t *testing.T) {
 	t.Parallel()
 	s := newSink(t)
-	_, addr, reg := fallbackBridge(t, s, "20s") // however loaded the machine, a healthy target answers in time
+	_, addr, reg := fallbackBridge(t, s, "20s", "") // however loaded the machine, a healthy target answers in time
 	pub := publisher(t, "tcp://"+addr, "fb-healthy")
 	var toks []paho.Token
 	const n = 200
@@ -63,7 +64,7 @@ func TestFallback_AFailingTargetDoesNotHoldTheSourceAndOrderHolds(t *testing.T) 
 	// A direct send that times out may still reach the target later than
 	// the messages after it (at-least-once); the timeout is long enough
 	// that only the 503s of the outage send messages to the outbox here.
-	b, addr, reg := fallbackBridge(t, s, "20s")
+	b, addr, reg := fallbackBridge(t, s, "20s", "")
 	pub := publisher(t, "tcp://"+addr, "fb-down")
 	var toks []paho.Token
 	publish := func(from, to int) {
@@ -158,7 +159,7 @@ func TestFallback_AHangingTargetCostsOneDirectTimeout(t *testing.T) {
 			close(release)
 		}
 	})
-	b, addr, reg := fallbackBridge(t, s, "300ms")
+	b, addr, reg := fallbackBridge(t, s, "300ms", "")
 	pub := publisher(t, "tcp://"+addr, "fb-hang")
 	var toks []paho.Token
 	for i := range 8 {

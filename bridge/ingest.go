@@ -193,7 +193,7 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, i
 	case routes.DirectOrOutbox:
 		return r.fallback.submit(ctx, &env, received, res.CoalesceKey, settleRoute)
 	}
-	return b.persist(ctx, r.record(&env, res.CoalesceKey), settleRoute)
+	return b.persist(ctx, r.record(&env, res.CoalesceKey), settleRoute, nil)
 }
 
 // record is env as a live record of r, placed by its ordering key or ID.
@@ -209,8 +209,10 @@ func (r *route) record(env *message.Envelope, coalesceKey string) stores.Record 
 }
 
 // persist admits rec (waiting while its limits are reached) and queues it
-// for the group commit; settle is called once it is durable.
-func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle settleFunc) bool {
+// for the group commit; settle is called once it is durable, and before
+// it written (when not nil), with whether the store inserted rec (not
+// when it already held its ID, or coalescing absorbed it).
+func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle settleFunc, written func(inserted bool)) bool {
 	start := time.Now()
 	if !b.limits.admit(ctx, &rec) {
 		return false
@@ -218,7 +220,10 @@ func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle settleFu
 	if waited := time.Since(start); waited > refreshWhileBlocked {
 		b.metrics.backpressure.WithLabelValues(rec.Session).Add(waited.Seconds())
 	}
-	b.writer.add(rec, func(err error) {
+	b.writer.add(rec, func(inserted bool, err error) {
+		if written != nil {
+			written(inserted)
+		}
 		switch {
 		case err != nil:
 		case rec.State == stores.Dead:
@@ -253,5 +258,5 @@ func (b *Bridge) failAtIngest(ctx context.Context, r *route, received message.En
 	return b.persist(ctx, rec, func(outcome string) {
 		b.metrics.deadLettered.WithLabelValues(r.id).Inc()
 		settle(outcome)
-	})
+	}, nil)
 }

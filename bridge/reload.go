@@ -213,7 +213,10 @@ func (b *Bridge) apply(old, p *parts) {
 		// Keys with records in the outbox keep going there, in order. (The
 		// old fallback is idle now; the new one waits for its ready.)
 		if n := p.route(r.id); n != nil && n.fallback != nil && r.fallback != nil {
-			n.fallback.sticky, n.fallback.unknown = maps.Clone(r.fallback.sticky), r.fallback.unknown
+			r.fallback.mu.Lock()
+			n.fallback.sticky, n.fallback.newest = maps.Clone(r.fallback.sticky), maps.Clone(r.fallback.newest)
+			n.fallback.unknown = r.fallback.unknown
+			r.fallback.mu.Unlock()
 		}
 	}
 	// Sessions that changed or went stop, then their successors start.

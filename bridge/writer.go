@@ -31,7 +31,7 @@ const (
 // was already there), with an error when the writer gave up on it.
 type appendReq struct {
 	rec  stores.Record
-	done func(error)
+	done func(inserted bool, err error) // inserted: not skipped as present or absorbed
 }
 
 // writer is the single writer of the outbox store, one durable commit per
@@ -46,6 +46,7 @@ type writer struct {
 	metrics *metrics
 	log     *slog.Logger
 	limits  *admission
+	drained func([]stores.Settlement) // told each batch's settlements once written
 
 	mu       sync.Mutex
 	appends  []appendReq
@@ -82,7 +83,7 @@ func (w *writer) setGroups(sessions map[string]*session) {
 }
 
 // add queues one record for the next write.
-func (w *writer) add(rec stores.Record, done func(error)) {
+func (w *writer) add(rec stores.Record, done func(inserted bool, err error)) {
 	w.mu.Lock()
 	w.appends = append(w.appends, appendReq{rec: rec, done: done})
 	w.mu.Unlock()
@@ -259,9 +260,12 @@ func (w *writer) writeOnce(reserve bool) (n, appends int) {
 			w.metrics.persisted.WithLabelValues(rec.Route).Inc()
 		}
 		w.limits.written(orig, stored)
-		reqs[i].done(errs[i])
+		reqs[i].done(errs[i] == nil && rec.Seq != 0, errs[i])
 	}
 	w.limits.settled(b.Settle) // those written
+	if w.drained != nil {
+		w.drained(b.Settle)
+	}
 	for _, s := range b.Settle {
 		if s.Stale {
 			w.metrics.stale.WithLabelValues(s.Route).Inc()
