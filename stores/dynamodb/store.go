@@ -82,6 +82,9 @@ type Store struct {
 	// may have done (see lost), until a Write retries it: appends by key →
 	// their Seq, settlements by key → 0.
 	partial map[stores.Key]int64
+
+	cmu        sync.Mutex
+	unreturned map[string]untaken // under cmu: by partition lease (see remember)
 }
 
 // NewClient builds a DynamoDB client from the default credential chain, with
@@ -120,7 +123,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := checkLayout(ctx, db, opts.Table); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, table: aws.String(opts.Table), seqs: map[string]int64{}, partial: map[stores.Key]int64{}}, nil
+	return &Store{db: db, table: aws.String(opts.Table), seqs: map[string]int64{}, partial: map[stores.Key]int64{},
+		unreturned: map[string]untaken{}}, nil
 }
 
 // Close marks the store closed; later calls fail. It is idempotent.
@@ -136,6 +140,9 @@ func (s *Store) usable(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// errUnprocessed: DynamoDB kept leaving the keys of a read unprocessed.
+var errUnprocessed = errors.New("keys left unprocessed (throttled)")
+
 // codeCondition is the cancellation reason of a transaction item whose
 // condition failed.
 const codeCondition = "ConditionalCheckFailed"
@@ -144,6 +151,10 @@ const codeCondition = "ConditionalCheckFailed"
 // others or is throttled, and of one Claim or Write chunk re-planned after
 // a condition failed.
 const maxAttempts = 25
+
+// throttledAttempts bounds the attempts of a transaction whose items are
+// throttled, as the SDK bounds those of a throttled call.
+const throttledAttempts = 3
 
 // reasons returns the per-item cancellation codes of a cancelled
 // transaction (nil for any other error).
@@ -156,16 +167,28 @@ func reasons(err error) []types.CancellationReason {
 }
 
 // transient reports a conflict with another transaction, which the same
-// request may not meet again. (The SDK retries throttling itself.)
-func transient(err error) bool {
+// request may not meet again, or throttling of a transaction's items
+// (for a few attempts: then the caller's backoff paces a throttled
+// table). The SDK retries throttled calls itself. A call that may have
+// been applied (see lostError) is never retried: its items' conditions
+// would fail on what it did.
+func transient(err error, attempt int) bool {
 	var conflict *types.TransactionConflictException
+	var le *lostError
+	if errors.As(err, &le) {
+		return false
+	}
 	if errors.As(err, &conflict) {
 		return true
 	}
 	rs := reasons(err)
 	for _, r := range rs {
 		switch aws.ToString(r.Code) {
-		case "None", "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded":
+		case "None", "TransactionConflict":
+		case "ThrottlingError", "ProvisionedThroughputExceeded":
+			if attempt >= throttledAttempts {
+				return false
+			}
 		default:
 			return false
 		}
@@ -211,7 +234,7 @@ func backoff(ctx context.Context, attempt int) error {
 func retry(ctx context.Context, f func() error) error {
 	for attempt := 0; ; attempt++ {
 		err := f()
-		if err == nil || !transient(err) || attempt == maxAttempts {
+		if err == nil || !transient(err, attempt) || attempt == maxAttempts {
 			return err
 		}
 		if berr := backoff(ctx, attempt); berr != nil {
@@ -250,7 +273,11 @@ func (s *Store) tw(k item, upd, cond string, kv ...any) types.TransactWriteItem 
 // conflicts or is throttled.
 func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) error {
 	return retry(ctx, func() error {
-		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		maybe := false
+		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}, noteApplied(&maybe))
+		if err != nil && maybe {
+			return &lostError{err}
+		}
 		return err
 	})
 }
@@ -264,7 +291,7 @@ func (s *Store) updateItem(ctx context.Context, k item, upd, cond string, kv ...
 		out, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: s.table, Key: k,
 			UpdateExpression: u.UpdateExpression, ConditionExpression: u.ConditionExpression,
 			ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
-			ReturnValues: types.ReturnValueUpdatedNew})
+			ReturnValues: types.ReturnValueUpdatedNew, ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure})
 		return err
 	})
 	if err != nil {
@@ -299,15 +326,23 @@ func (s *Store) getItems(ctx context.Context, keys []item) (map[string]item, err
 	}
 	for keys := range slices.Chunk(slices.Collect(maps.Values(todo)), 100) {
 		req := map[string]types.KeysAndAttributes{*s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-		for attempt := 0; len(req) > 0; attempt++ {
-			if attempt > 0 {
-				if err := backoff(ctx, attempt); err != nil {
+		// A throttled table leaves keys unprocessed; a response over
+		// 16 MB too, but then it makes progress.
+		for idle := 0; len(req) > 0; idle++ {
+			if idle == maxAttempts {
+				return nil, fmt.Errorf("dynamodb: read %d items: %w", len(keys), errUnprocessed)
+			}
+			if idle > 0 {
+				if err := backoff(ctx, idle); err != nil {
 					return nil, err
 				}
 			}
 			res, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
 			if err != nil {
 				return nil, err
+			}
+			if len(res.Responses[*s.table]) > 0 {
+				idle = -1
 			}
 			for _, it := range res.Responses[*s.table] {
 				out[itemID(it)] = it

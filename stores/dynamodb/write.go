@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 
 	"github.com/gobridge/gobridge/stores"
 )
@@ -74,16 +73,6 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 		return fmt.Errorf("dynamodb: write: %w", mapErr(err))
 	}
 	return nil
-}
-
-// lost reports whether a transaction that failed with err may have
-// committed, its answer lost: unless DynamoDB answered that it refused it
-// (4xx: a cancellation, an invalid request), after a connection dropped or
-// a timeout once the request was sent (the SDK reports status 0), or a
-// server error.
-func lost(err error) bool {
-	var re *awshttp.ResponseError
-	return !errors.As(err, &re) || re.HTTPStatusCode()/100 != 4
 }
 
 // plan turns b into ops, dropping duplicate keys within the batch and

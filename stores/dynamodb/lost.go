@@ -1,0 +1,51 @@
+package dynamodb
+
+import (
+	"context"
+	"errors"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	smithymw "github.com/aws/smithy-go/middleware"
+)
+
+// lost reports whether a transaction that failed with err may have
+// committed, its answer lost: unless DynamoDB answered each attempt that
+// it refused it (4xx: a cancellation, throttling, an invalid request),
+// after a connection dropped or a timeout once the request was sent (the
+// SDK reports status 0), or a server error. The SDK's retry of an attempt
+// whose answer was lost may be refused (throttled, or in progress still):
+// the transaction is lost then too (lostError).
+func lost(err error) bool {
+	var re *awshttp.ResponseError
+	var le *lostError
+	return errors.As(err, &le) || !errors.As(err, &re) || re.HTTPStatusCode()/100 != 4
+}
+
+// lostError is the error of a call that DynamoDB may have applied: one of
+// its attempts (the SDK retries) ended without DynamoDB's refusal (a 4xx
+// answer), though a later one was refused.
+type lostError struct{ err error }
+
+func (e *lostError) Error() string { return e.err.Error() }
+func (e *lostError) Unwrap() error { return e.err }
+
+// noteApplied is an option of a call that sets *maybe when one of its
+// attempts may have been applied: it ended with neither an answer nor a
+// 4xx error answer (a dropped connection, a timeout, a server error).
+func noteApplied(maybe *bool) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(st *smithymw.Stack) error {
+			return st.Finalize.Insert(smithymw.FinalizeMiddlewareFunc("gobridgeNoteApplied", func(
+				ctx context.Context, in smithymw.FinalizeInput, next smithymw.FinalizeHandler,
+			) (smithymw.FinalizeOutput, smithymw.Metadata, error) {
+				out, md, err := next.HandleFinalize(ctx, in)
+				var re *awshttp.ResponseError
+				if err != nil && (!errors.As(err, &re) || re.HTTPStatusCode()/100 != 4) {
+					*maybe = true
+				}
+				return out, md, err
+			}), "Retry", smithymw.After)
+		})
+	}
+}
