@@ -54,10 +54,13 @@ func (h *holder) submit(ctx context.Context, env *message.Envelope, received mes
 
 // lanes runs a route's sends in goroutines the route owns: at most
 // max_in_flight at once and, per ordering key, one at a time in arrival
-// order. A goroutine that has run a send waits for the next one until the
-// route quits (r.busy counts the sends, r.workers the goroutines): a
-// goroutine per message cost its start and the growth of its stack every
-// time.
+// order. A message behind another of its key waits without a slot: the
+// goroutine that sends the key's message runs the key's next one, so a key
+// whose target keeps failing holds one slot, not all of them. (What waits
+// is bounded by the receivers' windows.) A goroutine that has run a send
+// waits for the next one until the route quits (r.busy counts the accepted
+// messages, r.workers the goroutines): a goroutine per message cost its
+// start and the growth of its stack every time.
 type lanes struct {
 	sem   chan struct{}    // one per goroutine
 	idle  chan chan func() // a goroutine waiting for its next send
@@ -65,17 +68,42 @@ type lanes struct {
 	inUse prometheus.Gauge // sends in flight, when this route's to report
 
 	mu   sync.Mutex
-	keys map[string][]chan struct{} // per key: the turns of the messages waiting
+	keys map[string][]func() // per key in delivery: the messages waiting behind it
 }
 
 func newLanes(r *route, inUse prometheus.Gauge) lanes {
-	return lanes{sem: make(chan struct{}, r.policy.MaxInFlight), idle: make(chan chan func()), inUse: inUse}
+	return lanes{sem: make(chan struct{}, r.policy.MaxInFlight), idle: make(chan chan func()), inUse: inUse, keys: map[string][]func(){}}
 }
 
-// start waits for a goroutine (or ctx) and then runs fn once no message of
-// key is ahead of it; when r quits first, fn does not run (the message
-// stays unacknowledged). It returns false when ctx ended first.
+// start runs fn once no message of key is ahead of it, in a goroutine
+// holding a slot; when r quits first, fn does not run (the message stays
+// unacknowledged). It returns false when ctx ended before the message was
+// taken: while it waited for a slot, with no message of its key ahead.
 func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool {
+	if key != "" {
+		l.mu.Lock()
+		if q, ok := l.keys[key]; ok { // behind a message of its key: no slot
+			l.keys[key] = append(q, fn)
+			r.busy.Add(1)
+			l.mu.Unlock()
+			return true
+		}
+		l.keys[key] = nil // in delivery
+		l.mu.Unlock()
+	}
+	if !l.acquire(ctx.Done(), r, key, fn) {
+		if key != "" {
+			l.handOff(r, key)
+		}
+		return false
+	}
+	return true
+}
+
+// acquire waits for a goroutine (or done) and hands it the delivery of fn
+// and of the messages of key queued behind it. It reports false when done
+// ended first.
+func (l *lanes) acquire(done <-chan struct{}, r *route, key string, fn func()) bool {
 	var w chan func() // an idle goroutine's; nil: start one
 	select {
 	case w = <-l.idle:
@@ -83,23 +111,12 @@ func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool
 		select {
 		case w = <-l.idle:
 		case l.sem <- struct{}{}:
-		case <-ctx.Done():
+		case <-done:
 			return false
 		}
 	}
-	turn := l.queue(key)
 	r.busy.Add(1)
-	l.count(1)
-	send := func() {
-		defer r.busy.Done()
-		defer l.count(-1)
-		defer l.next(key)
-		select {
-		case <-turn:
-			fn()
-		case <-r.quit:
-		}
-	}
+	send := func() { l.run(r, key, fn) }
 	if w != nil {
 		w <- send
 	} else {
@@ -107,6 +124,58 @@ func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool
 		go l.work(r, send)
 	}
 	return true
+}
+
+// handOff is called when the head message of key gave up its wait for a
+// slot: the messages that queued behind it meanwhile (accepted) wait for a
+// slot in a goroutine the route owns.
+func (l *lanes) handOff(r *route, key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.keys[key]
+	if len(q) == 0 {
+		delete(l.keys, key)
+		return
+	}
+	l.keys[key] = q[1:]
+	r.workers.Add(1)
+	go func() {
+		defer r.workers.Done()
+		defer r.busy.Done() // q[0] was counted when it queued; acquire counts it again
+		if !l.acquire(r.quit, r, key, q[0]) {
+			l.run(r, key, nil) // quitting: drop the key's messages
+		}
+	}()
+}
+
+// run sends fn (nil: none), then the messages of key queued behind it, one
+// at a time, until none is left or r quits (those left are dropped: they
+// stay unacknowledged).
+func (l *lanes) run(r *route, key string, fn func()) {
+	for {
+		if fn != nil {
+			select {
+			case <-r.quit:
+			default:
+				l.count(1)
+				fn()
+				l.count(-1)
+			}
+			r.busy.Done()
+		}
+		if key == "" {
+			return
+		}
+		l.mu.Lock()
+		q := l.keys[key]
+		if len(q) == 0 {
+			delete(l.keys, key)
+			l.mu.Unlock()
+			return
+		}
+		fn, l.keys[key] = q[0], q[1:]
+		l.mu.Unlock()
+	}
 }
 
 // work runs send, then the sends handed to it, until r quits.
@@ -130,42 +199,6 @@ func (l *lanes) count(d int64) {
 	if l.inUse != nil {
 		l.inUse.Set(float64(n))
 	}
-}
-
-// queue returns the channel that opens when a message of key may go: at
-// once without a key, or when no message of its key is ahead of it.
-func (l *lanes) queue(key string) chan struct{} {
-	turn := make(chan struct{})
-	if key == "" {
-		close(turn)
-		return turn
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.keys == nil {
-		l.keys = map[string][]chan struct{}{}
-	}
-	if len(l.keys[key]) == 0 {
-		close(turn)
-	}
-	l.keys[key] = append(l.keys[key], turn)
-	return turn
-}
-
-// next ends the turn of the message of key at the head and opens the next.
-func (l *lanes) next(key string) {
-	if key == "" {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	q := l.keys[key][1:]
-	if len(q) == 0 {
-		delete(l.keys, key)
-		return
-	}
-	l.keys[key] = q
-	close(q[0])
 }
 
 // heldSince is when the oldest message in delivery started (zero: none).
