@@ -4,8 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
-
-	"github.com/gobridge/gobridge/stores"
 )
 
 // Policy is a route's delivery policy, as routes.Load resolved it (every
@@ -62,21 +60,14 @@ func (b Backoff) Next(now time.Time, n int, retryAfter time.Duration, r *rand.Ra
 // Poisoned reports whether a record that just failed transiently is taken
 // out of the retry loop (DESIGN.md §1.4 and §11.3). All of these must hold:
 //
-//   - it has been sent more than p.MaxReplayAttempts times (rec.Attempts);
-//   - p.ReplayBudget has passed since its first attempt (or, without one,
-//     its creation);
+//   - it has been sent more than p.MaxReplayAttempts times (attempts);
+//   - p.ReplayBudget has passed since its first attempt (since; zero
+//     never poisons);
 //   - its target delivered another record since that first attempt
 //     (deliveredSince), so the fault is the record's, not the target's: a
 //     target that is down for a weekend dead-letters nothing.
-func Poisoned(rec *stores.Record, p Policy, now time.Time, deliveredSince func(time.Time) bool) bool {
-	if rec.Attempts <= p.MaxReplayAttempts {
-		return false
-	}
-	since := rec.FirstAttemptAt
-	if since.IsZero() {
-		since = rec.CreatedAt
-	}
-	return !since.IsZero() && now.Sub(since) >= p.ReplayBudget && deliveredSince(since)
+func Poisoned(attempts int, since time.Time, p Policy, now time.Time, deliveredSince func(time.Time) bool) bool {
+	return attempts > p.MaxReplayAttempts && !since.IsZero() && now.Sub(since) >= p.ReplayBudget && deliveredSince(since)
 }
 
 // nextLimit is the AIMD step of a route's concurrency limit after one send:

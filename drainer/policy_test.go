@@ -4,8 +4,6 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
-
-	"github.com/gobridge/gobridge/stores"
 )
 
 func TestPoisoned(t *testing.T) {
@@ -16,27 +14,23 @@ func TestPoisoned(t *testing.T) {
 		name     string
 		attempts int
 		first    time.Time
-		created  time.Time
 		now      time.Time
 		want     bool
 	}{
-		{"attempts and budget both exceeded", 6, t0, t0, t0.Add(15 * time.Minute), true},
-		{"budget passed long ago", 9, t0, t0, t0.Add(time.Hour), true},
-		{"attempts at the floor are not enough", 5, t0, t0, t0.Add(time.Hour), false},
-		{"many attempts inside the budget", 1000, t0, t0, t0.Add(15*time.Minute - time.Nanosecond), false},
-		{"budget counts from the first attempt, not creation", 6, t0.Add(10 * time.Minute), t0, t0.Add(20 * time.Minute), false},
-		{"no first attempt falls back to creation", 6, time.Time{}, t0, t0.Add(15 * time.Minute), true},
-		{"no first attempt and young", 6, time.Time{}, t0, t0.Add(time.Minute), false},
-		{"no time at all never poisons", 6, time.Time{}, time.Time{}, t0, false},
+		{"attempts and budget both exceeded", 6, t0, t0.Add(15 * time.Minute), true},
+		{"budget passed long ago", 9, t0, t0.Add(time.Hour), true},
+		{"attempts at the floor are not enough", 5, t0, t0.Add(time.Hour), false},
+		{"many attempts inside the budget", 1000, t0, t0.Add(15*time.Minute - time.Nanosecond), false},
+		{"budget counts from the first attempt", 6, t0.Add(10 * time.Minute), t0.Add(20 * time.Minute), false},
+		{"no first attempt never poisons", 6, time.Time{}, t0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rec := stores.Record{Attempts: tt.attempts, FirstAttemptAt: tt.first, CreatedAt: tt.created}
 			delivered := func(time.Time) bool { return true }
-			if got := Poisoned(&rec, pol, tt.now, delivered); got != tt.want {
+			if got := Poisoned(tt.attempts, tt.first, pol, tt.now, delivered); got != tt.want {
 				t.Errorf("Poisoned = %v, want %v", got, tt.want)
 			}
-			if Poisoned(&rec, pol, tt.now, func(time.Time) bool { return false }) {
+			if Poisoned(tt.attempts, tt.first, pol, tt.now, func(time.Time) bool { return false }) {
 				t.Error("poisoned while the target delivered nothing since the first attempt")
 			}
 		})

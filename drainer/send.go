@@ -209,7 +209,7 @@ func (p *partition) handle(res sendResult) {
 			if it.rec.FirstAttemptAt.IsZero() {
 				it.rec.FirstAttemptAt = res.start
 			}
-			if since := p.firstAttempt(it, now); Poisoned(&stores.Record{Attempts: it.rec.Attempts, FirstAttemptAt: since}, pol, now, r.Health.DeliveredSince) {
+			if since := p.firstAttempt(it, now); Poisoned(it.rec.Attempts, since, pol, now, r.Health.DeliveredSince) {
 				p.settleDead(it, fmt.Sprintf("poisoned after %d attempts over %s: %v",
 					it.rec.Attempts, now.Sub(since).Round(time.Millisecond), err), ResultDeadLettered, now)
 				continue
