@@ -227,13 +227,14 @@ func testCoalesceSinkDown(t *testing.T, be outboxBackend) {
 	mqttURL := testservices.MQTTURL(t)
 	run := runID("e2e-coalesce")
 	s := newSink(t)
-	s.retryAfter = "5" // seconds; the burst below takes well under a second
+	s.retryAfter = "5" // seconds: longer than the burst below takes
 	s.down.Store(true)
 	admin := freeAddr(t)
 	dir := t.TempDir()
 	cfg := outboxBridgeConfig(run, admin, be.stores(run, dir), mqttURL, s.srv.URL,
 		`[{type: coalesce, key: "{topic}"}]`, `{}`,
-		`{send_timeout: 2s, backoff: {initial_interval: 100ms, max_interval: 1s}}`)
+		// max_interval above the Retry-After: max_interval caps it.
+		`{send_timeout: 2s, backoff: {initial_interval: 100ms, max_interval: 10s}}`)
 	b := startBridge(t, dir, "coalesce", admin, cfg)
 	b.waitReady(t, 30*time.Second)
 	st, err := be.open(t, run, dir)
