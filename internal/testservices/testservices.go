@@ -9,9 +9,12 @@ package testservices
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -85,21 +88,48 @@ var handedOut sync.Map
 
 // FreeAddr returns a loopback address nothing listened on a moment ago, for
 // a server the test starts later (gobridge's admin API, a listener,
-// mosquitto), and never the same port twice in this process: the kernel may
-// give a port just closed to the next caller before the first binds it.
+// mosquitto), and never the same port twice in this process. The port is
+// drawn at random below the kernel's ephemeral range where there is room:
+// a port the kernel hands out (to a listener on :0, or as the local port of
+// any outgoing connection of the tests running in parallel) may be taken
+// again before the test binds it; CI failed on that ("address already in
+// use").
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lo, hi := 10000, ephemeralLow()
+	for draw := 0; ; draw++ {
+		addr := "127.0.0.1:0"
+		if hi-lo >= 1000 && draw < 100 {
+			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(lo+rand.IntN(hi-lo)))
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil && addr != "127.0.0.1:0" {
+			continue // taken: draw again
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := ln.Addr().(*net.TCPAddr)
+		port := ln.Addr().(*net.TCPAddr).Port
 		_ = ln.Close()
-		if _, taken := handedOut.LoadOrStore(addr.Port, true); !taken {
-			return addr.String()
+		if _, taken := handedOut.LoadOrStore(port, true); !taken {
+			return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		}
 	}
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range (Linux;
+// 0 where it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
 }
 
 // Start runs run(ctx) in a goroutine, as a component's Run(ctx) error. With
