@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // delivery is one request the sink accepted.
@@ -35,9 +36,16 @@ type sink struct {
 	release     chan struct{}
 	releaseOnce sync.Once
 
-	mu    sync.Mutex
-	got   []delivery
-	byKey map[string]int
+	mu       sync.Mutex
+	got      []delivery
+	byKey    map[string]int
+	refusals []refusal // the 503s, in order
+}
+
+// refusal is one request the sink answered 503, and when.
+type refusal struct {
+	at   time.Time
+	body string
 }
 
 func newSink(t testing.TB) *sink {
@@ -65,6 +73,9 @@ func newSink(t testing.TB) *sink {
 			return
 		}
 		if s.down.Load() {
+			s.mu.Lock()
+			s.refusals = append(s.refusals, refusal{time.Now(), string(body)})
+			s.mu.Unlock()
 			s.refused.Add(1)
 			w.Header().Set("Retry-After", s.retryAfter)
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -92,6 +103,13 @@ func (s *sink) deliveries() []delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]delivery(nil), s.got...)
+}
+
+// refused503 returns a copy of the 503s answered so far, in order.
+func (s *sink) refused503() []refusal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]refusal(nil), s.refusals...)
 }
 
 // counts returns the number of accepted requests and of distinct keys.
