@@ -60,9 +60,12 @@ func (e *StatusError) Error() string {
 //	400, 413, 415, 422           senders.Permanent: this message is refused
 //	404, 410 with a URL that has
 //	  per-message placeholders   senders.Permanent: this message's URL is wrong
+//	431 with a header template
+//	  that has placeholders      senders.Permanent: this message's headers are too large
 //	anything else (3xx, 401, 403, 404/410 on a fixed URL, 405, 407, 408,
+//	  431 with fixed headers,
 //	  other 4xx, 5xx)            transient: the target is down or misconfigured
-func classify(resp *nethttp.Response, now time.Time, method string, u *url.URL, perMessageURL bool) error {
+func classify(resp *nethttp.Response, now time.Time, method string, u *url.URL, perMessageURL, perMessageHeaders bool) error {
 	defer resp.Body.Close()
 	code := resp.StatusCode
 	se := &StatusError{Method: method, URL: redact.URL(u.String()), Status: code}
@@ -87,6 +90,10 @@ func classify(resp *nethttp.Response, now time.Time, method string, u *url.URL, 
 		return senders.Permanent(se)
 	case nethttp.StatusNotFound, nethttp.StatusGone:
 		if perMessageURL {
+			return senders.Permanent(se)
+		}
+	case nethttp.StatusRequestHeaderFieldsTooLarge:
+		if perMessageHeaders {
 			return senders.Permanent(se)
 		}
 	}

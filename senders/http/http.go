@@ -30,6 +30,12 @@ const (
 	DefaultContentType = "application/octet-stream"
 	// DefaultMaxInFlight sizes the connection pool when New gets maxInFlight <= 0.
 	DefaultMaxInFlight = 100
+	// MaxHeaderValueBytes bounds a request header value that comes from the
+	// message (a headers template with a placeholder, and Idempotency-Key):
+	// a longer one fails that message permanently, naming the header and its
+	// size; it is never truncated. 8 KiB is the header line that nginx
+	// (large_client_header_buffers) and Apache (LimitRequestFieldSize) accept.
+	MaxHeaderValueBytes = 8 << 10
 )
 
 // header is one configured request header with its parsed value template.
@@ -45,8 +51,11 @@ type Sender struct {
 	url     *urlTemplate
 	fixed   string // the url, when it has no placeholders: rendered once
 	headers []header
-	client  *nethttp.Client
-	log     *slog.Logger
+	// perMessageHeaders: a header template has a placeholder, so a 431 is
+	// this message's failure.
+	perMessageHeaders bool
+	client            *nethttp.Client
+	log               *slog.Logger
 }
 
 // New builds a Sender from cfg.Options: url (required, templates allowed),
@@ -100,6 +109,7 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 			return nil, fmt.Errorf("http sender %q: header Host: %w", cfg.ID, ErrTemplatedHost)
 		}
 		s.headers = append(s.headers, header{name: name, value: t})
+		s.perMessageHeaders = s.perMessageHeaders || !t.IsLiteral()
 	}
 	tlsConf, err := o.TLS.Config(false)
 	if err != nil {
@@ -150,7 +160,7 @@ func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 	req, err := s.request(ctx, e)
 	if err != nil {
-		return senders.Permanent(fmt.Errorf("http: message %s: %w", e.ID, err))
+		return senders.Permanent(fmt.Errorf("http: message %s: %w", clip(e.ID), err))
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -165,7 +175,7 @@ func (s *Sender) send(ctx context.Context, e *message.Envelope) error {
 		}
 		return fmt.Errorf("http: %s %s: %w", s.method, redact.URL(req.URL.String()), clipped{err})
 	}
-	err = classify(resp, time.Now(), s.method, req.URL, s.url.sentPerMessage())
+	err = classify(resp, time.Now(), s.method, req.URL, s.url.sentPerMessage(), s.perMessageHeaders)
 	if err != nil {
 		s.log.Debug("send failed", "record_id", e.ID, "error", err)
 	}
@@ -195,6 +205,9 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 		if err != nil {
 			return nil, fmt.Errorf("header %s: %w", h.name, err)
 		}
+		if len(v) > MaxHeaderValueBytes && !h.value.IsLiteral() {
+			return nil, fmt.Errorf("header %s: the value is %d bytes, more than %d", h.name, len(v), MaxHeaderValueBytes)
+		}
 		if !httpguts.ValidHeaderFieldValue(v) {
 			// net/http refuses the request before sending it: the message's
 			// failure, not the target's.
@@ -208,6 +221,9 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 	}
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", "gobridge")
+	}
+	if len(e.ID) > MaxHeaderValueBytes { // idempotency_key.from can make it
+		return nil, fmt.Errorf("header Idempotency-Key (the message ID): the value is %d bytes, more than %d", len(e.ID), MaxHeaderValueBytes)
 	}
 	req.Header.Set("Idempotency-Key", e.ID)
 	return req, nil
