@@ -58,12 +58,12 @@ func (e *StatusError) Error() string {
 //	2xx                          nil
 //	429, 503                     senders.Capacity, with Retry-After (seconds or HTTP date)
 //	400, 413, 415, 422           senders.Permanent: this message is refused
-//	404, 410 with a URL that has
-//	  per-message placeholders   senders.Permanent: this message's URL is wrong
-//	431 with a header template
-//	  that has placeholders      senders.Permanent: this message's headers are too large
-//	anything else (3xx, 401, 403, 404/410 on a fixed URL, 405, 407, 408,
-//	  431 with fixed headers,
+//	404, 410, 414 with a URL that
+//	  has per-message placeholders senders.Permanent: this message's URL is wrong
+//	431 with a URL or a header
+//	  template with placeholders senders.Permanent: this message's request is too large
+//	anything else (3xx, 401, 403, 404/410/414 on a fixed URL, 405, 407, 408,
+//	  431 with a fixed URL and headers,
 //	  other 4xx, 5xx)            transient: the target is down or misconfigured
 func classify(resp *nethttp.Response, now time.Time, method string, u *url.URL, perMessageURL, perMessageHeaders bool) error {
 	defer resp.Body.Close()
@@ -88,12 +88,12 @@ func classify(resp *nethttp.Response, now time.Time, method string, u *url.URL, 
 	case nethttp.StatusBadRequest, nethttp.StatusRequestEntityTooLarge, nethttp.StatusUnsupportedMediaType,
 		nethttp.StatusUnprocessableEntity:
 		return senders.Permanent(se)
-	case nethttp.StatusNotFound, nethttp.StatusGone:
+	case nethttp.StatusNotFound, nethttp.StatusGone, nethttp.StatusRequestURITooLong:
 		if perMessageURL {
 			return senders.Permanent(se)
 		}
-	case nethttp.StatusRequestHeaderFieldsTooLarge:
-		if perMessageHeaders {
+	case nethttp.StatusRequestHeaderFieldsTooLarge: // net/http's answer to a long request line too
+		if perMessageURL || perMessageHeaders {
 			return senders.Permanent(se)
 		}
 	}

@@ -325,3 +325,22 @@ func TestSender_NotFoundWithOnlyAFragmentPlaceholderIsTransient(t *testing.T) {
 		t.Fatalf("404 on a URL whose only placeholder is in the fragment: class %v (%v), want transient", class, err)
 	}
 }
+
+// A URL filled from the message can be too long for the target: nginx
+// answers 414, net/http 431 (the request line counts toward its header
+// limit). Either is this message's failure; on a fixed URL, the target's.
+func TestSender_ALongPerMessageURLIsPermanent(t *testing.T) {
+	for _, status := range []int{nethttp.StatusRequestURITooLong, nethttp.StatusRequestHeaderFieldsTooLarge} {
+		srv, _ := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) { w.WriteHeader(status) })
+		long := envelope("x")
+		long.Topic = "plant/" + strings.Repeat("a", 3000)
+		err := sendOne(t, newSender(t, routes.SenderOptions{URL: srv.URL + "/devices/{topic.1}"}), long)
+		if class, _ := senders.Classify(err); class != senders.Fatal {
+			t.Errorf("%d on a per-message URL: class %v (%v), want permanent", status, class, err)
+		}
+		err = sendOne(t, newSender(t, routes.SenderOptions{URL: srv.URL + "/devices"}), long)
+		if class, _ := senders.Classify(err); class != senders.Transient {
+			t.Errorf("%d on a fixed URL: class %v (%v), want transient", status, class, err)
+		}
+	}
+}
