@@ -248,7 +248,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	}
 	defer st.close()
 	if st.via != "" {
-		fmt.Fprintf(c.Stderr, "the outbox is owned by %s\n", st.via)
+		fmt.Fprintln(c.Stderr, st.via)
 	}
 	letters := make([]stores.Record, len(ids))
 	for i, id := range ids {

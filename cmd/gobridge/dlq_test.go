@@ -338,7 +338,7 @@ routes:
 		t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
 	}
 	code, res, errOut := gobridge(t, "dlq", "requeue", "-c", cfgPath, id)
-	if code != exitOK || !strings.Contains(res, "requeued "+id) || !strings.Contains(errOut, "admin API") {
+	if code != exitOK || !strings.Contains(res, "requeued "+id) || !strings.Contains(errOut, "the outbox is owned by a running bridge (pid ") || !strings.Contains(errOut, "admin API at http://"+adminAddr) {
 		t.Fatalf("requeue while the bridge owns the file: exit %d\n%s%s", code, res, errOut)
 	}
 	deadline := time.Now().Add(10 * time.Second)
