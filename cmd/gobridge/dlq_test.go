@@ -236,6 +236,13 @@ func TestDLQ_UsageAndStoreErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, want 0", args, code)
 		}
 	}
+	// Each command lists only the flags it takes (--to-route is requeue's).
+	if _, out, errOut := gobridge(t, "dlq", "drop", "-h"); strings.Contains(out+errOut, "-to-route ROUTE") {
+		t.Errorf("dlq drop -h lists --to-route, which drop refuses:\n%s%s", out, errOut)
+	}
+	if _, out, errOut := gobridge(t, "dlq", "requeue", "-h"); !strings.Contains(out+errOut, "-to-route ROUTE") {
+		t.Errorf("dlq requeue -h does not list --to-route:\n%s%s", out, errOut)
+	}
 	mem := newStoreFixture(t, "memory")
 	for _, args := range [][]string{{"dlq", "list", "-c", mem.cfg}, {"outbox", "stats", "-c", mem.cfg}} {
 		code, _, errOut := gobridge(t, args...)
