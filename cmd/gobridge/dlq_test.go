@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -320,8 +321,8 @@ routes:
 	if err != nil || probs.HasErrors() {
 		t.Fatalf("load: %v %v", err, probs)
 	}
-	var out testservices.Buffer
-	b, err := bridge.New(cfg, bridge.Options{Stdout: &out})
+	var out, logs testservices.Buffer
+	b, err := bridge.New(cfg, bridge.Options{Stdout: &out, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,5 +355,15 @@ routes:
 			t.Fatalf("the requeued record was not delivered; stdout: %q", out.String())
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+	// The admin server logs the change (README "Who may see and change
+	// what") with one component key, as every logger does.
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "dead letter requeued") && strings.Count(line, "component=") != 1 {
+			t.Errorf("the requeue log line has not one component key: %s", line)
+		}
+	}
+	if !strings.Contains(logs.String(), "dead letter requeued") {
+		t.Errorf("the requeue was not logged:\n%s", logs.String())
 	}
 }
