@@ -26,7 +26,7 @@ import (
 // serves gather.
 func (b *Bridge) openAdmin(gather prometheus.Gatherer) error {
 	a := b.cfg.Bridge.Admin
-	opts := admin.Options{Journal: b.journal, Token: a.Token.Reveal(), AllowedHosts: a.AllowedHosts, Logger: b.log, Listen: *a.Listen}
+	opts := admin.Options{Journal: b.journal, Token: a.Token.Reveal(), AllowedHosts: a.AllowedHosts, Logger: b.base, Listen: *a.Listen}
 	if b.store != nil {
 		opts.Store = (*Outbox)(b)
 	}

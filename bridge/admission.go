@@ -50,6 +50,9 @@ type tally struct {
 	// refresh adds them to the store's counts.
 	unwritten      int
 	unwrittenBytes int64
+	// waitedTo is how far the time ingest waited at this limit has been
+	// counted: several waiters count each moment once.
+	waitedTo time.Time
 }
 
 func (t *tally) full() bool { return t.n >= t.max || t.bytes >= t.maxBytes }
@@ -80,8 +83,12 @@ func (a *admission) configure(p *parts) {
 
 // admit waits until rec fits: a live record under its session's limits, a
 // dead letter under its route's max_dead_letters. It reserves the room and
-// reports false, reserving nothing, when ctx ended first.
-func (a *admission) admit(ctx context.Context, rec *stores.Record) bool {
+// reports false, reserving nothing, when ctx ended first. While it waits it
+// tells blocked (when not nil), at least every refreshWhileBlocked, how
+// much longer ingest waited at this limit, each moment once however many
+// wait (gobridge_outbox_backpressure_seconds_total rises during the wait).
+func (a *admission) admit(ctx context.Context, rec *stores.Record, blocked func(time.Duration)) bool {
+	var waiting time.Time // when this call began to wait
 	for {
 		a.mu.Lock()
 		t := a.tallyOf(rec)
@@ -89,8 +96,18 @@ func (a *admission) admit(ctx context.Context, rec *stores.Record) bool {
 		if ok {
 			a.add(rec, 1, 1)
 		}
+		var waited time.Duration
+		if now := time.Now(); t != nil && !waiting.IsZero() {
+			waited = now.Sub(later(waiting, t.waitedTo))
+			t.waitedTo = later(now, t.waitedTo)
+		} else if !ok {
+			waiting = now
+		}
 		ch, stale := a.changed, time.Since(a.lastRead) >= refreshWhileBlocked
 		a.mu.Unlock()
+		if waited > 0 && blocked != nil {
+			blocked(waited)
+		}
 		if ok {
 			return true
 		}
@@ -108,6 +125,14 @@ func (a *admission) admit(ctx context.Context, rec *stores.Record) bool {
 		}
 		timer.Stop()
 	}
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // tallyOf is what rec counts against: its route's dead letters, or its

@@ -22,7 +22,7 @@ func TestAdmission_ARefreshKeepsWhatIsAdmittedAndNotWritten(t *testing.T) {
 	rec := stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{ID: "1", Payload: []byte("p")}}
 	dead := rec
 	dead.State, dead.DeadReason = stores.Dead, "x"
-	if !a.admit(t.Context(), &rec) || !a.admit(t.Context(), &dead) {
+	if !a.admit(t.Context(), &rec, nil) || !a.admit(t.Context(), &dead, nil) {
 		t.Fatal("no room")
 	}
 	a.refresh(t.Context(), false) // the store does not hold them yet

@@ -213,12 +213,10 @@ func (r *route) record(env *message.Envelope, coalesceKey string) stores.Record 
 // it written (when not nil), with whether the store inserted rec (not
 // when it already held its ID, or coalescing absorbed it).
 func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle settleFunc, written func(inserted bool)) bool {
-	start := time.Now()
-	if !b.limits.admit(ctx, &rec) {
+	if !b.limits.admit(ctx, &rec, func(d time.Duration) {
+		b.metrics.backpressure.WithLabelValues(rec.Session).Add(d.Seconds())
+	}) {
 		return false
-	}
-	if waited := time.Since(start); waited > refreshWhileBlocked {
-		b.metrics.backpressure.WithLabelValues(rec.Session).Add(waited.Seconds())
 	}
 	b.writer.add(rec, func(inserted bool, err error) {
 		if written != nil {

@@ -98,7 +98,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		bytes:        gauge("outbox", "bytes", "Bytes of the session's live records (payload, topic, headers).", "session"),
 		deadLetters:  gauge("", "dead_letters", "Dead letters the route holds now.", "route"),
 		oldestAge:    gauge("outbox", "oldest_age_seconds", "Age of the oldest pending record of the session, in seconds (0: none).", "session"),
-		backpressure: counter("outbox", "backpressure_seconds_total", "Time ingest spent blocked because the session was at max_outbox_depth, in seconds.", "session"),
+		backpressure: counter("outbox", "backpressure_seconds_total", "Time ingest spent blocked because the session was at max_outbox_depth or max_outbox_bytes (or a route at max_dead_letters), in seconds, counted while it waits.", "session"),
 		appendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "gobridge", Subsystem: "outbox", Name: "append_seconds",
 			Help:    "Duration of one group-commit append, in seconds.",

@@ -168,3 +168,28 @@ func TestOutbox_TheSessionTakesItsRoutesSmallestDepth(t *testing.T) {
 		t.Fatalf("with the sink down: %d acknowledged, %d live; want 3 and 3 (the tight route's max_outbox_depth)", n, live)
 	}
 }
+
+// gobridge_outbox_backpressure_seconds_total rises while ingest waits at
+// max_outbox_depth, not only once the wait ends: the README's
+// GobridgeOutboxFull alert watches it rise while a dead target keeps the
+// session full, and then no wait ends.
+func TestOutbox_BackpressureIsCountedWhileIngestWaits(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	s.down.Store(true)
+	addr := freeAddr(t)
+	cfg := parseConfig(t, listenerConfig(addr, "", "{type: memory}",
+		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
+  - {id: r, receiver: edge, topic: "#", sender: sink, delivery_mode: shared_outbox, session: {id: s1},
+     policy: {max_outbox_depth: 1}}`))
+	rt := startBridge(t, cfg)
+	pub := publisher(t, "tcp://"+addr, "backpressure-counted")
+	first := pub.Publish("a/1", 1, false, msgID(0))
+	waitTokens(t, []paho.Token{first}, 10*time.Second)
+	second := pub.Publish("a/1", 1, false, msgID(1))
+	blocked := rt.metrics.backpressure.WithLabelValues("s1")
+	waitFor(t, 20*time.Second, "backpressure seconds while the second message waits", func() bool { return counted(blocked) > 0 })
+	if tokenDone(second) {
+		t.Fatal("the second message was acknowledged with the session at max_outbox_depth 1 and the sink down")
+	}
+}

@@ -199,6 +199,9 @@ func (p *partition) handle(res sendResult) {
 			p.g.obs.Delivered(p.outcome(it, ResultCapacity, err.Error(), now))
 		case senders.Fatal:
 			it.rec.Attempts++
+			if it.rec.FirstAttemptAt.IsZero() { // a letter that dies at its first send still shows when
+				it.rec.FirstAttemptAt = res.start
+			}
 			if pol.DropPermanent {
 				p.settle(it, stores.Done, err.Error(), ResultDropped, now)
 			} else {

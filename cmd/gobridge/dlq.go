@@ -225,7 +225,10 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error {
 	fs, path := c.flags(verb)
 	route := fs.String("route", "", "only dead letters of `ROUTE` (with IDs: needed when one message was dead-lettered by several routes)")
-	to := fs.String("to-route", "", "requeue: under `ROUTE` (the dead letters' route was renamed)")
+	to := new(string)
+	if verb == "requeue" { // only requeue has it: `dlq drop -h` does not list it
+		fs.StringVar(to, "to-route", "", "requeue under `ROUTE` (the dead letters' route was renamed)")
+	}
 	all := fs.Bool("all", false, "act on every dead letter (of --route when given)")
 	yes := fs.Bool("yes", false, "with --all: really do it (without it, only print what would be done)")
 	var ids []string
@@ -237,8 +240,6 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 		return usageErr(fs, "dlq %s: give IDs or --all, not both", verb)
 	case !*all && len(ids) == 0:
 		return usageErr(fs, "dlq %s: give one or more IDs, or --all (with --route R)", verb)
-	case verb == "drop" && *to != "":
-		return usageErr(fs, "dlq drop: --to-route is for requeue")
 	case slices.Contains(ids, ""): // a store takes an empty ID for no ID at all
 		return usageErr(fs, "dlq %s: an ID must not be empty", verb)
 	}
@@ -248,7 +249,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	}
 	defer st.close()
 	if st.via != "" {
-		fmt.Fprintf(c.Stderr, "the outbox is owned by %s\n", st.via)
+		fmt.Fprintln(c.Stderr, st.via)
 	}
 	letters := make([]stores.Record, len(ids))
 	for i, id := range ids {

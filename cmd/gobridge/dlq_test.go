@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -236,6 +237,13 @@ func TestDLQ_UsageAndStoreErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, want 0", args, code)
 		}
 	}
+	// Each command lists only the flags it takes (--to-route is requeue's).
+	if _, out, errOut := gobridge(t, "dlq", "drop", "-h"); strings.Contains(out+errOut, "-to-route ROUTE") {
+		t.Errorf("dlq drop -h lists --to-route, which drop refuses:\n%s%s", out, errOut)
+	}
+	if _, out, errOut := gobridge(t, "dlq", "requeue", "-h"); !strings.Contains(out+errOut, "-to-route ROUTE") {
+		t.Errorf("dlq requeue -h does not list --to-route:\n%s%s", out, errOut)
+	}
 	mem := newStoreFixture(t, "memory")
 	for _, args := range [][]string{{"dlq", "list", "-c", mem.cfg}, {"outbox", "stats", "-c", mem.cfg}} {
 		code, _, errOut := gobridge(t, args...)
@@ -313,8 +321,8 @@ routes:
 	if err != nil || probs.HasErrors() {
 		t.Fatalf("load: %v %v", err, probs)
 	}
-	var out testservices.Buffer
-	b, err := bridge.New(cfg, bridge.Options{Stdout: &out})
+	var out, logs testservices.Buffer
+	b, err := bridge.New(cfg, bridge.Options{Stdout: &out, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +346,7 @@ routes:
 		t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
 	}
 	code, res, errOut := gobridge(t, "dlq", "requeue", "-c", cfgPath, id)
-	if code != exitOK || !strings.Contains(res, "requeued "+id) || !strings.Contains(errOut, "admin API") {
+	if code != exitOK || !strings.Contains(res, "requeued "+id) || !strings.Contains(errOut, "the outbox is owned by a running bridge (pid ") || !strings.Contains(errOut, "admin API at http://"+adminAddr) {
 		t.Fatalf("requeue while the bridge owns the file: exit %d\n%s%s", code, res, errOut)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -347,5 +355,15 @@ routes:
 			t.Fatalf("the requeued record was not delivered; stdout: %q", out.String())
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+	// The admin server logs the change (README "Who may see and change
+	// what") with one component key, as every logger does.
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "dead letter requeued") && strings.Count(line, "component=") != 1 {
+			t.Errorf("the requeue log line has not one component key: %s", line)
+		}
+	}
+	if !strings.Contains(logs.String(), "dead letter requeued") {
+		t.Errorf("the requeue was not logged:\n%s", logs.String())
 	}
 }

@@ -80,7 +80,7 @@ func openOutbox(ctx context.Context, fs *flag.FlagSet, path string, write bool) 
 		ob.via = locked.Error() + "; its admin API is disabled, so this command can only read"
 	default:
 		api := owned{off, "http://" + listen, cfg.Bridge.Admin.Token.Reveal()}
-		ob.Outbox, ob.via = api, fmt.Sprintf("the bridge that owns it (pid %d), through its admin API at %s", locked.PID, api.base)
+		ob.Outbox, ob.via = api, fmt.Sprintf("the outbox is owned by a running bridge (pid %d): acting through its admin API at %s", locked.PID, api.base)
 	}
 	return cfg, ob, nil
 }
