@@ -136,11 +136,19 @@ func (c *CheckCommand) print(probs routes.Problems, format string, files int) er
 		what = fmt.Sprintf("%d configs", files)
 	}
 	if errs == 0 {
-		_, err := fmt.Fprintf(c.Stderr, "%s ok (%d warnings)\n", what, warns)
+		_, err := fmt.Fprintf(c.Stderr, "%s ok (%s)\n", what, count(warns, "warning"))
 		return err
 	}
-	_, err := fmt.Fprintf(c.Stderr, "%s invalid: %d errors, %d warnings\n", what, errs, warns)
+	_, err := fmt.Fprintf(c.Stderr, "%s invalid: %s, %s\n", what, count(errs, "error"), count(warns, "warning"))
 	return err
+}
+
+// count is "1 error", "2 errors".
+func count(n int, noun string) string {
+	if n != 1 {
+		noun += "s"
+	}
+	return fmt.Sprintf("%d %s", n, noun)
 }
 
 // compileProblems builds every sender and compiles every route's

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,8 +48,14 @@ func TestCheck_PositionalFile(t *testing.T) {
 	if want := golden(t, "multi-problem"); out != want {
 		t.Errorf("output differs from the golden:\n%s\nwant:\n%s", out, want)
 	}
-	if !strings.Contains(errOut, "config invalid") {
-		t.Errorf("stderr = %q", errOut)
+	lines, warns := strings.Count(out, "\n"), strings.Count(out, ": warning: ")
+	if want := fmt.Sprintf("config invalid: %d errors, %d warnings", lines-warns, warns); !strings.Contains(errOut, want) {
+		t.Errorf("stderr = %q, want %q", errOut, want)
+	}
+	// One of a kind is singular.
+	code, _, errOut = gobridge(t, "check", "testdata/config/bad-version.yaml")
+	if code != exitFailure || !strings.Contains(errOut, "config invalid: 1 error, 0 warnings") {
+		t.Errorf("exit %d, stderr = %q", code, errOut)
 	}
 }
 
