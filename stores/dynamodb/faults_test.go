@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
@@ -79,6 +80,57 @@ func TestFaults_WriteLostThenThrottled(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A Write's transaction attempt fails without DynamoDB's answer (here a
+// 500; a reset keep-alive connection does the same) and, before the SDK
+// sends it again, another instance appends to the same partition: the
+// second attempt is refused (ConditionalCheckFailed on the partition
+// counter). The Write cannot know whether the first attempt applied, so it
+// fails with that refusal: the flake of
+// TestWrite_PerKeyOrderAcrossInstancesAndTakeovers under load. The engine
+// retries the same Batch, which must append every record once, claimed,
+// after the other instance's (no stall, no loss, no duplicate).
+func TestFaults_WriteLostThenRefused(t *testing.T) {
+	t.Parallel()
+	p := newProxy(t)
+	s, other := p.open(t, fastRetries), open(t, nil)
+	le, recs := appendHeld(t, s, "lostrefused-", 3)
+	b := stores.Batch{Append: recs}
+	var between stores.Batch
+	p.set(func(op string, n int) *fault {
+		if op != "TransactWriteItems" || n != 1 {
+			return nil
+		}
+		between.Append = []stores.Record{{Session: recs[0].Session, Route: "r",
+			Envelope: message.Envelope{ID: message.NewID(), Topic: "t", Payload: []byte("x")}}}
+		// Its counter is ahead of s's (a clock ahead): its Seq is above
+		// what s planned.
+		dynamodb.SetCounter(other, recs[0].Session, 0, time.Now().Add(time.Hour).UnixMicro())
+		if err := other.Write(context.Background(), &between); err != nil {
+			t.Errorf("the other instance's Write: %v", err)
+		}
+		return internal
+	})
+	err := s.Write(t.Context(), &b)
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) || p.calls("TransactWriteItems") != 2 {
+		t.Fatalf("Write = %v after %d attempts; want the second attempt's cancellation", err, p.calls("TransactWriteItems"))
+	}
+	p.set(nil)
+	if err := s.Write(t.Context(), &b); err != nil {
+		t.Fatalf("retried Write: %v", err)
+	}
+	for i, r := range b.Append {
+		if r.Seq <= between.Append[0].Seq || r.Token != le.Token {
+			t.Errorf("record %d after the retry: Seq %d, Token %d; want it stored after Seq %d, held under %d",
+				i, r.Seq, r.Token, between.Append[0].Seq, le.Token)
+		}
+	}
+	got, err := s.Claim(t.Context(), stores.ClaimRequest{Session: recs[0].Session, Token: le.Token, Limit: 100})
+	if err != nil || len(got) != 1 || got[0].Envelope.ID != between.Append[0].Envelope.ID {
+		t.Errorf("Claim = %d records, %v; want only the other instance's record (s holds its own)", len(got), err)
 	}
 }
 

@@ -27,6 +27,7 @@ type orderRun struct {
 	ttl        time.Duration
 	clock      atomic.Int64 // the leases' clock, in ns after t0: takeovers move it past every lease
 	batches    atomic.Int64 // batches appended so far: every tenth, its appender takes a partition over
+	failed     atomic.Int64 // Writes and Claims that failed and were retried
 	stopping   atomic.Bool
 	stop       chan struct{}
 
@@ -87,7 +88,12 @@ func runOrder(t *testing.T, seed uint64) {
 	const instances, batches = 4, 30
 	ins := make([]*instance, instances)
 	for i := range ins {
-		ins[i] = &instance{id: i, s: open(t, &counter{delay: 20 * time.Millisecond}), held: map[int]*epoch{}, wake: make(chan struct{}, 1)}
+		// One transaction attempt in seven never reaches DynamoDB (a
+		// keep-alive connection the server closed): the SDK sends it again
+		// after other instances committed, and a refusal then fails the
+		// Write, which cannot know the first attempt was not applied.
+		s := open(t, &counter{delay: 20 * time.Millisecond, drop: 7}, fastRetries)
+		ins[i] = &instance{id: i, s: s, held: map[int]*epoch{}, wake: make(chan struct{}, 1)}
 	}
 	for p := range o.partitions {
 		o.acquire(ins[p%instances], p, true)
@@ -153,7 +159,7 @@ func (o *orderRun) appendLoop(in *instance, rnd *rand.Rand, batches int) {
 			in.mu.Unlock()
 			b.Append = append(b.Append, r)
 		}
-		if err := in.s.Write(context.Background(), &b); err != nil {
+		if err := o.write(in, &b); err != nil {
 			o.t.Errorf("instance %d: append: %v", in.id, err)
 			return
 		}
@@ -217,8 +223,16 @@ func (o *orderRun) drain(in *instance, p int, all bool) {
 	own := e.own
 	e.own = nil
 	in.mu.Unlock()
-	for {
+	for fails := 0; ; {
 		got, err := in.s.Claim(ctx, stores.ClaimRequest{Session: o.session, Partition: p, Token: e.le.Token, Limit: 3, After: e.after})
+		if err != nil && !errors.Is(err, stores.ErrLeaseLost) && fails < maxFails {
+			// As the drainer does: ignore what it returned, claim again
+			// under the same token (the store returns what it took).
+			fails++
+			o.failed.Add(1)
+			o.t.Logf("instance %d: claim failed, claiming again: %v", in.id, err)
+			continue
+		}
 		if errors.Is(err, stores.ErrLeaseLost) {
 			in.mu.Lock()
 			if in.held[p] == e {
@@ -266,7 +280,7 @@ func (o *orderRun) drain(in *instance, p int, all bool) {
 		b.Settle = append(b.Settle, stores.Settlement{Key: r.Key(), Token: e.le.Token, Outcome: stores.Done})
 	}
 	o.mu.Unlock()
-	if err := in.s.Write(ctx, &b); err != nil {
+	if err := o.write(in, &b); err != nil {
 		o.t.Errorf("settle: %v", err)
 		return
 	}
@@ -276,6 +290,23 @@ func (o *orderRun) drain(in *instance, p int, all bool) {
 		if !st.Stale {
 			o.done[st.ID]++
 		}
+	}
+}
+
+// maxFails bounds the failures of one batch's Writes, and of one drain's Claims.
+const maxFails = 20
+
+// write commits b as the bridge's writer does: a failed Write is retried
+// with the same Batch, which then reports what a failed attempt stored (or
+// may have) as stored by it (see stores.Batch).
+func (o *orderRun) write(in *instance, b *stores.Batch) error {
+	for fails := 0; ; fails++ {
+		err := in.s.Write(context.Background(), b)
+		if err == nil || fails == maxFails {
+			return err
+		}
+		o.failed.Add(1)
+		o.t.Logf("instance %d: write failed, writing the batch again: %v", in.id, err)
 	}
 }
 
@@ -320,5 +351,5 @@ func (o *orderRun) check() {
 	if len(o.appended) < 100 {
 		t.Errorf("only %d records appended", len(o.appended))
 	}
-	t.Logf("%d records, %d epochs", len(o.appended), len(o.claimed))
+	t.Logf("%d records, %d epochs, %d failed Writes and Claims retried", len(o.appended), len(o.claimed), o.failed.Load())
 }

@@ -62,6 +62,10 @@ func uniqueName(prefix string) string {
 // With lose above 0, it counts transactions down: from the one it
 // reaches 1 at, it loses their answers (an error instead, as when the
 // connection drops after the request was sent; with unsent, before).
+// With drop above 0, it fails one transaction attempt in drop before
+// sending it, as a reused keep-alive connection that the server closed
+// does: the SDK sends it again (same ClientRequestToken) after its
+// backoff, which other processes' commits may have made refused.
 type counter struct {
 	n      atomic.Int64
 	next   http.RoundTripper
@@ -71,6 +75,8 @@ type counter struct {
 	lose   atomic.Int64
 	unsent atomic.Bool
 	lost   atomic.Int64 // transactions whose answers it lost
+	drop   int64
+	tx     atomic.Int64 // transaction attempts, for drop
 }
 
 var errLost = errors.New("test: connection reset, the answer is lost")
@@ -90,6 +96,9 @@ func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 			t.Stop()
 			return nil, r.Context().Err()
 		}
+	}
+	if tx && c.drop > 0 && c.tx.Add(1)%c.drop == 0 {
+		return nil, errLost
 	}
 	if !tx || c.lose.Load() == 0 || c.lose.Add(-1) > 0 {
 		return c.next.RoundTrip(r)
@@ -149,11 +158,12 @@ func sharedTable(t testing.TB) string {
 	return shared.table
 }
 
-// open returns a new Store (with a client of its own) on the shared table.
-func open(t testing.TB, cnt *counter) *dynamodb.Store {
+// open returns a new Store (with a client of its own, opts applied) on the
+// shared table.
+func open(t testing.TB, cnt *counter, opts ...func(*awsddb.Options)) *dynamodb.Store {
 	t.Helper()
 	table := sharedTable(t)
-	s, err := dynamodb.Open(context.Background(), dynamodb.Options{Table: table, Client: newClient(t, cnt)})
+	s, err := dynamodb.Open(context.Background(), dynamodb.Options{Table: table, Client: newClient(t, cnt, opts...)})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
