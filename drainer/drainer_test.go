@@ -134,11 +134,10 @@ func TestGroup_PermanentFailureSettlesAtOnce(t *testing.T) {
 				if drop {
 					wantDead = 0
 				}
-				dl := dead(t, store)
-				if n := len(dl); n != wantDead || snd.total() != 3 {
-					t.Errorf("%d dead letters after %d sends, want %d after 3", n, snd.total(), wantDead)
+				if dl := dead(t, store); len(dl) != wantDead || snd.total() != 3 {
+					t.Errorf("%d dead letters after %d sends, want %d after 3", len(dl), snd.total(), wantDead)
 				}
-				for _, d := range dl { // `dlq list` shows FIRST ATTEMPT: it was sent once
+				for _, d := range dead(t, store) { // `dlq list` shows FIRST ATTEMPT: it was sent once
 					if d.Attempts != 1 || d.FirstAttemptAt.IsZero() {
 						t.Errorf("dead letter %s: %d attempts, first at %v; want 1, set", d.Envelope.ID, d.Attempts, d.FirstAttemptAt)
 					}
