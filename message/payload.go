@@ -156,8 +156,9 @@ func numbers(v any) any {
 }
 
 // holds reports whether f, in its shortest form, is the number s: false
-// when s has more significant digits than a float64 keeps (a key rendered
-// from it would merge distinct numbers).
+// when s has more significant digits than a float64 keeps, or is below its
+// range (ParseFloat rounds 1e-400 to 0 and 3e-324 to 5e-324 without an
+// error): a key rendered from it would merge distinct numbers.
 func holds(s string, f float64) bool {
 	n := 0 // digits from the first non-zero one: at least the significant ones
 	for i := 0; i < len(s) && s[i] != 'e' && s[i] != 'E'; i++ {
@@ -165,7 +166,9 @@ func holds(s string, f float64) bool {
 			n++
 		}
 	}
-	if n <= 15 { // every decimal of 15 digits has its own float64
+	// Every decimal of 15 digits has its own normal float64; subnormals
+	// keep fewer digits.
+	if n == 0 || n <= 15 && math.Abs(f) >= 0x1p-1022 {
 		return true
 	}
 	d, exp := decimal(s)

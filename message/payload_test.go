@@ -71,7 +71,18 @@ func referenceConvert(v any) any {
 		if err != nil {
 			return x
 		}
-		exact, _ := new(big.Rat).SetString(s)
+		exact, ok := new(big.Rat).SetString(s)
+		if !ok {
+			// big.Rat refuses an exponent it cannot scale by (such as
+			// 0e10000000000000000000). The number is then zero when its
+			// digits are, and otherwise too large (ParseFloat failed
+			// above) or too small for a float64 (ParseFloat gave 0).
+			mant, _, _ := strings.Cut(strings.ToLower(s), "e")
+			if strings.Trim(mant, "-0.") != "" {
+				return x
+			}
+			return f
+		}
 		shortest, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
 		if exact.Cmp(shortest) != 0 {
 			return x
