@@ -71,10 +71,10 @@ func leavingRoutes(old, p *parts) map[string]*route {
 // every message they took (DESIGN.md §11.5: what arrived before the reload
 // is delivered by the old route; nothing may reach a drainer that does not
 // know its route). Their receivers hold new messages until apply switched
-// them (or the reload is refused); the routes finish taking what they took
-// (if they do not within shutdown_timeout, apply stops them and their
-// receivers reconnect); the writer commits it and the old drainers deliver
-// it. Records still pending at shutdown_timeout refuse the reload.
+// them (or the reload is refused); the routes finish taking what they took;
+// the writer commits it and the old drainers deliver it. A message still
+// being taken in, or records still pending, at shutdown_timeout refuse the
+// reload.
 func (b *Bridge) quiesce(ctx context.Context, old, p *parts, leaving map[string]*route) error {
 	if len(leaving) == 0 {
 		return nil
@@ -89,7 +89,14 @@ func (b *Bridge) quiesce(ctx context.Context, old, p *parts, leaving map[string]
 	defer cancel()
 	for _, r := range leaving {
 		if !settled(wait, &r.busy) {
-			break // apply stops it (no new message reaches it meanwhile); what it committed must still go
+			// It still takes a message in (waiting for room in a full
+			// outbox, say): that message could be committed after the
+			// last look below, for a drainer that no longer knows it.
+			for _, rc := range old.receivers {
+				rc.in.release()
+			}
+			return fmt.Errorf("%w: route %s is still taking a message in after %s (is its outbox full?): keep the route until it is delivered",
+				ErrRefused, r.id, timeout)
 		}
 	}
 	pending := func(ctx context.Context) error {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"regexp"
 	"runtime"
 	"slices"
@@ -250,6 +251,12 @@ func TestBridge_ReloadRemovingARouteWhoseSenderIsDown(t *testing.T) {
 	pub.Publish("l/x", 1, false, "l-0")
 	waitFor(t, 20*time.Second, "route L to take l-0", func() bool { return counted(rt.metrics.routeReceived.WithLabelValues("L")) == 1 })
 
+	// While L still waits for room past shutdown_timeout, the reload is
+	// refused: applied, it would stop waiting for L, which could still
+	// commit l-0 (and did, on a loaded machine, once room came).
+	if err := rt.Reload(t.Context(), short(kd)); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "route L is still taking a message in") {
+		t.Fatalf("Reload removing L while l-0 waits for room: %v, want ErrRefused naming L", err)
+	}
 	reloaded := make(chan error, 1)
 	go func() { reloaded <- rt.Reload(t.Context(), short(kd)) }()
 	in := rt.cur.Load().receiver("edge").in
