@@ -14,8 +14,8 @@ import (
 
 // Command-line plumbing the subcommands share.
 
-// newFlags returns the flag set of a command: mistakes go to stderr, and -h
-// prints help followed by the flags.
+// newFlags returns the flag set of a command: mistakes go to stderr, followed
+// by the help and the flags.
 func newFlags(name, help string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -29,14 +29,18 @@ func newFlags(name, help string, stderr io.Writer) *flag.FlagSet {
 // parseArgs parses flags wherever they stand among the positional
 // arguments, as users type them (`check *.yaml --strict`, `dlq requeue ID
 // -c FILE`), appending each positional argument to pos; everything after a
-// lone "--" is positional. It returns flag.ErrHelp for -h, and errUsage for
-// a mistake (the flag package has printed it, with the usage).
+// lone "--" is positional. It returns a helpRequest for -h, and errUsage for
+// a mistake (printed, with the usage).
 func parseArgs(fs *flag.FlagSet, args []string, pos *[]string) error {
+	usage := fs.Usage
+	fs.Usage = func() {} // the flag package would print help to stderr
+	defer func() { fs.Usage = usage }()
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return err
+				return helpRequest{fs}
 			}
+			usage()
 			return errUsage
 		}
 		rest := fs.Args()
@@ -50,6 +54,12 @@ func parseArgs(fs *flag.FlagSet, args []string, pos *[]string) error {
 		*pos, args = append(*pos, rest[0]), rest[1:]
 	}
 }
+
+// helpRequest is a command's -h: run prints the command's help to stdout.
+type helpRequest struct{ fs *flag.FlagSet }
+
+func (helpRequest) Error() string        { return "help requested" }
+func (helpRequest) Is(target error) bool { return target == flag.ErrHelp }
 
 // parseFlags is parseArgs for a command that takes flags only.
 func parseFlags(fs *flag.FlagSet, args []string) error {

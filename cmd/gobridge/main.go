@@ -66,8 +66,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return exitUsage
 	}
+	var help helpRequest
 	switch {
 	case err == nil:
+		return exitOK
+	case errors.As(err, &help):
+		help.fs.SetOutput(stdout)
+		help.fs.Usage()
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK

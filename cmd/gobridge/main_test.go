@@ -39,7 +39,7 @@ func TestRun_UsageErrors(t *testing.T) {
 	if code, out, _ := gobridge(t, "help"); code != exitOK || !strings.Contains(out, "gobridge check") {
 		t.Errorf("help: exit %d, %q", code, out)
 	}
-	if code, _, errOut := gobridge(t, "check", "-h"); code != exitOK || !strings.Contains(errOut, "Usage: gobridge check") {
+	if code, out, errOut := gobridge(t, "check", "-h"); code != exitOK || !strings.Contains(out, "Usage: gobridge check") || errOut != "" {
 		t.Errorf("check -h: exit %d, %q", code, errOut)
 	}
 }
