@@ -99,7 +99,7 @@ func (a *admission) admit(ctx context.Context, rec *stores.Record, blocked func(
 		var waited time.Duration
 		if now := time.Now(); t != nil && !waiting.IsZero() {
 			waited = now.Sub(later(waiting, t.waitedTo))
-			t.waitedTo = later(now, t.waitedTo)
+			t.waitedTo = now
 		} else if !ok {
 			waiting = now
 		}
