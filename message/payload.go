@@ -42,8 +42,9 @@ type ParsedPayload struct {
 // ErrNotJSON is returned by ParsedPayload.Value for a payload that is not a
 // single JSON value, is not UTF-8, has a string with a lone UTF-16
 // surrogate escape (encoding/json would turn these into U+FFFD, so that
-// distinct strings render the same key), or nests arrays and objects deeper
-// than MaxDepth.
+// distinct strings render the same key), has an object with a name twice
+// (parsers disagree on which value counts, so a filter could pass what the
+// target reads otherwise), or nests arrays and objects deeper than MaxDepth.
 var ErrNotJSON = errors.New("payload is not JSON")
 
 // MaxDepth is the deepest nesting of arrays and objects a JSON payload may
@@ -84,16 +85,23 @@ func decodeJSON(b []byte) (any, error) {
 	if _, err := d.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: trailing data at offset %d", ErrNotJSON, d.InputOffset())
 	}
-	if err := checkText(b); err != nil {
+	names, err := checkText(b)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotJSON, err)
 	}
-	return numbers(v), nil
+	members := 0
+	v = numbers(v, &members)
+	if members != names {
+		return nil, fmt.Errorf("%w: an object has a name twice", ErrNotJSON)
+	}
+	return v, nil
 }
 
 // checkText checks what encoding/json accepts but a payload may not have:
-// nesting deeper than MaxDepth and lone surrogate escapes. b is valid JSON,
-// so every backslash is in a string and every escape is complete.
-func checkText(b []byte) error {
+// nesting deeper than MaxDepth and lone surrogate escapes. It returns the
+// number of object member names in b (a string followed by ':'). b is valid
+// JSON, so every backslash is in a string and every escape is complete.
+func checkText(b []byte) (names int, err error) {
 	depth, inString := 0, false
 	for i := 0; i < len(b); i++ {
 		switch c := b[i]; {
@@ -101,7 +109,7 @@ func checkText(b []byte) error {
 			r, _ := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
 			i += 5
 			if r >= 0xdc00 && r <= 0xdfff {
-				return fmt.Errorf("lone surrogate \\u%04x at offset %d", r, i-5)
+				return 0, fmt.Errorf("lone surrogate \\u%04x at offset %d", r, i-5)
 			}
 			if r >= 0xd800 && r <= 0xdbff {
 				lo := uint64(0)
@@ -109,36 +117,41 @@ func checkText(b []byte) error {
 					lo, _ = strconv.ParseUint(string(b[i+3:i+7]), 16, 16)
 				}
 				if lo < 0xdc00 || lo > 0xdfff {
-					return fmt.Errorf("lone surrogate \\u%04x at offset %d", r, i-5)
+					return 0, fmt.Errorf("lone surrogate \\u%04x at offset %d", r, i-5)
 				}
 				i += 6
 			}
 		case inString && c == '\\':
 			i++
 		case c == '"':
-			inString = !inString
+			if inString = !inString; !inString {
+				if rest := bytes.TrimLeft(b[i+1:], " \t\r\n"); len(rest) > 0 && rest[0] == ':' {
+					names++
+				}
+			}
 		case !inString && (c == '[' || c == '{'):
 			if depth++; depth > MaxDepth {
-				return fmt.Errorf("nested deeper than %d at offset %d", MaxDepth, i)
+				return 0, fmt.Errorf("nested deeper than %d at offset %d", MaxDepth, i)
 			}
 		case !inString && (c == ']' || c == '}'):
 			depth--
 		}
 	}
-	return nil
+	return names, nil
 }
 
 // numbers converts the json.Numbers of a decoded tree in place (a float out
-// of range stays a json.Number).
-func numbers(v any) any {
+// of range stays a json.Number), adding the objects' members to members.
+func numbers(v any, members *int) any {
 	switch t := v.(type) {
 	case map[string]any:
+		*members += len(t)
 		for k, e := range t {
-			t[k] = numbers(e)
+			t[k] = numbers(e, members)
 		}
 	case []any:
 		for i, e := range t {
-			t[i] = numbers(e)
+			t[i] = numbers(e, members)
 		}
 	case json.Number:
 		s := string(t)

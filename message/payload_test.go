@@ -30,21 +30,46 @@ func referenceDecode(b []byte) (v any, ok, known bool) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, false, true
 	}
-	depth, most := 0, 0
+	// The nesting depth, and the names of each open object, from the
+	// tokens: a name is a string where an object expects one.
+	type open struct {
+		names    map[string]bool // nil for an array
+		wantName bool
+	}
+	var stack []*open
+	most, twice := 0, false
 	for tok := json.NewDecoder(bytes.NewReader(b)); ; {
 		t, err := tok.Token()
 		if err != nil {
 			break
 		}
-		switch t {
-		case json.Delim('['), json.Delim('{'):
-			depth++
-			most = max(most, depth)
-		case json.Delim(']'), json.Delim('}'):
-			depth--
+		var top *open
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
 		}
+		if name, ok := t.(string); ok && top != nil && top.names != nil && top.wantName {
+			twice = twice || top.names[name]
+			top.names[name], top.wantName = true, false
+			continue
+		}
+		switch t {
+		case json.Delim('['):
+			stack = append(stack, &open{})
+		case json.Delim('{'):
+			stack = append(stack, &open{names: map[string]bool{}, wantName: true})
+		case json.Delim(']'), json.Delim('}'):
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 {
+				stack[len(stack)-1].wantName = true
+			}
+		default:
+			if top != nil {
+				top.wantName = true
+			}
+		}
+		most = max(most, len(stack))
 	}
-	if most > MaxDepth {
+	if most > MaxDepth || twice {
 		return nil, false, true
 	}
 	if strings.Contains(fmt.Sprint(v), "\ufffd") { // encoding/json's stand-in for a lone surrogate
@@ -102,7 +127,7 @@ func referenceConvert(v any) any {
 
 var jsonSeeds = []string{
 	samplePayload, `{}`, `[]`, ` [ 1 , -0 , -0.0 , 1e3 , 1E+2 , 0.5e-3 ] `, `"a\"b\\c\u00e9\ud83d\ude00"`,
-	`"\xff invalid utf8"`, `{"a":{"a":{"a":[[[null]]]}}}`, `{"a":1,"a":2}`, `9223372036854775807`,
+	`"\xff invalid utf8"`, `{"a":{"a":{"a":[[[null]]]}}}`, `{"a":1,"a":2}`, `{"a":{"b":1,"b":1}}`, `[{"a":1},{"a":2}]`, `{"a":1,"\u0061":2}`, `{"a" : {"a":[{"a":1}]}, "b":"a"}`, `9223372036854775807`,
 	`9223372036854775808`, `-9223372036854775808`, `-9223372036854775809`, `1e400`, `123456789012345678`,
 	`01`, `1.`, `.5`, `-`, `1e`, `+1`, `"abc`, `"a\x"`, "\"tab\there\"", `{"a" 1}`, `{"a":1,}`, `[1,]`,
 	"\"\xff invalid utf8\"", `"\ud800"`, `"\ud83d\ude00\udc00"`, `"\\ud800"`, `"\ufffd"`, `[1.5, 12345678901234567890.5, 1.00000000000000000001e2]`,
