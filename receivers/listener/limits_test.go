@@ -340,3 +340,46 @@ func TestListener_RefusesTopicAliases(t *testing.T) {
 		t.Fatalf("a message with a topic alias reached the sink: %+v", s)
 	}
 }
+
+// TestListener_BoundsUnfinishedQoS2Flows: a publisher that sends QoS 2
+// messages and never sends their PUBREL leaves a PUBREC in its session for
+// each (up to 65535 a connection, kept with a persistent session after it
+// disconnects). Past PublisherWindow unfinished flows the connection is
+// closed.
+func TestListener_BoundsUnfinishedQoS2Flows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), nil)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(connectPacket("qos2-" + t.Name())); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for id := 1; id <= PublisherWindow+10; id++ {
+			pk := publishQoS1("factory/qos2", uint16(id), []byte("x"))
+			pk[0] = 0x34 // QoS 2
+			if _, err := conn.Write(pk); err != nil {
+				return // closed by the listener
+			}
+		}
+	}()
+	pubrecs := 0
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for ack := make([]byte, 4); ; { // CONNACK, then PUBRECs: 4 bytes each in MQTT 3.1.1
+		if _, err := io.ReadFull(conn, ack); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("the listener kept the connection open after %d unfinished QoS 2 flows", pubrecs)
+			}
+			break
+		}
+		if ack[0] == 0x50 {
+			pubrecs++
+		}
+	}
+	if pubrecs > PublisherWindow {
+		t.Fatalf("%d PUBRECs without a PUBREL; want at most %d", pubrecs, PublisherWindow)
+	}
+}
