@@ -255,9 +255,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	perSubscriber := uint16(min(max(l.o.MaxInflightBytes/l.o.MaxPayloadBytes, 16), 65535))
 	caps.MaximumInflight = perSubscriber
 	caps.MaximumClientWritesPending = int32(perSubscriber)
-	// QoS 2 flows whose PUBREL has not come keep a PUBREC each in the
-	// session: past PublisherWindow of them mochi closes the connection.
-	caps.ReceiveMaximum = PublisherWindow
+	caps.ReceiveMaximum = 65535
 	caps.MaximumPacketSize = uint32(l.o.MaxPayloadBytes + PacketOverhead)
 	caps.MaximumSessionExpiryInterval = uint32(l.o.SessionExpiry / time.Second)
 	// No inbound topic aliases (the CONNACK announces none): mochi would
