@@ -146,7 +146,7 @@ func (c *Config) checkListenerAccess(add func(Problem), path string, o ReceiverO
 		}
 		if u.PasswordHash != "" {
 			if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil {
-				add(c.Errorf(up+".password_hash", "password-hash", "%s.password_hash is not a bcrypt hash (such as htpasswd -nbB or mosquitto_passwd makes): %v", up, err))
+				add(c.Errorf(up+".password_hash", "password-hash", "%s.password_hash is not a bcrypt hash (such as htpasswd -nbB makes; Mosquitto 2's mosquitto_passwd writes $7$ hashes, which are not): %v", up, err))
 			}
 		}
 		c.checkACL(add, up, u.Publish, u.Subscribe)

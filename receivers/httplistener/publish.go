@@ -1,6 +1,7 @@
 package httplistener
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,13 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case req.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
 		answerError(w, http.StatusMethodNotAllowed, "use POST")
+		return
+	case !strings.EqualFold(cmp.Or(req.Header.Get("Content-Encoding"), "identity"), "identity"):
+		// The body would be kept as sent: compressed bytes under the
+		// Content-Type of what they compress.
+		r.win.Malformed.Add(1)
+		w.Header().Set("Accept-Encoding", "identity")
+		answerError(w, http.StatusUnsupportedMediaType, "a Content-Encoding is not supported: send the payload as it is")
 		return
 	}
 	select {

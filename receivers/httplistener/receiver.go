@@ -13,7 +13,8 @@
 //
 // Refused before the body is read: 403 for a request with an Origin header
 // (a browser) or to a topic none of Topics matches, 401 without the bearer
-// Token, 413 for a Content-Length over the limit. A body is read through a
+// Token, 415 for a Content-Encoding (a body is never decompressed), 413 for
+// a Content-Length over the limit. A body is read through a
 // limit of max+1 bytes (413 past it), so no request holds more than the
 // limit in memory.
 package httplistener

@@ -84,6 +84,10 @@ func TestReceiver_RefusesBeforeReading(t *testing.T) {
 		{"empty idempotency key", "POST", "/v1/publish/plant/a", map[string]string{"Idempotency-Key": " "}, http.StatusBadRequest},
 		{"long idempotency key", "POST", "/v1/publish/plant/a", map[string]string{"Idempotency-Key": strings.Repeat("k", MaxIdempotencyKey+1)}, http.StatusBadRequest},
 		{"batch without NDJSON", "POST", "/v1/publish", map[string]string{"Content-Type": "application/json"}, http.StatusUnsupportedMediaType},
+		// The payload would be the compressed bytes, labelled with the
+		// Content-Type of what they compress.
+		{"gzip body", "POST", "/v1/publish/plant/a", map[string]string{"Content-Encoding": "gzip"}, http.StatusUnsupportedMediaType},
+		{"gzip batch", "POST", "/v1/publish", map[string]string{"Content-Type": "application/x-ndjson", "Content-Encoding": "gzip"}, http.StatusUnsupportedMediaType},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req, err := http.NewRequest(c.method, strings.TrimSuffix(b.url, publishPath)+c.path, strings.NewReader("payload"))
@@ -114,7 +118,7 @@ func TestReceiver_RefusesBeforeReading(t *testing.T) {
 	if len(sink.C) != 0 {
 		t.Fatalf("%d refused requests reached the sink", len(sink.C))
 	}
-	if st := b.r.Stats(); st.Denied != 5 || st.Malformed != 7 || st.Received != 0 {
+	if st := b.r.Stats(); st.Denied != 5 || st.Malformed != 9 || st.Received != 0 {
 		t.Fatalf("stats = %+v", st)
 	}
 }

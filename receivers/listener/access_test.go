@@ -199,6 +199,8 @@ func TestListener_ClientCertificateNamesTheUser(t *testing.T) {
 	}
 }
 
+// TestListener_WillOutsideACLIsRefused: a will is checked like a publication
+// when the client connects, since nothing checks it when it is published.
 func TestListener_WillOutsideACLIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testsink.New(true), func(o *Options) {
@@ -207,6 +209,13 @@ func TestListener_WillOutsideACLIsRefused(t *testing.T) {
 	login := func(o *paho.ClientOptions) { o.SetUsername("press-1").SetPassword("pw") }
 	if !refused(t, b.url, func(o *paho.ClientOptions) { login(o); o.SetWill("factory/press-2/status", "gone", 1, false) }) {
 		t.Fatal("a will outside the publish ACL was accepted")
+	}
+	// A will topic is a topic name: with a wildcard it would reach the
+	// subscribers as a PUBLISH no MQTT client may send.
+	for _, topic := range []string{"factory/press-1/+", "factory/press-1/#"} {
+		if !refused(t, b.url, func(o *paho.ClientOptions) { login(o); o.SetWill(topic, "gone", 1, false) }) {
+			t.Fatalf("a will on %q (not a topic name) was accepted", topic)
+		}
 	}
 	if refused(t, b.url, func(o *paho.ClientOptions) { login(o); o.SetWill("factory/press-1/status", "gone", 1, true) }) {
 		t.Fatal("a retained will inside the publish ACL was refused")

@@ -30,14 +30,15 @@ func (h *hook) Provides(b byte) bool {
 
 // OnConnectAuthenticate admits a client by its identity (see access) and
 // records the identity as the client's username, for its ACL. A will on a
-// topic outside the client's publish ACL refuses the connection, and so
+// topic outside the client's publish ACL (or that is no valid topic name to
+// publish to: empty, a wildcard, $SYS) refuses the connection, and so
 // does a client ID whose session (connected or not) belongs to another
 // identity.
 func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
 	a := h.l.access.Load()
 	identity, ok := a.authenticate(string(pk.Connect.Username), pk.Connect.Password, certName(cl))
 	why := "bad credentials"
-	if ok && pk.Connect.WillFlag && !a.acl(identity).mayPublish(pk.Connect.WillTopic) {
+	if w := pk.Connect.WillTopic; ok && pk.Connect.WillFlag && (w == "" || !mochi.IsValidFilter(w, true) || !a.acl(identity).mayPublish(w)) {
 		ok, why = false, "will topic not allowed"
 	}
 	// mochi hands a session (its subscriptions and the messages queued for

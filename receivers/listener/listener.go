@@ -54,6 +54,11 @@ const (
 // MaxPayloadBytes: a 64 KiB topic, properties and headers.
 const PacketOverhead = 66560
 
+// WriteTimeout bounds each write to a client (a packet: an acknowledgement,
+// a message to a subscriber); a client that does not take it in time, by
+// not reading, is disconnected.
+const WriteTimeout = 30 * time.Second
+
 // PublisherWindow is how many messages of one publisher connection may be
 // unacknowledged. When it is full (or the receiver's MaxInflightBytes is
 // reached), mochi's read loop for that publisher waits: TCP flow control
@@ -162,6 +167,7 @@ type Listener struct {
 	// wrapListener wraps the TCP listener.
 	extraHooks   []mochi.Hook
 	wrapListener func(net.Listener) net.Listener
+	writeTimeout time.Duration // defaults to WriteTimeout
 }
 
 // pubAcker is the acker of one publisher connection; its ctx ends when the
@@ -284,6 +290,7 @@ func (l *Listener) Run(ctx context.Context) error {
 	}
 	nl := &netListener{
 		id: l.o.ID, ln: ln, srv: srv, log: l.log, maxConns: l.o.MaxClients, connectTimeout: l.o.ConnectTimeout,
+		writeTimeout: cmp.Or(l.writeTimeout, WriteTimeout),
 	}
 	if err := srv.AddListener(nl); err != nil {
 		ln.Close()

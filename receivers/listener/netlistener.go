@@ -25,6 +25,11 @@ import (
 //     announced length before reading it, so maxConns connections that
 //     announce the hard packet limit and then trickle would hold
 //     maxConns × 2 × that much memory (trackedConn).
+//   - Each write to a connection must complete within writeTimeout, or the
+//     connection is closed (trackedConn): mochi's only deadline is the
+//     keep-alive (none with keep-alive 0), and a client that stops reading
+//     blocked the writes of its acknowledgements, whose messages then held
+//     the receiver's max_inflight_bytes and every other publisher.
 //   - A failing Accept (EMFILE) is retried with backoff (5ms doubling to 1s)
 //     instead of ending Serve, which would stop the listener for good while
 //     its status still said listening.
@@ -42,6 +47,7 @@ type netListener struct {
 	log            *slog.Logger
 	maxConns       int
 	connectTimeout time.Duration
+	writeTimeout   time.Duration
 
 	mu      sync.Mutex
 	closed  bool
@@ -88,7 +94,8 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 			}
 		}
 		backoff, failures = 0, 0
-		conn = &trackedConn{Conn: conn, closed: make(chan struct{}), refuse: l.refuseConnect}
+		_ = conn.SetDeadline(time.Now().Add(l.connectTimeout)) // the TLS handshake's writes too
+		conn = &trackedConn{Conn: conn, closed: make(chan struct{}), refuse: l.refuseConnect, writeTimeout: l.writeTimeout}
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
@@ -108,7 +115,6 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 		l.conns[conn] = struct{}{}
 		l.wg.Add(1)
 		l.mu.Unlock()
-		_ = conn.SetDeadline(time.Now().Add(l.connectTimeout))
 		go func() {
 			defer l.wg.Done()
 			_ = establish(l.id, conn) // mochi logs refused connections itself
@@ -179,6 +185,23 @@ type trackedConn struct {
 	closed chan struct{}
 	head   []byte // the first packet's fixed header so far; nil once checked
 	refuse func(c net.Conn, announced int)
+
+	writeTimeout time.Duration
+}
+
+// SetDeadline sets the read deadline only (mochi's keep-alive, which would
+// also clear a write's deadline): each Write sets its own.
+func (c *trackedConn) SetDeadline(t time.Time) error { return c.Conn.SetReadDeadline(t) }
+
+// Write closes the connection when p is not written within writeTimeout.
+// mochi writes a packet in one call, under the client's lock.
+func (c *trackedConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.Close()
+	}
+	return n, err
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {
