@@ -155,7 +155,7 @@ func (b *Bridge) build(reg prometheus.Registerer) error {
 // it shuts down in the order below, bounded by bridge.shutdown_timeout:
 // when it passes, what still runs is cancelled (an unacknowledged message
 // is redelivered later; nothing acknowledged is lost). A reload in progress
-// finishes first. Run returns nil after a clean shutdown, the first part's
+// finishes first, within that bound. Run returns nil after a clean shutdown, the first part's
 // failure, or ErrShutdownTimeout when parts still ran 5s after the timeout.
 func (b *Bridge) Run(ctx context.Context) error {
 	defer b.closeAll()
@@ -211,10 +211,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 		"receivers", len(p.receivers), "sessions", len(p.sessions), "admin", b.AdminAddr())
 
 	<-ingestCtx.Done()
-	b.mu.Lock()
-	b.running = false
-	p = b.cur.Load()
-	b.mu.Unlock()
 	timeout := b.cfg.Bridge.ShutdownTimeout.D()
 	b.log.Info("shutting down", "timeout", timeout)
 	deadline := time.AfterFunc(timeout, func() {
@@ -225,13 +221,19 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 	})
 	defer deadline.Stop()
-	for _, r := range p.routes {
-		r.stop()
-	}
-	stopDrain()
+	hardStop := time.NewTimer(timeout + hardStopGrace)
+	defer hardStop.Stop()
+	stopDrain() // a reload in progress starts no drainer that would run on
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
+		b.mu.Lock() // a reload in progress ends first, within the same bound
+		b.running = false
+		p := b.cur.Load()
+		b.mu.Unlock()
+		for _, r := range p.routes {
+			r.stop()
+		}
 		b.recvs.Wait() // 1. receivers stop taking messages
 		for _, r := range p.routes {
 			r.busy.Wait() // 2. direct sends in flight finish
@@ -245,8 +247,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 		stopServe() // 5. the admin server goes last, so /healthz answers meanwhile
 		serve.Wait()
 	}()
-	hardStop := time.NewTimer(timeout + hardStopGrace)
-	defer hardStop.Stop()
 	select {
 	case <-finished:
 	case <-hardStop.C:

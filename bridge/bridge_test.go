@@ -16,6 +16,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/internal/testservices"
+	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores/dynamodb"
 )
 
@@ -200,4 +201,54 @@ routes:
 		t.Fatalf("New after a failed New: %v", err)
 	}
 	b.Close()
+}
+
+// A shutdown during a reload keeps its bound: shutdown_timeout counts from
+// the signal, not from the end of the reload, so what the timeout cancels
+// cuts the reload short. Here the reload replaces a session whose drainer
+// cannot record its deliveries (the store refuses them): stopping it waits
+// for the writer, which only the timeout aborts. Before, the timeout
+// started once the reload had waited out the drainer's flush (10 s).
+func TestBridge_AShutdownDuringAReloadKeepsItsBound(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	gate := make(chan struct{}) // the target answers once the store fails
+	s.hook = func(string) { <-gate }
+	addr, db := freeAddr(t), filepath.Join(t.TempDir(), "outbox.db")
+	config := func(url string) *routes.Config {
+		yml := listenerConfig(addr, "", fmt.Sprintf("{type: sqlite, options: {path: %q}}", db),
+			fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, url), `
+  - {id: a, receiver: edge, topic: "a/#", sender: sink, delivery_mode: shared_outbox, session: {id: sa}}`)
+		return parseConfig(t, strings.Replace(yml, "shutdown_timeout: 10s", "shutdown_timeout: 1s", 1))
+	}
+	b, stop := runStoppable(t, config(s.srv.URL))
+	pub := publisher(t, "tcp://"+addr, "reload-stop")
+	var toks []paho.Token
+	for i := range 5 {
+		toks = append(toks, pub.Publish("a/1", 1, false, msgID(i)))
+	}
+	waitTokens(t, toks, 20*time.Second)
+	_ = failOnSQLite(t, db)
+	close(gate)
+	waitFor(t, 20*time.Second, "the sink to receive them", func() bool { return s.distinct() == 5 })
+	waitFor(t, 20*time.Second, "a write to fail", func() bool { return b.writer.failingFor() > 0 })
+
+	reloaded := make(chan error, 1)
+	go func() { reloaded <- b.Reload(context.Background(), config(s.srv.URL+"?v=2")) }()
+	waitFor(t, 20*time.Second, "the reload to begin", func() bool {
+		if len(reloaded) > 0 || !b.mu.TryLock() {
+			return true
+		}
+		b.mu.Unlock()
+		return false
+	})
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }()
+	if err := <-reloaded; err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if b.writer.abortCtx.Err() == nil {
+		t.Error("the reload ended before the shutdown timeout cut it short: the timeout started after it")
+	}
+	<-stopped
 }
