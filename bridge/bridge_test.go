@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -205,12 +206,50 @@ routes:
 
 // A shutdown during a reload keeps its bound: shutdown_timeout counts from
 // the signal, not from the end of the reload, so what the timeout cancels
-// cuts the reload short. Here the reload replaces a session whose drainer
-// cannot record its deliveries (the store refuses them): stopping it waits
-// for the writer, which only the timeout aborts. Before, the timeout
-// started once the reload had waited out the drainer's flush (10 s).
+// cuts the reload short. Before, the timeout started once the reload had
+// waited out the drainer's flush (10 s).
 func TestBridge_AShutdownDuringAReloadKeepsItsBound(t *testing.T) {
 	t.Parallel()
+	b, stop, reloaded := startStuckReload(t)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }()
+	if err := <-reloaded; err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if b.writer.abortCtx.Err() == nil {
+		t.Error("the reload ended before the shutdown timeout cut it short: the timeout started after it")
+	}
+	<-stopped
+}
+
+// A requeue through the admin API while a reload runs fails at once,
+// saying so, rather than wait for the reload (which may take several
+// shutdown_timeouts) past the CLI's 30 s timeout.
+func TestOutbox_RequeueDuringAReloadSaysSo(t *testing.T) {
+	t.Parallel()
+	b, _, reloaded := startStuckReload(t)
+	requeued := make(chan error, 1)
+	go func() {
+		_, err := (*Outbox)(b).Requeue(t.Context(), msgID(0), "a", "")
+		requeued <- err
+	}()
+	select {
+	case err := <-requeued:
+		if !errors.Is(err, ErrReloading) {
+			t.Errorf("Requeue = %v; want ErrReloading", err)
+		}
+	case <-reloaded:
+		t.Error("the requeue waited for the reload to end")
+	}
+}
+
+// startStuckReload runs a bridge (shutdown_timeout 1s) whose store refuses
+// to record deliveries, and a reload that replaces its session: stopping
+// the old drainer waits for the writer to flush its outcomes, which only
+// the shutdown timeout aborts (else the drainer's 10 s flush timeout). It
+// returns once the reload holds the bridge; reloaded gets its result.
+func startStuckReload(t *testing.T) (b *Bridge, stop func(), reloaded chan error) {
+	t.Helper()
 	s := newSink(t)
 	gate := make(chan struct{}) // the target answers once the store fails
 	s.hook = func(string) { <-gate }
@@ -221,8 +260,8 @@ func TestBridge_AShutdownDuringAReloadKeepsItsBound(t *testing.T) {
   - {id: a, receiver: edge, topic: "a/#", sender: sink, delivery_mode: shared_outbox, session: {id: sa}}`)
 		return parseConfig(t, strings.Replace(yml, "shutdown_timeout: 10s", "shutdown_timeout: 1s", 1))
 	}
-	b, stop := runStoppable(t, config(s.srv.URL))
-	pub := publisher(t, "tcp://"+addr, "reload-stop")
+	b, stop = runStoppable(t, config(s.srv.URL))
+	pub := publisher(t, "tcp://"+addr, "reload-"+t.Name())
 	var toks []paho.Token
 	for i := range 5 {
 		toks = append(toks, pub.Publish("a/1", 1, false, msgID(i)))
@@ -233,7 +272,7 @@ func TestBridge_AShutdownDuringAReloadKeepsItsBound(t *testing.T) {
 	waitFor(t, 20*time.Second, "the sink to receive them", func() bool { return s.distinct() == 5 })
 	waitFor(t, 20*time.Second, "a write to fail", func() bool { return b.writer.failingFor() > 0 })
 
-	reloaded := make(chan error, 1)
+	reloaded = make(chan error, 1)
 	go func() { reloaded <- b.Reload(context.Background(), config(s.srv.URL+"?v=2")) }()
 	waitFor(t, 20*time.Second, "the reload to begin", func() bool {
 		if len(reloaded) > 0 || !b.mu.TryLock() {
@@ -242,13 +281,5 @@ func TestBridge_AShutdownDuringAReloadKeepsItsBound(t *testing.T) {
 		b.mu.Unlock()
 		return false
 	})
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); stop() }()
-	if err := <-reloaded; err != nil {
-		t.Fatalf("Reload: %v", err)
-	}
-	if b.writer.abortCtx.Err() == nil {
-		t.Error("the reload ended before the shutdown timeout cut it short: the timeout started after it")
-	}
-	<-stopped
+	return b, stop, reloaded
 }
