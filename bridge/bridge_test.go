@@ -283,3 +283,39 @@ func startStuckReload(t *testing.T) (b *Bridge, stop func(), reloaded chan error
 	})
 	return b, stop, reloaded
 }
+
+// A shutdown ends within shutdown_timeout plus the hard-stop grace even
+// when a reload never ends (held here by the test), and says what it
+// abandoned. Before, Run waited for the reload before its timeout began.
+func TestBridge_AShutdownBehindAReloadThatNeverEndsSaysSo(t *testing.T) {
+	t.Parallel()
+	cfg := listenerConfig(freeAddr(t), "", "{type: memory}", `  - {id: out, type: stdout}`, `
+  - {id: a, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: sa}}`)
+	b, err := New(parseConfig(t, strings.Replace(cfg, "shutdown_timeout: 10s", "shutdown_timeout: 100ms", 1)),
+		Options{Logger: testLogger(t), Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- b.Run(ctx) }()
+	waitFor(t, 20*time.Second, "the bridge to run", func() bool { // then hold it as a reload does
+		if !b.mu.TryLock() {
+			return false
+		} else if !b.running {
+			b.mu.Unlock()
+			return false
+		}
+		return true
+	})
+	defer b.mu.Unlock()
+	cancel()
+	select {
+	case err := <-ran:
+		if !errors.Is(err, ErrShutdownTimeout) || !strings.Contains(err.Error(), "reload") {
+			t.Errorf("Run = %v; want ErrShutdownTimeout naming the reload", err)
+		}
+	case <-time.After(time.Minute): // liveness bound, not a speed check
+		t.Fatal("Run did not return a minute after its context ended, behind a reload that never ends")
+	}
+}
