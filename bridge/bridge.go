@@ -155,8 +155,9 @@ func (b *Bridge) build(reg prometheus.Registerer) error {
 // it shuts down in the order below, bounded by bridge.shutdown_timeout:
 // when it passes, what still runs is cancelled (an unacknowledged message
 // is redelivered later; nothing acknowledged is lost). A reload in progress
-// finishes first. Run returns nil after a clean shutdown, the first part's
-// failure, or ErrShutdownTimeout when parts still ran 5s after the timeout.
+// finishes first, within that bound. Run returns nil after a clean
+// shutdown, the first part's failure, or ErrShutdownTimeout, naming the
+// step it was still waiting for, when parts still ran 5s after the timeout.
 func (b *Bridge) Run(ctx context.Context) error {
 	defer b.closeAll()
 	defer b.holdCancel()
@@ -211,10 +212,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 		"receivers", len(p.receivers), "sessions", len(p.sessions), "admin", b.AdminAddr())
 
 	<-ingestCtx.Done()
-	b.mu.Lock()
-	b.running = false
-	p = b.cur.Load()
-	b.mu.Unlock()
 	timeout := b.cfg.Bridge.ShutdownTimeout.D()
 	b.log.Info("shutting down", "timeout", timeout)
 	deadline := time.AfterFunc(timeout, func() {
@@ -225,33 +222,46 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 	})
 	defer deadline.Stop()
-	for _, r := range p.routes {
-		r.stop()
-	}
-	stopDrain()
+	hardStop := time.NewTimer(timeout + hardStopGrace)
+	defer hardStop.Stop()
+	stopDrain() // a reload in progress starts no drainer that would run on
 	finished := make(chan struct{})
+	var step atomic.Pointer[string] // what the shutdown waits for
+	at := func(what string) { step.Store(&what) }
+	at("a config reload in progress")
 	go func() {
 		defer close(finished)
+		b.mu.Lock() // a reload in progress ends first, within the same bound
+		b.running = false
+		p := b.cur.Load()
+		b.mu.Unlock()
+		for _, r := range p.routes {
+			r.stop()
+		}
+		at("receivers")
 		b.recvs.Wait() // 1. receivers stop taking messages
+		at("direct sends")
 		for _, r := range p.routes {
 			r.busy.Wait() // 2. direct sends in flight finish
 			r.workers.Wait()
 		}
+		at("drainers")
 		b.drains.Wait() // 3. drainers finish their sends and flush their outcomes
+		at("the outbox writer")
 		if b.writer != nil {
 			b.writer.stop() // 4. what was accepted is committed and acknowledged
 		}
 		writing.Wait()
+		at("the admin server and the instance lease")
 		stopServe() // 5. the admin server goes last, so /healthz answers meanwhile
 		serve.Wait()
 	}()
-	hardStop := time.NewTimer(timeout + hardStopGrace)
-	defer hardStop.Stop()
 	select {
 	case <-finished:
 	case <-hardStop.C:
-		b.log.Error("shutdown did not finish in time; exiting with parts still running", "timeout", timeout+hardStopGrace)
-		return errors.Join(failed, ErrShutdownTimeout)
+		b.log.Error("shutdown did not finish in time; exiting with parts still running",
+			"timeout", timeout+hardStopGrace, "waiting_for", *step.Load())
+		return errors.Join(failed, fmt.Errorf("%w: still waiting for %s", ErrShutdownTimeout, *step.Load()))
 	}
 	b.log.Info("bridge stopped")
 	return failed

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/internal/testservices"
+	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores/dynamodb"
 )
 
@@ -200,4 +202,120 @@ routes:
 		t.Fatalf("New after a failed New: %v", err)
 	}
 	b.Close()
+}
+
+// A shutdown during a reload keeps its bound: shutdown_timeout counts from
+// the signal, not from the end of the reload, so what the timeout cancels
+// cuts the reload short. Before, the timeout started once the reload had
+// waited out the drainer's flush (10 s).
+func TestBridge_AShutdownDuringAReloadKeepsItsBound(t *testing.T) {
+	t.Parallel()
+	b, stop, reloaded := startStuckReload(t)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }()
+	if err := <-reloaded; err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if b.writer.abortCtx.Err() == nil {
+		t.Error("the reload ended before the shutdown timeout cut it short: the timeout started after it")
+	}
+	<-stopped
+}
+
+// A requeue through the admin API while a reload runs fails at once,
+// saying so, rather than wait for the reload (which may take several
+// shutdown_timeouts) past the CLI's 30 s timeout.
+func TestOutbox_RequeueDuringAReloadSaysSo(t *testing.T) {
+	t.Parallel()
+	b, _, reloaded := startStuckReload(t)
+	requeued := make(chan error, 1)
+	go func() {
+		_, err := (*Outbox)(b).Requeue(t.Context(), msgID(0), "a", "")
+		requeued <- err
+	}()
+	select {
+	case err := <-requeued:
+		if !errors.Is(err, ErrReloading) {
+			t.Errorf("Requeue = %v; want ErrReloading", err)
+		}
+	case <-reloaded:
+		t.Error("the requeue waited for the reload to end")
+	}
+}
+
+// startStuckReload runs a bridge (shutdown_timeout 1s) whose store refuses
+// to record deliveries, and a reload that replaces its session: stopping
+// the old drainer waits for the writer to flush its outcomes, which only
+// the shutdown timeout aborts (else the drainer's 10 s flush timeout). It
+// returns once the reload holds the bridge; reloaded gets its result.
+func startStuckReload(t *testing.T) (b *Bridge, stop func(), reloaded chan error) {
+	t.Helper()
+	s := newSink(t)
+	gate := make(chan struct{}) // the target answers once the store fails
+	s.hook = func(string) { <-gate }
+	addr, db := freeAddr(t), filepath.Join(t.TempDir(), "outbox.db")
+	config := func(url string) *routes.Config {
+		yml := listenerConfig(addr, "", fmt.Sprintf("{type: sqlite, options: {path: %q}}", db),
+			fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, url), `
+  - {id: a, receiver: edge, topic: "a/#", sender: sink, delivery_mode: shared_outbox, session: {id: sa}}`)
+		return parseConfig(t, strings.Replace(yml, "shutdown_timeout: 10s", "shutdown_timeout: 1s", 1))
+	}
+	b, stop = runStoppable(t, config(s.srv.URL))
+	pub := publisher(t, "tcp://"+addr, "reload-"+t.Name())
+	var toks []paho.Token
+	for i := range 5 {
+		toks = append(toks, pub.Publish("a/1", 1, false, msgID(i)))
+	}
+	waitTokens(t, toks, 20*time.Second)
+	_ = failOnSQLite(t, db)
+	close(gate)
+	waitFor(t, 20*time.Second, "the sink to receive them", func() bool { return s.distinct() == 5 })
+	waitFor(t, 20*time.Second, "a write to fail", func() bool { return b.writer.failingFor() > 0 })
+
+	reloaded = make(chan error, 1)
+	go func() { reloaded <- b.Reload(context.Background(), config(s.srv.URL+"?v=2")) }()
+	waitFor(t, 20*time.Second, "the reload to begin", func() bool {
+		if len(reloaded) > 0 || !b.mu.TryLock() {
+			return true
+		}
+		b.mu.Unlock()
+		return false
+	})
+	return b, stop, reloaded
+}
+
+// A shutdown ends within shutdown_timeout plus the hard-stop grace even
+// when a reload never ends (held here by the test), and says what it
+// abandoned. Before, Run waited for the reload before its timeout began.
+func TestBridge_AShutdownBehindAReloadThatNeverEndsSaysSo(t *testing.T) {
+	t.Parallel()
+	cfg := listenerConfig(freeAddr(t), "", "{type: memory}", `  - {id: out, type: stdout}`, `
+  - {id: a, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: sa}}`)
+	b, err := New(parseConfig(t, strings.Replace(cfg, "shutdown_timeout: 10s", "shutdown_timeout: 100ms", 1)),
+		Options{Logger: testLogger(t), Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- b.Run(ctx) }()
+	waitFor(t, 20*time.Second, "the bridge to run", func() bool { // then hold it as a reload does
+		if !b.mu.TryLock() {
+			return false
+		} else if !b.running {
+			b.mu.Unlock()
+			return false
+		}
+		return true
+	})
+	defer b.mu.Unlock()
+	cancel()
+	select {
+	case err := <-ran:
+		if !errors.Is(err, ErrShutdownTimeout) || !strings.Contains(err.Error(), "reload") {
+			t.Errorf("Run = %v; want ErrShutdownTimeout naming the reload", err)
+		}
+	case <-time.After(time.Minute): // liveness bound, not a speed check
+		t.Fatal("Run did not return a minute after its context ended, behind a reload that never ends")
+	}
 }

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -22,10 +23,18 @@ func (o *Outbox) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record,
 // Stats implements admin.Outbox.
 func (o *Outbox) Stats(ctx context.Context) ([]stores.SessionStats, error) { return o.store.Stats(ctx) }
 
-// Requeue implements admin.Outbox.
+// ErrReloading is returned by Outbox.Requeue while a reload (or Run's start
+// or shutdown) is in progress, rather than wait for it: a reload may take
+// several shutdown_timeouts, longer than a client waits.
+var ErrReloading = errors.New("bridge: a configuration reload is in progress: requeue again once it has finished")
+
+// Requeue implements admin.Outbox. It fails with ErrReloading during a
+// reload.
 func (o *Outbox) Requeue(ctx context.Context, id, of, to string) (stores.Record, error) {
 	b := (*Bridge)(o)
-	b.mu.Lock() // not during a reload: it would place r by the configuration going away
+	if !b.mu.TryLock() { // not during a reload: it would place r by the configuration going away
+		return stores.Record{}, ErrReloading
+	}
 	defer b.mu.Unlock()
 	r, err := stores.Requeue(ctx, b.store, id, of, to, Placer(b.cur.Load().cfg), time.Now())
 	if err != nil {

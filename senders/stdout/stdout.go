@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -25,13 +24,20 @@ import (
 // base64 (standard encoding, padded) and the line carries
 // "payload_encoding":"base64". Headers are omitted when there are none.
 // Writes are serialized, so lines from concurrent Send calls never interleave.
+//
+// A write runs in a goroutine that holds the Sender's one turn until the
+// write returns, so that Send returns with ctx even when the write blocks
+// (a pipe nobody reads): the line is then still written whole, before the
+// next, once the pipe drains, and the record is sent again (at least once).
+// At most one such goroutine outlives its Send; it ends with its write, or
+// with the process.
 type Sender struct {
-	mu sync.Mutex
-	w  io.Writer
+	turn chan struct{} // 1 slot: held by the write in progress
+	w    io.Writer
 }
 
 // New returns a Sender writing to w.
-func New(w io.Writer) *Sender { return &Sender{w: w} }
+func New(w io.Writer) *Sender { return &Sender{turn: make(chan struct{}, 1), w: w} }
 
 // line is the JSON shape of one message.
 type line struct {
@@ -63,14 +69,32 @@ func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 			errs[i] = senders.Permanent(fmt.Errorf("stdout: encode message %s: %w", e.ID, err))
 			continue
 		}
-		s.mu.Lock()
-		_, err = s.w.Write(b)
-		s.mu.Unlock()
-		if err != nil {
+		if err = s.write(ctx, b); err != nil {
 			errs[i] = fmt.Errorf("stdout: write message %s: %w", e.ID, err)
 		}
 	}
 	return errs
+}
+
+// write writes b whole, or returns ctx's error when ctx ends first.
+func (s *Sender) write(ctx context.Context, b []byte) error {
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.w.Write(b)
+		<-s.turn
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func encode(e *message.Envelope) ([]byte, error) {

@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -108,5 +110,44 @@ func TestSender_CancelledContext(t *testing.T) {
 	errs := New(&buf).Send(ctx, []*message.Envelope{envelope([]byte("x"))})
 	if !errors.Is(errs[0], context.Canceled) || buf.Len() != 0 {
 		t.Fatalf("errs = %v, wrote %q", errs, buf.String())
+	}
+}
+
+// A write blocked on a pipe nobody reads (a console whose reader hangs)
+// ends Send with its context, so that it holds no shutdown. The abandoned
+// line is still written whole, before the next one, once the pipe drains.
+func TestSender_BlockedPipeEndsWithTheContext(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close(); _ = w.Close() })
+	s := New(w)
+	ctx, cancel := context.WithCancel(t.Context())
+	sent := make(chan []error, 1)
+	go func() { // a line far beyond the pipe's buffer (64 KiB on Linux)
+		sent <- s.Send(ctx, []*message.Envelope{envelope([]byte(strings.Repeat("x", 512<<10)))})
+	}()
+	if _, err := r.Read(make([]byte, 1)); err != nil { // the write began: "{"
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case errs := <-sent:
+		if !errors.Is(errs[0], context.Canceled) {
+			t.Fatalf("Send = %v; want context.Canceled", errs[0])
+		}
+	case <-time.After(time.Minute): // liveness bound, not a speed check
+		t.Fatal("Send still blocked on the pipe a minute after its context ended")
+	}
+	got := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(r); got <- b }()
+	if errs := s.Send(t.Context(), []*message.Envelope{envelope([]byte("next"))}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	_ = w.Close()
+	lines := decodeLines(t, append([]byte("{"), <-got...))
+	if len(lines) != 2 || len(lines[0]["payload"].(string)) != 512<<10 || lines[1]["payload"] != "next" {
+		t.Fatalf("the pipe got %d lines; want the abandoned one whole, then the next", len(lines))
 	}
 }

@@ -2,8 +2,11 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,4 +73,77 @@ func ids(recs []stores.Record) []string {
 		}
 	}
 	return out
+}
+
+// A call waiting for the store, behind a call that is itself waiting
+// inside SQLite (another connection holds the write lock: busy_timeout
+// lets it wait 5 s), ends with its context, and so does the call inside
+// SQLite: a shutdown is never held by a call it has given up on.
+func TestStore_CallsWaitingForTheStoreEndWithTheirContext(t *testing.T) {
+	t.Parallel()
+	bg := context.Background()
+	inside := make(chan struct{}) // the Write holds the store
+	var once sync.Once
+	s := open(t, filepath.Join(t.TempDir(), "outbox.db"), sqlite.Options{Now: func() time.Time {
+		once.Do(func() { close(inside) })
+		return time.Now()
+	}})
+	le, err := s.Acquire(bg, "instance/x", "o", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", "file:"+s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	conn, err := other.Conn(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(bg, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = conn.ExecContext(bg, `ROLLBACK`); _ = conn.Close() })
+
+	wctx, stopWrite := context.WithCancel(bg)
+	defer stopWrite()
+	written := make(chan error, 1)
+	go func() {
+		b := stores.Batch{Append: []stores.Record{{Session: "s", Route: "r", Envelope: message.Envelope{ID: "1"}}}}
+		written <- s.Write(wctx, &b)
+	}()
+	<-inside
+	rctx, stopRenew := context.WithCancel(bg)
+	renewed := make(chan error, 1)
+	go func() {
+		_, err := s.Renew(&cancelOnLook{Context: rctx, cancel: stopRenew}, le, time.Hour, time.Now())
+		renewed <- err
+	}()
+	select {
+	case err := <-renewed:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Renew = %v; want context.Canceled", err)
+		}
+	case err := <-written:
+		t.Fatalf("the Write ended (%v) before the cancelled Renew waiting for it", err)
+	}
+	stopWrite()
+	if err := <-written; err == nil {
+		t.Error("the Write waiting for the write lock succeeded after its context ended")
+	}
+}
+
+// cancelOnLook is a context that ends as soon as its callee first looks at
+// it (Err), so that the callee then waits with its context done.
+type cancelOnLook struct {
+	context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+func (c *cancelOnLook) Err() error {
+	err := c.Context.Err()
+	c.once.Do(c.cancel)
+	return err
 }

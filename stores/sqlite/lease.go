@@ -78,7 +78,7 @@ func (s *Store) leaseTx(ctx context.Context, fn func() error) error {
 	if err := s.enter(ctx, true); err != nil {
 		return err
 	}
-	defer s.mu.Unlock()
+	defer s.leave()
 	return mapErr(s.tx(ctx, true, fn))
 }
 
@@ -87,7 +87,7 @@ func (s *Store) List(ctx context.Context, prefix string, now time.Time) ([]store
 	if err := s.enter(ctx, false); err != nil {
 		return nil, fmt.Errorf("sqlite: list leases: %w", err)
 	}
-	defer s.mu.Unlock()
+	defer s.leave()
 	var out []stores.Lease
 	err := s.each(ctx, `SELECT name, owner, token, until FROM lease WHERE name >= ? AND until > ? ORDER BY name`,
 		[]any{prefix, nanos(now)}, func(rows *sql.Rows) error {

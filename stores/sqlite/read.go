@@ -37,7 +37,7 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	if err := s.enter(ctx, true); err != nil {
 		return nil, fmt.Errorf("sqlite: claim: %w", err)
 	}
-	defer s.mu.Unlock()
+	defer s.leave()
 	var out []stores.Record
 	err := s.tx(ctx, false, func() error { // a lost claim is void anyway
 		var cur int64
@@ -72,7 +72,7 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 	if err := s.enter(ctx, false); err != nil {
 		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
 	}
-	defer s.mu.Unlock()
+	defer s.leave()
 	out, err := s.records(ctx, query, append(args, q.PageSize()+1)...)
 	if err != nil {
 		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)
@@ -97,7 +97,7 @@ func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
 	if err := s.enter(ctx, false); err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)
 	}
-	defer s.mu.Unlock()
+	defer s.leave()
 	var out []stores.SessionStats
 	err := s.each(ctx, `SELECT session, route, live, dead, bytes FROM counts WHERE live<>0 OR dead<>0 ORDER BY session`, nil,
 		func(rows *sql.Rows) error {

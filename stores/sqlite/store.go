@@ -19,7 +19,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	sqlite "modernc.org/sqlite"
@@ -73,14 +72,16 @@ type Options struct {
 }
 
 // Store is a SQLite stores.Store. It is safe for concurrent use; every call
-// runs on one connection under one lock.
+// runs on one connection, one at a time: a call waiting for its turn ends
+// with its context, and so does one inside SQLite (the driver interrupts
+// it, and ends its wait for another process's lock, busy_timeout 5 s).
 type Store struct {
 	path string
 	opts Options
 	db   *sql.DB
 	lock *os.File // nil when read-only
 
-	mu       sync.Mutex
+	turn     chan struct{} // 1 slot: held by the call that runs
 	conn     *sql.Conn
 	stmts    map[string]*sql.Stmt
 	closed   bool
@@ -106,7 +107,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Store{path: path, opts: opts, stmts: map[string]*sql.Stmt{}}
+	s := &Store{path: path, opts: opts, stmts: map[string]*sql.Stmt{}, turn: make(chan struct{}, 1)}
 	if err := s.open(); err != nil {
 		_ = s.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, mapErr(err))
@@ -182,8 +183,8 @@ func (s *Store) Path() string { return s.path }
 
 // Close closes the file and releases its lock. It is idempotent.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.turn <- struct{}{}
+	defer s.leave()
 	if s.closed {
 		return nil
 	}
@@ -204,8 +205,9 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// enter takes the store's lock for a call; write calls fail on a read-only
-// store. The caller unlocks s.mu when enter returns nil.
+// enter waits for the store's turn for a call, or for the end of ctx;
+// write calls fail on a read-only store. The caller calls leave when enter
+// returns nil.
 func (s *Store) enter(ctx context.Context, write bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -213,13 +215,20 @@ func (s *Store) enter(ctx context.Context, write bool) error {
 	if write && s.opts.ReadOnly {
 		return ErrReadOnly
 	}
-	s.mu.Lock()
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	if s.closed {
-		s.mu.Unlock()
+		s.leave()
 		return stores.ErrClosed
 	}
 	return nil
 }
+
+// leave ends the turn enter took.
+func (s *Store) leave() { <-s.turn }
 
 // tx runs fn in a transaction on s.conn, committed when fn returns nil. ctx
 // may interrupt fn, never the COMMIT: its result must be what happened. A

@@ -78,7 +78,7 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err := s.enter(ctx, true); err != nil {
 		return fmt.Errorf("sqlite: write: %w", err)
 	}
-	defer s.mu.Unlock()
+	defer s.leave()
 	w := &write{s: s, ctx: ctx, now: s.opts.Now(), leases: map[string]int64{}, counts: map[[2]string]*[3]int64{},
 		seqs: make([]int64, len(b.Append)), tokens: make([]int64, len(b.Append)), stale: make([]bool, len(b.Settle))}
 	seq, tombs := s.seq, s.tombs
