@@ -279,12 +279,18 @@ func (h *Handler) listJournal(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"entries": h.journal.Entries(r.URL.Query().Get("route"), limit)})
 }
 
+// ErrReloading is an Outbox's answer to a requeue during a config reload
+// (503: try again).
+var ErrReloading = errors.New("a configuration reload is in progress: requeue again once it has finished")
+
 func (h *Handler) storeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, stores.ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, stores.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, ErrReloading):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 	default:
 		h.log.Error("admin store call failed", "error", err)
 		writeError(w, http.StatusInternalServerError, err.Error())

@@ -73,6 +73,7 @@ type Bridge struct {
 	ingestCtx, drainCtx context.Context
 	recvs, drains       sync.WaitGroup
 	fail                func(error)
+	reloading           atomic.Bool // a Reload holds mu
 
 	// holdCtx bounds direct sends; it is cancelled only when the shutdown
 	// deadline passes.

@@ -16,8 +16,10 @@ import (
 	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/dynamodb"
 )
 
@@ -235,11 +237,41 @@ func TestOutbox_RequeueDuringAReloadSaysSo(t *testing.T) {
 	}()
 	select {
 	case err := <-requeued:
-		if !errors.Is(err, ErrReloading) {
-			t.Errorf("Requeue = %v; want ErrReloading", err)
+		if !errors.Is(err, admin.ErrReloading) {
+			t.Errorf("Requeue = %v; want admin.ErrReloading", err)
 		}
 	case <-reloaded:
 		t.Error("the requeue waited for the reload to end")
+	}
+}
+
+// Requeues wait for one another: only a reload makes one fail at once.
+// Here the test holds the lock a requeue in progress holds.
+func TestOutbox_RequeuesWaitForEachOther(t *testing.T) {
+	t.Parallel()
+	yml := listenerConfig(freeAddr(t), "", fmt.Sprintf("{type: sqlite, options: {path: %q}}", filepath.Join(t.TempDir(), "outbox.db")),
+		`  - {id: out, type: stdout}`, `
+  - {id: a, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: sa}}`)
+	b, _ := runStoppable(t, parseConfig(t, yml))
+	b.mu.Lock()
+	requeued, started := make(chan error, 1), make(chan struct{})
+	go func() {
+		close(started)
+		_, err := (*Outbox)(b).Requeue(t.Context(), "no-such-letter", "a", "")
+		requeued <- err
+	}()
+	<-started
+	var early error
+	select {
+	case early = <-requeued: // before the fix: at once, ErrReloading
+	case <-time.After(100 * time.Millisecond): // room for that; either way the result is checked below
+	}
+	b.mu.Unlock()
+	if early == nil {
+		early = <-requeued
+	}
+	if !errors.Is(early, stores.ErrNotFound) {
+		t.Errorf("Requeue = %v; want ErrNotFound once the other requeue is done", early)
 	}
 }
 

@@ -2,10 +2,10 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 )
@@ -23,18 +23,15 @@ func (o *Outbox) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record,
 // Stats implements admin.Outbox.
 func (o *Outbox) Stats(ctx context.Context) ([]stores.SessionStats, error) { return o.store.Stats(ctx) }
 
-// ErrReloading is returned by Outbox.Requeue while a reload (or Run's start
-// or shutdown) is in progress, rather than wait for it: a reload may take
-// several shutdown_timeouts, longer than a client waits.
-var ErrReloading = errors.New("bridge: a configuration reload is in progress: requeue again once it has finished")
-
-// Requeue implements admin.Outbox. It fails with ErrReloading during a
-// reload.
+// Requeue implements admin.Outbox. During a reload it fails at once with
+// admin.ErrReloading rather than wait: a reload may take several
+// shutdown_timeouts, longer than a client waits.
 func (o *Outbox) Requeue(ctx context.Context, id, of, to string) (stores.Record, error) {
 	b := (*Bridge)(o)
-	if !b.mu.TryLock() { // not during a reload: it would place r by the configuration going away
-		return stores.Record{}, ErrReloading
+	if b.reloading.Load() {
+		return stores.Record{}, admin.ErrReloading
 	}
+	b.mu.Lock() // not during a reload: it would place r by the configuration going away; one requeue waits for another
 	defer b.mu.Unlock()
 	r, err := stores.Requeue(ctx, b.store, id, of, to, Placer(b.cur.Load().cfg), time.Now())
 	if err != nil {

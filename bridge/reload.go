@@ -34,6 +34,8 @@ var ErrNotRunning = errors.New("bridge: not running")
 func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.reloading.Store(true)
+	defer b.reloading.Store(false)
 	if !b.running {
 		return ErrNotRunning
 	}
