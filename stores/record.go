@@ -161,10 +161,8 @@ func (q *DeadQuery) PageSize() int { return cmp.Or(max(q.Limit, 0), 100) }
 // are more): the page (without payloads for q.NoPayload), the cursor of the
 // next one, ErrNotFound for a query by ID that found none.
 func (q *DeadQuery) Page(found []Record) ([]Record, string, error) {
-	for i := range found {
-		if q.NoPayload {
-			found[i] = WithoutPayload(found[i])
-		}
+	for i := 0; q.NoPayload && i < len(found); i++ {
+		found[i] = WithoutPayload(found[i])
 	}
 	switch limit := q.PageSize(); {
 	case q.ID != "" && len(found) == 0:

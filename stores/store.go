@@ -228,9 +228,9 @@ type DeadQuery struct {
 	// Limit is the page size; <= 0 means 100.
 	Limit int
 	// NoPayload leaves the payloads out, for listings: Dead then returns
-	// each letter as WithoutPayload makes it, and a backend does not read
-	// them (a page of large payloads would fill the memory). Requeue and
-	// drop read letters whole (FindDead).
+	// each letter as WithoutPayload makes it, and a list (no ID) reads no
+	// payload (a page of large payloads would fill the memory). Requeue
+	// and drop read letters whole (FindDead).
 	NoPayload bool
 }
 

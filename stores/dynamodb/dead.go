@@ -75,10 +75,8 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 		}
 		return strings.Compare(deadTie(&a), deadTie(&b))
 	})
-	for i := range all {
-		if q.NoPayload {
-			all[i] = stores.WithoutPayload(all[i])
-		}
+	for i := 0; q.NoPayload && i < len(all); i++ { // the letters read whole
+		all[i] = stores.WithoutPayload(all[i])
 	}
 	if len(all) > limit {
 		all = all[:limit]
