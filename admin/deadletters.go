@@ -12,9 +12,9 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Page sizes of the dead-letter endpoints. A store reads a page's letters
-// whole, payloads included (up to max_payload_bytes each), even where the
-// answer leaves them out: the sizes bound what one call holds in memory.
+// Page sizes of the dead-letter endpoints. Lists and bulk calls read no
+// payloads (stores.DeadQuery.NoPayload); a bulk call reads the letters it
+// changes whole, one at a time.
 const (
 	DefaultPage = 50
 	MaxPage     = 200
@@ -61,7 +61,7 @@ func NewDeadLetter(r *stores.Record, now time.Time, withPayload bool) DeadLetter
 		Reason: redact.Text(r.DeadReason), LastError: redact.Text(r.LastError), Attempts: r.Attempts,
 		ReceivedAt: r.Envelope.ReceivedAt, CreatedAt: r.CreatedAt, FirstAttemptAt: r.FirstAttemptAt,
 		DeadAt: r.DeadAt, ExpiresAt: r.ExpiresAt, AgeSeconds: now.Sub(r.CreatedAt).Seconds(),
-		PayloadBytes: len(r.Envelope.Payload),
+		PayloadBytes: r.PayloadBytes(),
 	}
 	if withPayload {
 		d.Headers = r.Envelope.Headers
@@ -81,7 +81,8 @@ type DeadPage struct {
 	Next        string       `json:"next"`
 }
 
-// NewDeadPage converts a page of dead records (Outbox.Dead) at now.
+// NewDeadPage converts a page of dead records (Outbox.Dead, payloads
+// read or not) at now.
 func NewDeadPage(recs []stores.Record, next string, now time.Time) DeadPage {
 	p := DeadPage{DeadLetters: make([]DeadLetter, len(recs)), Next: next}
 	for i := range recs {
@@ -109,7 +110,7 @@ func (h *Handler) listDead(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	recs, next, err := h.opts.Store.Dead(r.Context(), stores.DeadQuery{Route: q.Get("route"), After: q.Get("after"), Limit: limit})
+	recs, next, err := h.opts.Store.Dead(r.Context(), stores.DeadQuery{Route: q.Get("route"), After: q.Get("after"), Limit: limit, NoPayload: true})
 	if err != nil {
 		h.storeError(w, err)
 		return
@@ -176,7 +177,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ctx := r.Context()
-	recs, next, err := h.opts.Store.Dead(ctx, stores.DeadQuery{Route: route, After: q.Get("after"), Limit: limit})
+	recs, next, err := h.opts.Store.Dead(ctx, stores.DeadQuery{Route: route, After: q.Get("after"), Limit: limit, NoPayload: true})
 	if err != nil {
 		h.storeError(w, err)
 		return

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gobridge/gobridge/admin"
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 )
@@ -175,5 +177,40 @@ func TestHandler_ALetterIsItsIDAndRoute(t *testing.T) {
 		if err != nil || len(dead) != want {
 			t.Errorf("route %s has %d dead letters (%v), want %d", route, len(dead), err, want)
 		}
+	}
+}
+
+// Listing a page reads no payload: a page of MaxPage dead letters of
+// 256 KiB (max_payload_bytes' default), 50 MiB of payloads in a real SQLite
+// file, costs the call far less than one copy of them in Go allocations,
+// and still reports each payload's size; showing one letter returns it.
+func TestHandler_ListReadsNoPayloads(t *testing.T) {
+	fx := setup(t, "")
+	const size = 256 << 10
+	ids := deadLetters(t, fx.st, "alarms", admin.MaxPage, []byte(strings.Repeat("p", size)))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	code, body := fx.do(t, "GET", "/api/dead-letters?route=alarms&limit="+itoa(admin.MaxPage), local)
+	runtime.ReadMemStats(&after)
+	var page admin.DeadPage
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &page) != nil || len(page.DeadLetters) != admin.MaxPage {
+		t.Fatalf("list: %d, %d letters", code, len(page.DeadLetters))
+	}
+	for _, d := range page.DeadLetters {
+		if d.PayloadBytes != size || d.Payload != "" {
+			t.Fatalf("listed letter %s: payload_bytes %d, payload %d bytes; want %d and none", d.ID, d.PayloadBytes, len(d.Payload), size)
+		}
+	}
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("listing %d letters of %d KiB allocated %.1f MiB", admin.MaxPage, size>>10, float64(alloc)/(1<<20))
+	if alloc > admin.MaxPage*size/16 {
+		t.Errorf("listing %d letters of %d KiB allocated %d bytes, want under %d: the payloads were read",
+			admin.MaxPage, size>>10, alloc, admin.MaxPage*size/16)
+	}
+	var d admin.DeadLetter
+	if code, body := fx.do(t, "GET", "/api/dead-letters/"+ids[7], local); code != http.StatusOK ||
+		json.Unmarshal([]byte(body), &d) != nil || len(d.Payload) != size || d.PayloadBytes != size {
+		t.Errorf("show %s: %d, payload %d bytes, payload_bytes %d; want %d", ids[7], code, len(d.Payload), d.PayloadBytes, size)
 	}
 }

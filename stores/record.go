@@ -158,9 +158,12 @@ func (q *DeadQuery) PageSize() int { return cmp.Or(max(q.Limit, 0), 100) }
 
 // Page is what Dead returns for q given found, the matching dead letters
 // in list order from the cursor on (at least PageSize+1 of them when there
-// are more): the page, the cursor of the next one, ErrNotFound for a query
-// by ID that found none.
+// are more): the page (without payloads for q.NoPayload), the cursor of the
+// next one, ErrNotFound for a query by ID that found none.
 func (q *DeadQuery) Page(found []Record) ([]Record, string, error) {
+	for i := 0; q.NoPayload && i < len(found); i++ {
+		found[i] = WithoutPayload(found[i])
+	}
 	switch limit := q.PageSize(); {
 	case q.ID != "" && len(found) == 0:
 		return nil, "", ErrNotFound

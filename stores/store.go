@@ -100,6 +100,9 @@ type Record struct {
 	// DeadAt and DeadReason are set on dead letters.
 	DeadAt     time.Time
 	DeadReason string
+	// PayloadLen is the length of a payload that Dead left out
+	// (DeadQuery.NoPayload); 0 otherwise. See PayloadBytes.
+	PayloadLen int
 }
 
 // Key is the identity of a record.
@@ -111,6 +114,15 @@ type Key struct {
 
 // Key returns the identity of r.
 func (r *Record) Key() Key { return Key{Session: r.Session, Route: r.Route, ID: r.Envelope.ID} }
+
+// PayloadBytes is the length of r's payload, also when Dead left it out.
+func (r *Record) PayloadBytes() int { return max(r.PayloadLen, len(r.Envelope.Payload)) }
+
+// WithoutPayload returns r without its payload, its length in PayloadLen.
+func WithoutPayload(r Record) Record {
+	r.PayloadLen, r.Envelope.Payload = r.PayloadBytes(), nil
+	return r
+}
 
 // Size is what r counts toward a session's byte limit: its payload, topic
 // and headers.
@@ -215,6 +227,11 @@ type DeadQuery struct {
 	After string
 	// Limit is the page size; <= 0 means 100.
 	Limit int
+	// NoPayload leaves the payloads out, for listings: Dead then returns
+	// each letter as WithoutPayload makes it, and a list (no ID) reads no
+	// payload (a page of large payloads would fill the memory). Requeue
+	// and drop read letters whole (FindDead).
+	NoPayload bool
 }
 
 // SessionStats is one session's backlog and dead letters.

@@ -109,7 +109,7 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 	if *since > 0 {
 		cutoff = now.Add(-*since)
 	}
-	recs, next, err := listSince(ctx, st, stores.DeadQuery{Route: *route, After: *after, Limit: *limit}, cutoff)
+	recs, next, err := listSince(ctx, st, stores.DeadQuery{Route: *route, After: *after, Limit: *limit, NoPayload: true}, cutoff)
 	if err != nil {
 		return fmt.Errorf("dlq list: %w", err)
 	}
@@ -316,7 +316,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 // and route, page by page, oldest first.
 func allDead(ctx context.Context, st admin.Outbox, route string) ([]stores.Record, error) {
 	var out []stores.Record
-	f := stores.DeadQuery{Route: route, Limit: admin.MaxBulk} // whole letters: a page's payloads are in memory
+	f := stores.DeadQuery{Route: route, Limit: admin.MaxBulk, NoPayload: true}
 	for {
 		recs, next, err := st.Dead(ctx, f)
 		if err != nil {

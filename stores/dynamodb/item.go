@@ -169,7 +169,9 @@ func getB(it item, k string) bool {
 }
 
 // encode returns the item of r at (pk, sk): the whole record, without the
-// fields that are zero (but token and attempts, which conditions test).
+// fields that are zero (but token and attempts, which conditions test, and
+// payload_len, which Dead reads instead of the payload: an item without it
+// is older).
 func encode(r *stores.Record, pk, sk string) item {
 	e := &r.Envelope
 	it := key(pk, sk)
@@ -185,7 +187,7 @@ func encode(r *stores.Record, pk, sk string) item {
 		}
 		it[name] = av(v)
 	}
-	it["token"], it["attempts"] = av(r.Token), av(r.Attempts)
+	it["token"], it["attempts"], it["payload_len"] = av(r.Token), av(r.Attempts), av(len(e.Payload))
 	if len(e.Headers) > 0 {
 		h := make(item, len(e.Headers))
 		for k, v := range e.Headers {
@@ -198,6 +200,11 @@ func encode(r *stores.Record, pk, sk string) item {
 
 // clip bounds an error text kept in an item.
 func clip(s string) string { return s[:min(len(s), maxReason)] }
+
+// lean projects the attributes decode reads but the payload.
+const lean = "#pk, #sk, #session, #route, #part, #seq, #id, #topic, #qos, #okey, #ckey, #cause, #raw, #truncated, " +
+	"#created_at, #received_at, #expires_at, #first_at, #next_at, #dead_at, #last_error, #dead_reason, #token, #attempts, " +
+	"#headers, #payload_len"
 
 // decode turns a record or dead-letter item back into a Record.
 func decode(it item, state stores.State) stores.Record {
@@ -215,6 +222,8 @@ func decode(it item, state stores.State) stores.Record {
 	}
 	if v, ok := it["payload"].(*types.AttributeValueMemberB); ok {
 		r.Envelope.Payload = v.Value
+	} else {
+		r.PayloadLen = int(getN(it, "payload_len")) // projected out (lean)
 	}
 	if v, ok := it["headers"].(*types.AttributeValueMemberM); ok {
 		r.Envelope.Headers = make(map[string]string, len(v.Value))

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gobridge/gobridge/stores"
 )
@@ -68,6 +69,9 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 		if q.Route != "" {
 			query, args = deadListOfRoute, append(args, q.Route)
 		}
+	}
+	if q.NoPayload { // SQLite reads a blob's length, not its content
+		query = strings.Replace(query, "payload,", "length(payload),", 1)
 	}
 	if err := s.enter(ctx, false); err != nil {
 		return nil, "", fmt.Errorf("sqlite: dead letters: %w", err)

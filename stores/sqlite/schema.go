@@ -100,6 +100,7 @@ func fromNanos(n int64) time.Time {
 }
 
 // columns are what scanRecord reads and, with size, what Write inserts.
+// scanRecord takes an integer for payload as its length (PayloadLen).
 const columns = `seq, session, part, route, id, state, token, created_at, ckey, received_at, topic, payload,
 	headers, qos, okey, causation, raw, truncated, expires_at, attempts, first_at, next_at, last_error, dead_at, dead_reason`
 
@@ -107,15 +108,22 @@ func scanRecord(rows *sql.Rows) (stores.Record, error) {
 	var (
 		r                                               stores.Record
 		headers                                         sql.NullString
+		payload                                         any
 		state                                           int
 		created, received, expires, first, next, deadAt int64
 	)
 	err := rows.Scan(&r.Seq, &r.Session, &r.Partition, &r.Route, &r.Envelope.ID, &state, &r.Token, &created,
-		&r.CoalesceKey, &received, &r.Envelope.Topic, &r.Envelope.Payload, &headers, &r.Envelope.QoS,
+		&r.CoalesceKey, &received, &r.Envelope.Topic, &payload, &headers, &r.Envelope.QoS,
 		&r.Envelope.Key, &r.CausationID, &r.Raw, &r.Truncated, &expires, &r.Attempts, &first, &next,
 		&r.LastError, &deadAt, &r.DeadReason)
 	if err != nil {
 		return r, err
+	}
+	switch p := payload.(type) {
+	case []byte:
+		r.Envelope.Payload = p
+	case int64:
+		r.PayloadLen = int(p)
 	}
 	if headers.Valid {
 		if err := json.Unmarshal([]byte(headers.String), &r.Envelope.Headers); err != nil {

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -44,6 +45,57 @@ func (s suite) deadLetters(t *testing.T) {
 		}
 		if _, _, err := fx.s.Dead(t.Context(), stores.DeadQuery{After: "garbage"}); !errors.Is(err, stores.ErrInvalid) {
 			t.Errorf("a malformed cursor = %v, want ErrInvalid", err)
+		}
+	})
+
+	t.Run("a list without payloads is the letters but their payloads, with their sizes", func(t *testing.T) {
+		fx := s.setup(t)
+		rich := deadAt(fx, fx.route, time.Second)
+		rich.Envelope.Headers, rich.Envelope.Key, rich.CausationID, rich.Raw = map[string]string{"h": "v"}, "k", "c", true
+		rich.Attempts, rich.LastError, rich.ExpiresAt, rich.FirstAttemptAt = 3, "boom", at(time.Hour), at(0)
+		empty := deadAt(fx, fx.route, 2*time.Second)
+		empty.Envelope.Payload = nil
+		big := fx.rec()
+		big.Envelope.Payload = make([]byte, 3000)
+		fx.append(rich, empty, stores.Truncate(big, "too large", at(3*time.Second)))
+		settled := fx.append(fx.rec())[0] // dead-lettered by a settlement
+		le := fx.lease(0, "owner", t0)
+		fx.claim(0, le, 10)
+		fx.settle(stores.DeadLetter, le.Token, "rejected", settled)
+
+		full := fx.dead(stores.DeadQuery{})
+		var lean []stores.Record
+		for after := ""; ; { // in pages of one: the same cursors
+			page, next, err := fx.s.Dead(t.Context(), stores.DeadQuery{Route: fx.route, After: after, Limit: 1, NoPayload: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lean = append(lean, page...); next == "" {
+				break
+			}
+			after = next
+		}
+		wantIDs(t, "without payloads", ids(lean), ids(full)...)
+		for i := range full {
+			byID := fx.dead(stores.DeadQuery{ID: full[i].Envelope.ID, NoPayload: true})
+			if full[i].PayloadLen != 0 || len(byID) != 1 {
+				t.Fatalf("%s read whole has PayloadLen %d; by ID without payload: %d letters", full[i].Envelope.ID, full[i].PayloadLen, len(byID))
+			}
+			want := stores.WithoutPayload(full[i])
+			for _, got := range []stores.Record{lean[i], byID[0]} {
+				if got.Envelope.Payload != nil || got.PayloadBytes() != len(full[i].Envelope.Payload) || !reflect.DeepEqual(got, want) {
+					t.Errorf("without payload:\n got %+v\nwant %+v", got, want)
+				}
+			}
+		}
+		if len(full) != 4 || full[0].PayloadBytes() != len(rich.Envelope.Payload) || full[1].PayloadBytes() != 0 ||
+			full[2].PayloadBytes() != stores.TruncatedPayload {
+			t.Errorf("letters read whole: %d, payload bytes %v", len(full), func() (n []int) {
+				for i := range full {
+					n = append(n, full[i].PayloadBytes())
+				}
+				return n
+			}())
 		}
 	})
 
