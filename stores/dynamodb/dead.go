@@ -17,8 +17,8 @@ import (
 // Dead implements stores.Store. A route's dead letters are one item
 // collection sorted as listed; without a route, the routes with dead
 // letters come from the stats items and their pages are merged. Without
-// payloads, the collection is read lean, but for letters written before
-// payload_len; a query by ID reads its few letters whole.
+// payloads, the collection is read lean; a query by ID reads its few
+// letters whole.
 func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
 	start := deadPrefix(0, 0) // before every letter
 	if q.After != "" && q.ID == "" {
@@ -32,7 +32,6 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 		return nil, "", err
 	}
 	var all []stores.Record
-	old, oldKeys := map[string]int{}, []item{} // letters without payload_len (by index in all), read whole
 	var err error
 	if q.ID != "" {
 		all, err = s.deadByID(ctx, q.ID)
@@ -51,19 +50,9 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 				in.ProjectionExpression = aws.String(lean)
 			}
 			err = s.query(ctx, in, []any{":pk", deadPK(routes[i]), ":start", start}, func(it item) bool {
-				if _, ok := it["payload_len"]; q.NoPayload && !ok {
-					old[itemID(it)], oldKeys = len(all), append(oldKeys, key(getS(it, "pk"), getS(it, "sk")))
-				}
 				all, n = append(all, decode(it, stores.Dead)), n+1
 				return n <= limit
 			})
-		}
-	}
-	if err == nil && len(old) > 0 {
-		var whole map[string]item
-		whole, err = s.getItems(ctx, oldKeys)
-		for id, it := range whole {
-			all[old[id]] = decode(it, stores.Dead)
 		}
 	}
 	if err != nil {
@@ -75,7 +64,7 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 		}
 		return strings.Compare(deadTie(&a), deadTie(&b))
 	})
-	for i := 0; q.NoPayload && i < len(all); i++ { // the letters read whole
+	for i := 0; q.NoPayload && i < len(all); i++ { // the letters read by ID
 		all[i] = stores.WithoutPayload(all[i])
 	}
 	if len(all) > limit {

@@ -6,14 +6,11 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
@@ -71,57 +68,6 @@ func TestDead_PagesLettersSharingDeadAtAndSeq(t *testing.T) {
 	after := strconv.FormatInt(deadAt.UnixNano()-1, 10) + ".0.0000000000000000"
 	if got := page(stores.DeadQuery{After: after, Limit: 1}); !slices.Equal(got, want) {
 		t.Errorf("every route in pages of 1: %v, want %v", got, want)
-	}
-}
-
-// A dead letter written before payload_len (an older gobridge) has no such
-// attribute: a list without payloads reads it whole to report its size,
-// and keeps its place in the pages.
-func TestDead_ListsLettersWrittenBeforePayloadLen(t *testing.T) {
-	t.Parallel()
-	s := open(t, nil)
-	u := uniqueName("")
-	route := "route-" + u
-	var recs []stores.Record
-	for i := range 3 {
-		recs = append(recs, stores.Record{Session: "sess-" + u, Route: route, State: stores.Dead, DeadReason: "bad",
-			DeadAt: t0.Add(time.Duration(i) * time.Second), Envelope: message.Envelope{ID: message.NewID(), Topic: "t",
-				Payload: []byte(strings.Repeat("p", 10*(i+1)))}})
-	}
-	if err := s.Write(t.Context(), &stores.Batch{Append: recs}); err != nil {
-		t.Fatal(err)
-	}
-	items, err := shared.client.Query(t.Context(), &awsddb.QueryInput{TableName: aws.String(shared.table),
-		KeyConditionExpression:    aws.String("pk = :pk"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: "d#" + route}}})
-	if err != nil || len(items.Items) != 3 {
-		t.Fatalf("query the letters: %v, %d items", err, len(items.Items))
-	}
-	for _, it := range items.Items[:2] { // the first two, as an older gobridge wrote them
-		if _, err := shared.client.UpdateItem(t.Context(), &awsddb.UpdateItemInput{TableName: aws.String(shared.table),
-			Key: map[string]types.AttributeValue{"pk": it["pk"], "sk": it["sk"]}, UpdateExpression: aws.String("REMOVE payload_len")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var got []int
-	q := stores.DeadQuery{Route: route, Limit: 2, NoPayload: true}
-	for range 3 {
-		page, next, err := s.Dead(t.Context(), q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range page {
-			if r.Envelope.Payload != nil {
-				t.Errorf("%s has its payload", r.Envelope.ID)
-			}
-			got = append(got, r.PayloadLen)
-		}
-		if q.After = next; next == "" {
-			break
-		}
-	}
-	if !slices.Equal(got, []int{10, 20, 30}) {
-		t.Errorf("payload sizes listed: %v, want [10 20 30]", got)
 	}
 }
 

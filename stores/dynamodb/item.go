@@ -170,8 +170,7 @@ func getB(it item, k string) bool {
 
 // encode returns the item of r at (pk, sk): the whole record, without the
 // fields that are zero (but token and attempts, which conditions test, and
-// payload_len, which Dead reads instead of the payload: an item without it
-// is older).
+// payload_len, which Dead reads instead of the payload).
 func encode(r *stores.Record, pk, sk string) item {
 	e := &r.Envelope
 	it := key(pk, sk)
