@@ -134,18 +134,19 @@ func waitDistinct(t *testing.T, s *sink, want int, timeout time.Duration) time.D
 
 // TestMultiInstance_DeadInstanceSessionIsAdoptedAndHandedBack runs three
 // gobridge processes on one $share subscription with persistent sessions
-// and a DynamoDB outbox (lease_ttl leaseTTL), publishes 6,000 QoS 1 messages at
-// about 1,500/s and SIGKILLs one process midway, for good. Mosquitto keeps
-// queueing the dead member's share in its session; a survivor adopts that
-// session once its lease lapses and commits what it holds, so every
-// PUBACKed message reaches the target without the dead instance: the bound
-// is one lease TTL (its lease lapsing) plus one renewal period (a survivor
-// noticing) plus the drain; the test asserts completeness
-// and logs the time. Then the killed instance is restarted while 4,000
-// more messages flow: it asks for its session back, the adopter lets go at
-// its next renewal (disconnecting first), the owner connects and reads
-// again; no message is lost across the handover, and the broker never kicks
-// a client off (no session takeover). Duplicates are counted and logged.
+// and a DynamoDB outbox (lease_ttl leaseTTL), publishes 6,000 QoS 1
+// messages at about 1,500/s and SIGKILLs one process midway, for good.
+// Mosquitto keeps queueing the dead member's share in its session; a
+// survivor adopts that session once its lease lapses and commits what it
+// holds, so every PUBACKed message reaches the target without the dead
+// instance: the bound is one lease TTL (its lease lapsing) plus one renewal
+// period (a survivor noticing) plus the drain; the test asserts
+// completeness and logs the time. Then the killed instance is restarted
+// while 4,000 more messages flow: it asks for its session back, the adopter
+// lets go at its next renewal (disconnecting first), the owner connects and
+// reads again; no message is lost across the handover, and the broker never
+// kicks a client off (no session takeover). Duplicates are counted and
+// logged.
 func TestMultiInstance_DeadInstanceSessionIsAdoptedAndHandedBack(t *testing.T) {
 	needBinary(t)
 	mqttURL := testservices.MQTTURL(t)

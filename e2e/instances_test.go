@@ -94,8 +94,8 @@ func logSize(t *testing.T, logPath string) int {
 
 // TestMultiInstance_KillOne runs three gobridge processes on one Mosquitto
 // shared subscription and one DynamoDB outbox and lease table (6 session
-// partitions, lease_ttl leaseTTL), publishes 5,000 QoS 1 messages with unique ids, and SIGKILLs
-// one process midway. Every message reaches the HTTP sink (duplicates are
+// partitions, lease_ttl leaseTTL), publishes 5,000 QoS 1 messages with
+// unique ids, and SIGKILLs one process midway. Every message reaches the HTTP sink (duplicates are
 // counted, losses fail); the partitions the killed process held are taken
 // over by the survivors once its leases lapse; every instance delivered a
 // share.
