@@ -81,6 +81,7 @@ type Bridge struct {
 	holdCancel context.CancelFunc
 
 	lastSent  sync.Map      // session -> time.Time of the last successful send, for stall detection
+	gaugeMu   sync.Mutex    // orders outboxGauges with forget: a removed session's gauges stay gone
 	clock     *stores.Clock // reads the wall clock for readiness, noticing steps
 	closeOnce sync.Once
 }

@@ -142,6 +142,8 @@ func (m *metrics) forget(label, id string) {
 // (a reload removed them, after they stopped): a process reloaded for
 // months with changing names keeps only what runs.
 func (b *Bridge) forget(old, p *parts) {
+	b.gaugeMu.Lock() // p is current: outboxGauges sets no series of old's from now on
+	defer b.gaugeMu.Unlock()
 	var routes, sessions, senders []string
 	for _, r := range old.routes {
 		if p.route(r.id) == nil {

@@ -157,12 +157,20 @@ func (b *Bridge) monitor(ctx context.Context) {
 	}
 }
 
-// outboxGauges sets the per-session and per-route outbox gauges.
+// outboxGauges sets the per-session and per-route outbox gauges of the
+// sessions and routes the configuration has. stats may be older than a
+// reload that removed one: its gauges, which the reload forgot, are not
+// set again.
 func (b *Bridge) outboxGauges(stats []stores.SessionStats, now time.Time) {
+	b.gaugeMu.Lock()
+	defer b.gaugeMu.Unlock()
 	p := b.cur.Load()
 	seen := map[string]bool{}
 	dead := map[string]int{}
 	for _, st := range stats {
+		if p.sessions[st.Session] == nil {
+			continue
+		}
 		seen[st.Session] = true
 		b.metrics.pending.WithLabelValues(st.Session).Set(float64(st.Live))
 		b.metrics.bytes.WithLabelValues(st.Session).Set(float64(st.Bytes))

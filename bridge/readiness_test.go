@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -103,5 +106,44 @@ func TestReadiness_NamesTheTargetErrorOfAStalledSession(t *testing.T) {
 	waitReadyz(t, rt, 503, "certificate signed by unknown authority")
 	if dead, _, err := rt.store.Dead(t.Context(), stores.DeadQuery{}); err != nil || len(dead) != 0 {
 		t.Fatalf("%d dead letters (%v), want none", len(dead), err)
+	}
+}
+
+// Outbox stats read before a reload removed a session set none of its
+// gauges after it: the reload forgot them, and a process reloaded for
+// months with changing sessions keeps only the series of what runs. The
+// reload churn test found it under load (one series more after 150
+// reloads): the monitor's Stats had seen the removed session's record.
+func TestBridge_StatsOlderThanAReloadSetNoGaugeOfARemovedSession(t *testing.T) {
+	t.Parallel()
+	config := func(extra string) *routes.Config {
+		return parseConfig(t, listenerConfig(freeAddr(t), "", "{type: memory}", `  - {id: out, type: stdout}`, `
+  - {id: a, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: sa}}`+extra))
+	}
+	reg := prometheus.NewRegistry()
+	b, err := New(config(`
+  - {id: gone, receiver: edge, topic: "g/#", sender: out, delivery_mode: shared_outbox, session: {id: sgone}}`),
+		Options{Logger: testLogger(t), Stdout: io.Discard, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, b)
+	stats := []stores.SessionStats{{Session: "sa", Live: 1}, {Session: "sgone", Live: 1}} // as the monitor read them
+	if err := b.Reload(t.Context(), config("")); err != nil {
+		t.Fatal(err)
+	}
+	b.outboxGauges(stats, time.Now())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "session" && l.GetValue() == "sgone" {
+					t.Errorf("%s{session=%q} set after the reload removed the session", mf.GetName(), l.GetValue())
+				}
+			}
+		}
 	}
 }

@@ -254,8 +254,8 @@ func (b *Bridge) apply(old, p *parts) {
 			}
 		}
 	}
-	b.forget(old, p)
 	b.cur.Store(p)
+	b.forget(old, p) // after the Store: what sets series reads p
 	b.log.Info("config reloaded", "routes", len(p.routes), "replaced_routes", len(retired),
 		"receivers", len(p.receivers), "sessions", len(p.sessions))
 }

@@ -15,17 +15,23 @@ import (
 	"github.com/gobridge/gobridge/stores/dynamodb"
 )
 
-// adoptTTL is the lease TTL of the adoption tests: a dead instance's
-// session is adopted about one TTL after it died.
-const adoptTTL = 10 * time.Second
+// leaseTTL is the lease TTL of the tests that kill an instance of three: a
+// dead instance's partitions and session are taken over about one TTL after
+// it died. Every lease call must answer within a third of it (a renewal
+// that has not succeeded for two thirds counts the lease lost), and
+// DynamoDB Local serialises its writes: with three instances writing
+// transactions of 100 items, on a loaded 2-core machine a renewal waited
+// over 5 s, and the leases were lost and retaken until the tests timed out
+// (the default 15s TTL, and 10s before, failed so).
+const leaseTTL = 30 * time.Second
 
-// adoptConfig is instanceConfig with a short lease TTL.
-func adoptConfig(run, name, admin, mqttURL, ddb, sinkURL string) string {
+// leasedConfig is instanceConfig (6 partitions) with lease_ttl leaseTTL.
+func leasedConfig(run, name, admin, mqttURL, ddb, sinkURL string) string {
 	return strings.Replace(instanceConfig(run, name, admin, mqttURL, ddb, sinkURL, 6),
-		"  shutdown_timeout: 10s\n", fmt.Sprintf("  shutdown_timeout: 10s\n  lease_ttl: %s\n", adoptTTL), 1)
+		"  shutdown_timeout: 10s\n", fmt.Sprintf("  shutdown_timeout: 10s\n  lease_ttl: %s\n", leaseTTL), 1)
 }
 
-// startInstances starts one bridge per name on adoptConfig and waits until
+// startInstances starts one bridge per name on leasedConfig and waits until
 // each is ready.
 func startInstances(t *testing.T, run, mqttURL, ddb, sinkURL string, names ...string) map[string]*bridge {
 	t.Helper()
@@ -34,7 +40,7 @@ func startInstances(t *testing.T, run, mqttURL, ddb, sinkURL string, names ...st
 	bridges := map[string]*bridge{}
 	for i, name := range names {
 		admin := freeAddr(t)
-		bridges[name] = startBridge(t, dir, name, admin, adoptConfig(run, name, admin, mqttURL, ddb, sinkURL))
+		bridges[name] = startBridge(t, dir, name, admin, leasedConfig(run, name, admin, mqttURL, ddb, sinkURL))
 		if i == 0 {
 			bridges[name].waitReady(t, 60*time.Second) // it creates the table
 		}
@@ -128,18 +134,19 @@ func waitDistinct(t *testing.T, s *sink, want int, timeout time.Duration) time.D
 
 // TestMultiInstance_DeadInstanceSessionIsAdoptedAndHandedBack runs three
 // gobridge processes on one $share subscription with persistent sessions
-// and a DynamoDB outbox (lease_ttl 10s), publishes 6,000 QoS 1 messages at
-// about 1,500/s and SIGKILLs one process midway, for good. Mosquitto keeps
-// queueing the dead member's share in its session; a survivor adopts that
-// session once its lease lapses and commits what it holds, so every
-// PUBACKed message reaches the target without the dead instance: the bound
-// is one lease TTL (its lease lapsing) plus one renewal period (a survivor
-// noticing) plus the drain, about 15 s here; the test asserts completeness
-// and logs the time. Then the killed instance is restarted while 4,000
-// more messages flow: it asks for its session back, the adopter lets go at
-// its next renewal (disconnecting first), the owner connects and reads
-// again; no message is lost across the handover, and the broker never kicks
-// a client off (no session takeover). Duplicates are counted and logged.
+// and a DynamoDB outbox (lease_ttl leaseTTL), publishes 6,000 QoS 1
+// messages at about 1,500/s and SIGKILLs one process midway, for good.
+// Mosquitto keeps queueing the dead member's share in its session; a
+// survivor adopts that session once its lease lapses and commits what it
+// holds, so every PUBACKed message reaches the target without the dead
+// instance: the bound is one lease TTL (its lease lapsing) plus one renewal
+// period (a survivor noticing) plus the drain; the test asserts
+// completeness and logs the time. Then the killed instance is restarted
+// while 4,000 more messages flow: it asks for its session back, the adopter
+// lets go at its next renewal (disconnecting first), the owner connects and
+// reads again; no message is lost across the handover, and the broker never
+// kicks a client off (no session takeover). Duplicates are counted and
+// logged.
 func TestMultiInstance_DeadInstanceSessionIsAdoptedAndHandedBack(t *testing.T) {
 	needBinary(t)
 	mqttURL := testservices.MQTTURL(t)
@@ -165,9 +172,9 @@ func TestMultiInstance_DeadInstanceSessionIsAdoptedAndHandedBack(t *testing.T) {
 		time.Since(start).Round(time.Millisecond), sent.Load(), atKill)
 	waitTokens(t, <-first, 60*time.Second)
 
-	took := waitDistinct(t, s, n, 120*time.Second)
+	took := waitDistinct(t, s, n, leaseTTL+2*time.Minute)
 	t.Logf("all %d PUBACKed messages delivered %s after the last PUBACK (bound: lease TTL %s + a renewal + the drain)",
-		n, took.Round(time.Millisecond), adoptTTL)
+		n, took.Round(time.Millisecond), leaseTTL)
 	if got := sumMetric(bridges, survivors, "gobridge_receiver_adopted_sessions"); got != 1 {
 		t.Errorf("the survivors run %v adopted sessions, want 1", got)
 	}
@@ -182,7 +189,7 @@ func TestMultiInstance_DeadInstanceSessionIsAdoptedAndHandedBack(t *testing.T) {
 	victim.start(t)
 	restarted := time.Now()
 	victim.waitReady(t, 60*time.Second)
-	waitFor(t, 30*time.Second, "the adopter letting the session go", func() bool {
+	waitFor(t, leaseTTL+30*time.Second, "the adopter letting the session go", func() bool {
 		return sumMetric(bridges, survivors, "gobridge_receiver_adopted_sessions") == 0
 	})
 	t.Logf("b2 has its session back %s after its restart", time.Since(restarted).Round(time.Millisecond))
@@ -233,7 +240,7 @@ func TestMultiInstance_OneSurvivorAdoptsADeadSession(t *testing.T) {
 	const n = 600
 	var sent atomic.Int64
 	waitTokens(t, <-publishPaced(t, pub, run, "r", n, 3000, &sent), 30*time.Second)
-	waitDistinct(t, s, n, 60*time.Second)
+	waitDistinct(t, s, n, leaseTTL+time.Minute) // adopted about one TTL after b2 died
 	if got := sumMetric(bridges, survivors, "gobridge_receiver_adopted_sessions"); got != 1 {
 		t.Fatalf("the survivors run %v adopted sessions, want 1", got)
 	}
@@ -255,7 +262,7 @@ func TestMultiInstance_OneSurvivorAdoptsADeadSession(t *testing.T) {
 		t.Fatalf("b2's session lease is held by %q, want a survivor", holder)
 	}
 	// Watch three renewal periods past the adoption: one holder, one session.
-	watch := time.Now().Add(adoptTTL)
+	watch := time.Now().Add(leaseTTL)
 	for time.Now().Before(watch) {
 		if got := sumMetric(bridges, survivors, "gobridge_receiver_adopted_sessions"); got != 1 {
 			t.Fatalf("the survivors run %v adopted sessions, want 1", got)

@@ -94,8 +94,8 @@ func logSize(t *testing.T, logPath string) int {
 
 // TestMultiInstance_KillOne runs three gobridge processes on one Mosquitto
 // shared subscription and one DynamoDB outbox and lease table (6 session
-// partitions), publishes 5,000 QoS 1 messages with unique ids, and SIGKILLs
-// one process midway. Every message reaches the HTTP sink (duplicates are
+// partitions, lease_ttl leaseTTL), publishes 5,000 QoS 1 messages with
+// unique ids, and SIGKILLs one process midway. Every message reaches the HTTP sink (duplicates are
 // counted, losses fail); the partitions the killed process held are taken
 // over by the survivors once its leases lapse; every instance delivered a
 // share.
@@ -106,7 +106,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	run := runID("e2e-multi")
 	s := newSink(t)
 	dir := t.TempDir()
-	const partitions, n = 6, 5000
+	const partitions, n = 6, 5000 // leasedConfig's partitions
 
 	testservices.DropTablesAtCleanup(t, ddb, run+"-outbox")
 
@@ -115,7 +115,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	for i, name := range names {
 		admin := freeAddr(t)
 		bridges[name] = startBridge(t, dir, name, admin,
-			instanceConfig(run, name, admin, mqttURL, ddb, s.srv.URL, partitions))
+			leasedConfig(run, name, admin, mqttURL, ddb, s.srv.URL))
 		if i == 0 {
 			// The first instance creates the tables; the others find them.
 			bridges[name].waitReady(t, 60*time.Second)
@@ -180,7 +180,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	waitTokens(t, <-pubDone, 60*time.Second)
 
 	// The survivors take over the victim's partitions after its leases lapse.
-	waitFor(t, 60*time.Second, "the survivors draining every partition", func() bool {
+	waitFor(t, leaseTTL+time.Minute, "the survivors draining every partition", func() bool {
 		total := 0
 		for _, name := range []string{"b1", "b3"} {
 			held := heldPartitions(t, bridges[name].logPath, 0)
@@ -224,8 +224,8 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	// (adopt_test.go tests it) and hands it back when b2 returns.
 	restartedAt := logSize(t, victim.logPath)
 	victim.start(t)
-	victim.waitReady(t, 60*time.Second)
-	deadline := time.Now().Add(60 * time.Second)
+	victim.waitReady(t, leaseTTL+time.Minute)          // its instance lease may not have lapsed yet
+	deadline := time.Now().Add(leaseTTL + time.Minute) // the adopter hands b2's session back at a renewal
 	for {
 		_, distinct := s.counts()
 		pending := bridges["b1"].metric("gobridge_outbox_pending", `session="plant"`)
@@ -240,7 +240,7 @@ func TestMultiInstance_KillOne(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 	// The partitions rebalance when it rejoins.
-	waitFor(t, 60*time.Second, "the restarted instance draining a share again", func() bool {
+	waitFor(t, leaseTTL+time.Minute, "the restarted instance draining a share again", func() bool {
 		return len(heldPartitions(t, victim.logPath, restartedAt)) > 0
 	})
 	for _, name := range names {

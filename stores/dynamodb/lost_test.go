@@ -6,12 +6,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/stores"
 	"github.com/gobridge/gobridge/stores/dynamodb"
 )
+
+// notRetryingLostAnswers gives the client the SDK's standard retries, but
+// none of an answer the test lost (errLost).
+func notRetryingLostAnswers(o *awsddb.Options) {
+	o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+		lost := retry.IsErrorRetryableFunc(func(err error) aws.Ternary {
+			if errors.Is(err, errLost) {
+				return aws.FalseTernary
+			}
+			return aws.UnknownTernary
+		})
+		so.Retryables = append([]retry.IsErrorRetryable{lost}, so.Retryables...)
+	})
+}
 
 // A transaction of a Write reaches DynamoDB and applies, but its answer is
 // lost (the connection drops after the request was sent, the SDK's retries
@@ -41,15 +57,15 @@ func TestWrite_RetryAfterLostAnswer(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			cnt := &counter{}
-			// Every attempt loses its answer: the SDK's retries, which
-			// DynamoDB answers as the first (they carry its
-			// ClientRequestToken), would only add their backoff.
-			noRetries := func(o *awsddb.Options) { o.RetryMaxAttempts = 1 }
-			client := newClient(t, cnt, noRetries)
-			// Without the SDK's retries, a keep-alive connection DynamoDB
-			// Local closed while idle in the shared transport would fail a
-			// call ("use of closed network connection"): a connection a
-			// request.
+			// Every attempt loses its answer: the SDK does not retry a lost
+			// answer here (its retries, which DynamoDB answers as the first
+			// since they carry its ClientRequestToken, would lose theirs
+			// too), so each Write loses exactly one. It keeps its retries of
+			// everything else, as the store has them: DynamoDB Local answers
+			// 500 ("too long waiting for a lock") when it is busy.
+			client := newClient(t, cnt, notRetryingLostAnswers)
+			// A connection a request: a keep-alive connection DynamoDB Local
+			// closed while idle would fail a call with a lost answer too.
 			cnt.next = &http.Transport{DisableKeepAlives: true}
 			s, err := dynamodb.Open(ctx, dynamodb.Options{Table: sharedTable(t), Client: client})
 			if err != nil {
