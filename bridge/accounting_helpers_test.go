@@ -138,6 +138,16 @@ func acctPlan(seed uint64, n, maxPayload int) []acctMsg {
 	return msgs
 }
 
+// acctHeartbeats are n messages of kind ok on a key of their own.
+func acctHeartbeats(n int) []acctMsg {
+	hbs := make([]acctMsg, n)
+	for i := range hbs {
+		id := fmt.Sprintf("h-%05d", i)
+		hbs[i] = acctMsg{id: id, kind: kindOK, topic: "acct/ok/" + id, payload: fmt.Appendf(nil, `{"id":%q,"k":"hb"}`, id)}
+	}
+	return hbs
+}
+
 // acctSink is the HTTP target: it answers each request by the kind of the
 // message its Idempotency-Key names, and records per run (the X-Run header
 // the config of each process sets) the requests and the deliveries (2xx
