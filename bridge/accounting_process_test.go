@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,13 +112,13 @@ func TestRun_AccountingOfAHostileMixAcrossAKill(t *testing.T) {
 	p.kill(t)
 	killedAt := time.Now()
 	<-exited
-	acked1 := 0
-	for _, tok := range toks {
+	ackedFirst := map[string]bool{}
+	for i, tok := range toks {
 		if tok != nil && tok.WaitTimeout(30*time.Second) && tok.Error() == nil {
-			acked1++
+			ackedFirst[msgs[i].id] = true
 		}
 	}
-	t.Logf("kill: %d published, %d acknowledged, %d delivered", published.Load(), acked1, s.deliveredCount())
+	t.Logf("kill: %d published, %d acknowledged, %d delivered", published.Load(), len(ackedFirst), s.deliveredCount())
 
 	// Phase 2: the restarted process; the publisher sends again what was
 	// not acknowledged, then the rest. Every one must be acknowledged now.
@@ -129,8 +130,8 @@ func TestRun_AccountingOfAHostileMixAcrossAKill(t *testing.T) {
 	pub2 := acctPublisher(t, listen, "acct-pub-2")
 	var toks2 []paho.Token
 	inRun2 := map[acctKind]int{}
-	for i, m := range msgs {
-		if tok := toks[i]; tok != nil && tokenDone(tok) && tok.Error() == nil {
+	for _, m := range msgs {
+		if ackedFirst[m.id] {
 			continue
 		}
 		toks2 = append(toks2, pub2.Publish(m.topic, 1, false, m.payload))
@@ -169,7 +170,7 @@ func TestRun_AccountingOfAHostileMixAcrossAKill(t *testing.T) {
 		return len(acctUnsettled(msgs, s, dead)) == 0
 	})
 	t.Logf("%d heartbeats published while the mix settled", len(hbToks))
-	acctCheckOutcomes(t, msgs, s, dead, killedAt)
+	acctCheckOutcomes(t, msgs, s, dead, killedAt, ackedFirst)
 	acctCheckCLI(t, bin, cfgPath, len(dead))
 
 	// The restarted process's counters agree with what it did.
@@ -189,12 +190,14 @@ func TestRun_AccountingOfAHostileMixAcrossAKill(t *testing.T) {
 		requests2, ok2 := s.requests["2"], s.ok["2"]
 		s.mu.Unlock()
 		sent, retried := m("gobridge_delivery_sent_total", `route="r"`), m("gobridge_delivery_retried_total", `route="r"`)
-		got = fmt.Sprintf("received %d acked %d too_large %d filtered %d sent %d dead_lettered %d requests %d",
-			m("gobridge_ingest_received_total", `receiver="edge"`), m("gobridge_ingest_acked_total", `receiver="edge"`),
+		got = fmt.Sprintf("received %d %d acked %d %d too_large %d filtered %d sent %d dead_lettered %d requests %d",
+			m("gobridge_ingest_received_total", `receiver="edge"`), m("gobridge_route_received_total", `route="r"`),
+			m("gobridge_ingest_acked_total", `receiver="edge"`), m("gobridge_route_acked_total", `route="r"`),
 			m("gobridge_ingest_rejected_total", `reason="payload_too_large"`), m("gobridge_route_filtered_total", `route="r"`),
 			sent, m("gobridge_delivery_dead_lettered_total", `route="r"`), sent+retried+deadSentAfter)
-		want = fmt.Sprintf("received %d acked %d too_large %d filtered %d sent %d dead_lettered %d requests %d",
-			len(toks2)+len(hbToks), len(toks2)+len(hbToks), inRun2[kindBig], inRun2[kindSkip], ok2, deadAfter, requests2)
+		p2 := len(toks2) + len(hbToks)
+		want = fmt.Sprintf("received %d %d acked %d %d too_large %d filtered %d sent %d dead_lettered %d requests %d",
+			p2, p2, p2, p2, inRun2[kindBig], inRun2[kindSkip], ok2, deadAfter, requests2)
 		return got == want
 	})
 	waitFor(t, 30*time.Second, "the gauges to show the dead letters, an empty outbox and the sender up", func() bool {
@@ -202,6 +205,19 @@ func TestRun_AccountingOfAHostileMixAcrossAKill(t *testing.T) {
 			m("gobridge_sender_up", `sender="sink"`) == 1
 	})
 	t.Logf("restarted process: %s", got)
+
+	// A clean stop of the restarted process exits 0.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second): // a liveness bound, not a speed check
+		t.Fatal("gobridge did not exit within 60s of SIGTERM")
+	}
+	if p.err != nil {
+		t.Fatalf("gobridge exited with %v after SIGTERM", p.err)
+	}
 }
 
 // acctPublisher connects a clean-session paho client to the listener: at
@@ -240,7 +256,8 @@ func acctUnsettled(msgs []acctMsg, s *acctSink, dead []admin.DeadLetter) []strin
 }
 
 // acctCheckOutcomes checks each message's outcome against its kind.
-func acctCheckOutcomes(t *testing.T, msgs []acctMsg, s *acctSink, dead []admin.DeadLetter, killedAt time.Time) {
+// ackedFirst holds the messages the first process acknowledged.
+func acctCheckOutcomes(t *testing.T, msgs []acctMsg, s *acctSink, dead []admin.DeadLetter, killedAt time.Time, ackedFirst map[string]bool) {
 	t.Helper()
 	byTopic := map[string][]admin.DeadLetter{}
 	published := map[string]bool{}
@@ -280,6 +297,9 @@ func acctCheckOutcomes(t *testing.T, msgs []acctMsg, s *acctSink, dead []admin.D
 		}
 		if before > 1 || after > 1 {
 			t.Errorf("%s (%s): %d dead letters before the kill, %d after: at most one per process", m.id, m.kind, before, after)
+		}
+		if before > 0 && after > 0 && ackedFirst[m.id] {
+			t.Errorf("%s (%s): dead-lettered before the kill and after, though the first process acknowledged it (sent again only if it was not)", m.id, m.kind)
 		}
 		switch {
 		case m.kind.delivered():
