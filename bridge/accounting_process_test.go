@@ -365,18 +365,29 @@ func acctCheckOutcomes(t *testing.T, msgs []acctMsg, s *acctSink, dead []admin.D
 // file next to the running process, lists the dead letters the API does.
 func acctCheckCLI(t *testing.T, bin, cfgPath string, want int) {
 	t.Helper()
-	out, err := exec.Command(bin, "dlq", "list", "-c", cfgPath, "--format", "json", "--limit", "1000").Output()
-	if err != nil {
-		t.Fatalf("gobridge dlq list: %v", err)
+	var all []admin.DeadLetter
+	for after := ""; ; {
+		args := []string{"dlq", "list", "-c", cfgPath, "--format", "json", "--limit", "1000"}
+		if after != "" {
+			args = append(args, "--after", after)
+		}
+		out, err := exec.Command(bin, args...).Output()
+		if err != nil {
+			t.Fatalf("gobridge dlq list: %v", err)
+		}
+		var page admin.DeadPage
+		if err := json.Unmarshal(out, &page); err != nil {
+			t.Fatalf("decode dlq list: %v\n%.500s", err, out)
+		}
+		all = append(all, page.DeadLetters...)
+		if after = page.Next; after == "" {
+			break
+		}
 	}
-	var page admin.DeadPage
-	if err := json.Unmarshal(out, &page); err != nil {
-		t.Fatalf("decode dlq list: %v\n%.500s", err, out)
+	if len(all) != want {
+		t.Errorf("gobridge dlq list: %d dead letters, the API %d", len(all), want)
 	}
-	if len(page.DeadLetters) != want || page.Next != "" {
-		t.Errorf("gobridge dlq list: %d dead letters (next %q), the API %d", len(page.DeadLetters), page.Next, want)
-	}
-	if slices.ContainsFunc(page.DeadLetters, func(d admin.DeadLetter) bool { return d.Reason == "" }) {
+	if slices.ContainsFunc(all, func(d admin.DeadLetter) bool { return d.Reason == "" }) {
 		t.Error("gobridge dlq list: a dead letter without a reason")
 	}
 }
