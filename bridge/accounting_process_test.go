@@ -65,7 +65,9 @@ routes:
 // the kill), a dead letter whose reason names the cause (at most one per
 // process), or filtered; nothing the sink or the dead letters show was
 // never published; and the counters of the restarted process agree with
-// what the sink and the dead letters show of it.
+// what the sink and the dead letters show of it. A 3 KB topic is within the
+// listener's limits (the packet limit is max_payload_bytes + 66560): it is
+// routed and delivered like any other.
 func TestRun_AccountingOfAHostileMixAcrossAKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the gobridge binary")
