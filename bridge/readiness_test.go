@@ -128,6 +128,7 @@ func TestBridge_StatsOlderThanAReloadSetNoGaugeOfARemovedSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	startRun(t, b)
+	waitFor(t, time.Minute, "the bridge to run", func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.running })
 	stats := []stores.SessionStats{{Session: "sa", Live: 1}, {Session: "sgone", Live: 1}} // as the monitor read them
 	if err := b.Reload(t.Context(), config("")); err != nil {
 		t.Fatal(err)
