@@ -144,7 +144,8 @@ func waitDistinct(t *testing.T, s *sink, want int, timeout time.Duration) time.D
 // completeness and logs the time. Then the killed instance is restarted
 // while 4,000 more messages flow: it asks for its session back, the adopter
 // lets go at its next renewal (disconnecting first), the owner connects and
-// reads again; no message is lost across the handover, and the broker never
+// reads again (600 more messages, published once the adopter let go, reach
+// it); no message is lost across the handover, and the broker never
 // kicks a client off (no session takeover). Duplicates are counted and
 // logged.
 func TestMultiInstance_DeadInstanceSessionIsAdoptedAndHandedBack(t *testing.T) {
@@ -158,7 +159,7 @@ func TestMultiInstance_DeadInstanceSessionIsAdoptedAndHandedBack(t *testing.T) {
 	survivors := []string{"b1", "b3"}
 
 	pub := publisher(t, mqttURL, run+"-pub")
-	const n, m = 6000, 4000
+	const n, m, k = 6000, 4000, 600
 	start := time.Now()
 	var sent atomic.Int64
 	first := publishPaced(t, pub, run, "a", n, 1500, &sent)
@@ -195,6 +196,12 @@ func TestMultiInstance_DeadInstanceSessionIsAdoptedAndHandedBack(t *testing.T) {
 	t.Logf("b2 has its session back %s after its restart", time.Since(restarted).Round(time.Millisecond))
 	waitTokens(t, <-second, 60*time.Second)
 	waitDistinct(t, s, n+m, 120*time.Second)
+	// The handover takes up to a renewal period (a third of the TTL),
+	// longer than the second stream: what b2 reads of its own is checked
+	// on a third stream, published once it holds its session again.
+	third := publishPaced(t, pub, run, "c", k, 1000, &sent)
+	waitTokens(t, <-third, 60*time.Second)
+	waitDistinct(t, s, n+m+k, 120*time.Second)
 	waitFor(t, 30*time.Second, "b2 reading its own session again", func() bool {
 		return victim.metric("gobridge_ingest_received_total", `receiver="plant"`) > 0
 	})
@@ -211,9 +218,9 @@ func TestMultiInstance_DeadInstanceSessionIsAdoptedAndHandedBack(t *testing.T) {
 		}
 	}
 	total, distinct := s.counts()
-	t.Logf("%d messages, %d deliveries: %d duplicates across the kill, the adoption and the handover", n+m, total, total-distinct)
-	if distinct != n+m {
-		t.Errorf("%d distinct messages at the sink, want %d", distinct, n+m)
+	t.Logf("%d messages, %d deliveries: %d duplicates across the kill, the adoption and the handover", n+m+k, total, total-distinct)
+	if distinct != n+m+k {
+		t.Errorf("%d distinct messages at the sink, want %d", distinct, n+m+k)
 	}
 }
 
