@@ -181,19 +181,32 @@ func (h *Handler) mutating(next http.HandlerFunc) http.Handler {
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
+	out := map[string]any{
 		"now":            time.Now().UTC(),
 		"token_required": h.opts.Token != "",
 		"has_store":      h.opts.Store != nil,
-		"sessions":       h.sessions(r.Context()),
 		"routes":         h.journal.Routes(),
 		"senders":        h.journal.Senders(),
 		"bucket_seconds": Bucket.Seconds(),
-	})
+	}
+	h.addSessions(r.Context(), out)
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": h.sessions(r.Context())})
+	out := map[string]any{}
+	h.addSessions(r.Context(), out)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// addSessions sets out's "sessions" and, when the store could not say
+// what is pending (its counts are then 0), "store_error".
+func (h *Handler) addSessions(ctx context.Context, out map[string]any) {
+	var err error
+	out["sessions"], err = h.sessions(ctx)
+	if err != nil {
+		out["store_error"] = "outbox counts unavailable: " + err.Error()
+	}
 }
 
 func (h *Handler) listRoutes(w http.ResponseWriter, _ *http.Request) {
@@ -202,10 +215,12 @@ func (h *Handler) listRoutes(w http.ResponseWriter, _ *http.Request) {
 
 // sessions derives the sessions, sorted by ID, from the journal's routes
 // (sorted by session) and the store's Stats.
-func (h *Handler) sessions(ctx context.Context) []SessionInfo {
+func (h *Handler) sessions(ctx context.Context) ([]SessionInfo, error) {
 	stats := map[string]stores.SessionStats{}
+	var err error
 	if h.opts.Store != nil {
-		all, _ := h.opts.Store.Stats(ctx)
+		var all []stores.SessionStats
+		all, err = h.opts.Store.Stats(ctx)
 		for _, st := range all {
 			stats[st.Session] = st
 		}
@@ -230,7 +245,7 @@ func (h *Handler) sessions(ctx context.Context) []SessionInfo {
 			out = append(out, si)
 		}
 	}
-	return out
+	return out, err
 }
 
 // RouteStats is one route's records in one session, as /api/stats and

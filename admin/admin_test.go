@@ -276,3 +276,30 @@ func TestHandler_NoStore(t *testing.T) {
 		t.Errorf("dead letters without a store: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// When the store cannot count what is pending, the overview says so rather
+// than showing every session empty.
+func TestHandler_OverviewSaysWhenTheStoreFails(t *testing.T) {
+	fx := setup(t, "")
+	for _, path := range []string{"/api/overview", "/api/sessions"} {
+		if _, body := fx.do(t, "GET", path, local); strings.Contains(body, "store_error") {
+			t.Fatalf("%s with a working store: %s", path, body)
+		}
+	}
+	if err := fx.st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/api/overview", "/api/sessions"} {
+		code, body := fx.do(t, "GET", path, local)
+		var got struct {
+			Sessions   []admin.SessionInfo `json:"sessions"`
+			StoreError string              `json:"store_error"`
+		}
+		if err := json.Unmarshal([]byte(body), &got); err != nil || code != http.StatusOK {
+			t.Fatalf("%s: %d %s (%v)", path, code, body, err)
+		}
+		if !strings.Contains(got.StoreError, "outbox counts unavailable") || len(got.Sessions) != 1 || got.Sessions[0].ID != "plant" {
+			t.Errorf("%s with a closed store: %s; want the session listed and store_error set", path, body)
+		}
+	}
+}
