@@ -114,7 +114,7 @@ type StoreOptions struct {
 	// crash). SQLite only. Defaults to full.
 	Sync string `yaml:"sync,omitempty" validate:"omitempty,oneof=full normal"`
 	// DoneRetention is how many delivered records a SQLite outbox keeps as
-	// tombstones (payload included) so that a redelivered message with the
+	// tombstones (without payload) so that a redelivered message with the
 	// same envelope ID (idempotency_key) is not delivered twice. Defaults to
 	// 100000; 0 keeps none (such a redelivery is delivered again). Not
 	// omitted when 0, so that a marshalled config keeps a written 0.

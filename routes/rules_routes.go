@@ -62,7 +62,7 @@ func (c *Config) checkRoutes(add func(Problem)) {
 	}
 	if len(memoryRoutes) > 0 {
 		add(c.Warnf("stores.outbox.type", "memory-outbox",
-			"shared_outbox route(s) %s use a memory outbox: pending records die with the process; use sqlite or dynamodb", idList(memoryRoutes)))
+			"route(s) %s write to a memory outbox: pending records die with the process; use sqlite or dynamodb", idList(memoryRoutes)))
 	}
 }
 
