@@ -146,7 +146,7 @@ func (c *Config) checkOptions(add func(Problem), path, kind, typ string, opts an
 	v := reflect.ValueOf(opts)
 	t := v.Type()
 	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		name := yamlName(t.Field(i))
 		if v.Field(i).IsZero() || name == "type" || slices.Contains(allowed, name) {
 			continue
 		}
