@@ -25,19 +25,15 @@ func Load(path string) (*Config, Problems, error) {
 	return Parse(f, path)
 }
 
-// Parse decodes a config from r, naming it file in problems. It expands
-// ${VAR} and ${VAR:-default} from the environment, decodes strictly,
-// applies the defaults and validates. It returns every problem found, sorted
-// by position; the config is usable only when !problems.HasErrors(). The
-// config is nil when the document could not be decoded at all (a YAML
-// syntax error or a document that is not a mapping). The error is non-nil
-// only when r fails.
-//
-// It also reads the files named by *_file fields (token_file,
-// password_file, headers_file) into their values.
-//
-// Parse has no side effects: it reads the environment and those files, and
-// nothing else.
+// Parse decodes a config from r, naming it file in problems: it expands
+// ${VAR} and ${VAR:-default} from the environment, decodes strictly, reads
+// the files that *_file fields (token_file, password_file, headers_file)
+// name into their values, applies the defaults and validates. It returns
+// every problem found, sorted by position; the config is usable only when
+// !problems.HasErrors(), and nil when the document could not be decoded at
+// all (a YAML syntax error, or not a mapping). The error is non-nil only
+// when r fails. Parse has no side effects: it reads the environment and
+// those files, and nothing else.
 func Parse(r io.Reader, file string) (*Config, Problems, error) {
 	return ParseWithEnv(r, file, os.LookupEnv)
 }

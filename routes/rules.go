@@ -106,11 +106,7 @@ func (c *Config) checkStores(add func(Problem)) {
 	if s == nil {
 		return
 	}
-	allowed, known := storeOptions[s.Type]
-	if !known {
-		return // the enum rule reports it
-	}
-	c.checkOptions(add, "stores.outbox.options", "store", s.Type, s.Options, allowed)
+	c.checkOptions(add, "stores.outbox.options", "store", s.Type, s.Options, storeOptions)
 	if err := sqlitePathProblem(s.Options.Path); s.Type == "sqlite" && err != nil {
 		add(c.Errorf("stores.outbox.options.path", "sqlite-path", "stores.outbox.options.path: %v", err))
 	}
@@ -139,13 +135,18 @@ func sqlitePathProblem(path string) error {
 	}
 }
 
-// checkOptions reports every option that is set but does not apply to typ
-// (a processor's options sit beside its type).
-func (c *Config) checkOptions(add func(Problem), path, kind, typ string, opts any, allowed []string) {
+// checkOptions reports every option that is set but does not apply to typ,
+// whose options are options[typ] (a processor's options sit beside its
+// type). An unknown type is left to the enum rule.
+func (c *Config) checkOptions(add func(Problem), path, kind, typ string, opts any, options map[string][]string) {
+	allowed, known := options[typ]
+	if !known {
+		return
+	}
 	v := reflect.ValueOf(opts)
 	t := v.Type()
 	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		name := yamlName(t.Field(i))
 		if v.Field(i).IsZero() || name == "type" || slices.Contains(allowed, name) {
 			continue
 		}

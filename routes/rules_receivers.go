@@ -33,9 +33,7 @@ func (c *Config) checkReceivers(add func(Problem)) {
 
 	for i, r := range c.Receivers {
 		path := fmt.Sprintf("receivers[%d]", i)
-		if allowed, ok := receiverOptions[r.Type]; ok {
-			c.checkOptions(add, path+".options", "receiver", r.Type, r.Options, allowed)
-		}
+		c.checkOptions(add, path+".options", "receiver", r.Type, r.Options, receiverOptions)
 		switch r.Type {
 		case ReceiverMQTT:
 			if len(r.Options.BrokerURLs) == 0 {
@@ -244,13 +242,7 @@ func bindConflict(a, b string) bool {
 
 // routesOf returns the routes that take messages from receiver id.
 func (c *Config) routesOf(id string) []RouteConfig {
-	var rs []RouteConfig
-	for _, r := range c.Routes {
-		if r.Receiver == id && id != "" {
-			rs = append(rs, r)
-		}
-	}
-	return rs
+	return slices.DeleteFunc(slices.Clone(c.Routes), func(r RouteConfig) bool { return id == "" || r.Receiver != id })
 }
 
 func (c *Config) checkSenders(add func(Problem)) {
@@ -259,9 +251,7 @@ func (c *Config) checkSenders(add func(Problem)) {
 	for i, s := range c.Senders {
 		path := fmt.Sprintf("senders[%d]", i)
 		op := path + ".options"
-		if allowed, ok := senderOptions[s.Type]; ok {
-			c.checkOptions(add, op, "sender", s.Type, s.Options, allowed)
-		}
+		c.checkOptions(add, op, "sender", s.Type, s.Options, senderOptions)
 		switch s.Type {
 		case SenderSQS:
 			o := s.Options

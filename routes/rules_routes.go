@@ -1,8 +1,10 @@
 package routes
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gobridge/gobridge/topics"
@@ -67,23 +69,17 @@ func (c *Config) checkRoutes(add func(Problem)) {
 }
 
 func coveredBy(rcv *ReceiverConfig, topic string) bool {
-	for _, s := range rcv.Topics {
-		if topics.ValidateFilter(s.Topic) == nil && topics.Covers(s.Topic, topic) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(rcv.Topics, func(s Subscription) bool {
+		return topics.ValidateFilter(s.Topic) == nil && topics.Covers(s.Topic, topic)
+	})
 }
 
 func subscriptionList(rcv *ReceiverConfig) string {
 	if len(rcv.Topics) == 0 {
 		return "it has no subscriptions"
 	}
-	ts := make([]string, len(rcv.Topics))
-	for i, s := range rcv.Topics {
-		ts[i] = fmt.Sprintf("%q", s.Topic)
-	}
-	return "it subscribes to " + strings.Join(ts, ", ")
+	quoted := ids(rcv.Topics, func(s Subscription) string { return strconv.Quote(s.Topic) })
+	return "it subscribes to " + strings.Join(quoted, ", ")
 }
 
 // ids lists the id (idOf) of every element of list, in order.
@@ -98,7 +94,7 @@ func ids[T any](list []T, idOf func(T) string) []string {
 // byID returns the first element of list whose id (idOf) is id, nil when
 // there is none or id is "".
 func byID[T any](list []T, idOf func(T) string, id string) *T {
-	if i := slices.Index(ids(list, idOf), id); i >= 0 && id != "" {
+	if i := slices.IndexFunc(list, func(x T) bool { return idOf(x) == id }); i >= 0 && id != "" {
 		return &list[i]
 	}
 	return nil
@@ -108,32 +104,26 @@ func receiverID(r ReceiverConfig) string { return r.ID }
 func senderID(s SenderConfig) string     { return s.ID }
 func routeID(r RouteConfig) string       { return r.ID }
 
+// idList quotes the non-empty ids for messages: "a", "b"; none when there is none.
 func idList(ids []string) string {
 	var q []string
 	for _, id := range ids {
 		if id != "" {
-			q = append(q, fmt.Sprintf("%q", id))
+			q = append(q, strconv.Quote(id))
 		}
 	}
-	if len(q) == 0 {
-		return "none"
-	}
-	return strings.Join(q, ", ")
+	return cmp.Or(strings.Join(q, ", "), "none")
 }
 
 func (c *Config) checkProcessors(add func(Problem), route string, ps []ProcessorConfig) {
 	for i, p := range ps {
 		path := fmt.Sprintf("%s.processors[%d]", route, i)
-		allowed, ok := processorOptions[p.Type]
-		if !ok {
-			continue // the enum rule reports it
-		}
-		c.checkOptions(add, path, "processor", p.Type, p, allowed)
+		c.checkOptions(add, path, "processor", p.Type, p, processorOptions)
 		// Every type but idempotency_key takes one option, which it needs.
 		missing := map[string]bool{"filter": p.Expr == "", "transform": p.Expr == "", "set_headers": len(p.Headers) == 0, "coalesce": p.Key == ""}
-		switch {
+		switch opt := processorOptions[p.Type]; {
 		case missing[p.Type]:
-			add(c.Errorf(path+"."+allowed[0], "required", "%s.%s is required for a %s processor", path, allowed[0], p.Type))
+			add(c.Errorf(path+"."+opt[0], "required", "%s.%s is required for a %s processor", path, opt[0], p.Type))
 		case p.Type == "idempotency_key" && p.From == "" && !p.Hash:
 			add(c.Errorf(path, "required", "%s: an idempotency_key processor needs from (a template) or hash: true", path))
 		case p.Type == "idempotency_key" && p.From != "" && p.Hash:
@@ -292,11 +282,10 @@ func (c *Config) checkDivergentSessions(add func(Problem)) {
 			if field == "session.drain_strategy" && c.Has(fmt.Sprintf("routes[%d].session.drain_interval", i)) {
 				field = "session.drain_interval"
 			}
-			path := fmt.Sprintf("routes[%d].%s", i, field)
 			if c.isBroken(fmt.Sprintf("routes[%d].%s", j, f.path)) {
 				continue
 			}
-			add(c.Errorf(path, "divergent-drain-policy",
+			add(c.Errorf(fmt.Sprintf("routes[%d].%s", i, field), "divergent-drain-policy",
 				"routes %q and %q share session %q but differ in %s: %s (route %q) vs %s (route %q); one drainer serves a session, so they must agree",
 				a.ID, r.ID, r.Session.ID, field, va, a.ID, vb, r.ID))
 		}

@@ -67,12 +67,8 @@ func (c *Config) checkUnusedSenders(add func(Problem)) {
 	if slices.ContainsFunc(c.Routes, func(r RouteConfig) bool { return byID(c.Senders, senderID, r.Sender) == nil }) {
 		return // a route meant some sender; do not guess which
 	}
-	used := map[string]bool{}
-	for _, r := range c.Routes {
-		used[r.Sender] = true
-	}
 	for i, s := range c.Senders {
-		if s.ID == "" || used[s.ID] {
+		if s.ID == "" || slices.ContainsFunc(c.Routes, func(r RouteConfig) bool { return r.Sender == s.ID }) {
 			continue
 		}
 		p := fmt.Sprintf("senders[%d].id", i)

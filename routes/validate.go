@@ -81,8 +81,9 @@ func (c *Config) checkTemplates(add func(Problem), path string, v reflect.Value)
 		c.checkTemplate(add, path, v.String())
 		return
 	}
-	for _, k := range slices.Sorted(maps.Keys(v.Interface().(map[string]string))) {
-		c.checkTemplate(add, path+"."+k, v.MapIndex(reflect.ValueOf(k)).String())
+	m := v.Interface().(map[string]string)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		c.checkTemplate(add, path+"."+k, m[k])
 	}
 }
 

@@ -104,13 +104,11 @@ func expandTargets(targets []string) ([]string, routes.Problems) {
 // a file that cannot be read is one problem.
 func checkFile(path string) routes.Problems {
 	_, probs, err := loadConfig(path)
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		err = pe.Err
+	}
 	if err != nil {
-		msg := err.Error()
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			msg = pe.Err.Error()
-		}
-		return routes.Problems{fileProblem(path, "file", "cannot read the config: "+msg)}
+		return routes.Problems{fileProblem(path, "file", "cannot read the config: "+err.Error())}
 	}
 	return probs
 }
@@ -172,21 +170,17 @@ func compileProblems(cfg *routes.Config, known routes.Problems) routes.Problems 
 	}
 	for i, rc := range cfg.Routes {
 		_, err := processors.Compile(rc, 0)
-		var ces processors.CompileErrors
-		if !errors.As(err, &ces) {
-			if err != nil {
-				out = append(out, cfg.Errorf(fmt.Sprintf("routes[%d]", i), "processor", "routes[%d]: %v", i, err))
-			}
-			continue
+		ces, ok := errors.AsType[processors.CompileErrors](err)
+		if err != nil && !ok {
+			out = append(out, cfg.Errorf(fmt.Sprintf("routes[%d]", i), "processor", "routes[%d]: %v", i, err))
 		}
 		for _, ce := range ces {
 			path := fmt.Sprintf("routes[%d].%s", i, ce.Path())
 			p := cfg.Errorf(path, "processor", "%s: %v", path, ce.Err)
-			if at[[2]int{p.Line, p.Column}] {
-				continue
+			if !at[[2]int{p.Line, p.Column}] {
+				at[[2]int{p.Line, p.Column}] = true
+				out = append(out, p)
 			}
-			at[[2]int{p.Line, p.Column}] = true
-			out = append(out, p)
 		}
 	}
 	return out

@@ -59,6 +59,9 @@ config, a memory store), 2 usage error.
 
 // Run dispatches to the dlq subcommands.
 func (c *DLQCommand) Run(ctx context.Context, args []string) error {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	sub, err := subcommand(args, dlqUsage, c.Stdout, c.Stderr, "list", "show", "requeue", "drop")
 	switch sub {
 	case "list":
@@ -69,13 +72,6 @@ func (c *DLQCommand) Run(ctx context.Context, args []string) error {
 		return c.act(ctx, sub, args[1:])
 	}
 	return err
-}
-
-func (c *DLQCommand) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
 }
 
 func (c *DLQCommand) flags(name string) (*flag.FlagSet, *string) {
@@ -104,7 +100,7 @@ func (c *DLQCommand) list(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.close()
-	now := c.now()
+	now := c.Now()
 	var cutoff time.Time
 	if *since > 0 {
 		cutoff = now.Add(-*since)
@@ -178,7 +174,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("dlq show %s: %w", safe(pos[0]), err)
 	}
-	d := admin.NewDeadLetter(&rec, c.now(), true)
+	d := admin.NewDeadLetter(&rec, c.Now(), true)
 	if *format == "json" {
 		return writeJSON(c.Stdout, d)
 	}
@@ -199,7 +195,7 @@ func (c *DLQCommand) show(ctx context.Context, args []string) error {
 		line("causation id", d.CausationID)
 	}
 	line("received", stamp(d.ReceivedAt))
-	line("created", fmt.Sprintf("%s (age %s)", stamp(d.CreatedAt), age(c.now(), d.CreatedAt)))
+	line("created", fmt.Sprintf("%s (age %s)", stamp(d.CreatedAt), age(c.Now(), d.CreatedAt)))
 	line("attempts", fmt.Sprint(d.Attempts))
 	line("first attempt", stamp(d.FirstAttemptAt))
 	line("died", stamp(d.DeadAt))
@@ -312,8 +308,8 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	return errors.Join(failed...)
 }
 
-// allDead lists every dead letter (of route when set) by its envelope ID
-// and route, page by page, oldest first.
+// allDead lists every dead letter (of route when set), without payloads,
+// page by page, oldest first.
 func allDead(ctx context.Context, st admin.Outbox, route string) ([]stores.Record, error) {
 	var out []stores.Record
 	f := stores.DeadQuery{Route: route, Limit: admin.MaxBulk, NoPayload: true}
@@ -322,11 +318,7 @@ func allDead(ctx context.Context, st admin.Outbox, route string) ([]stores.Recor
 		if err != nil {
 			return nil, err
 		}
-		for i := range recs {
-			var l stores.Record
-			l.Envelope.ID, l.Route = recs[i].Envelope.ID, recs[i].Route
-			out = append(out, l)
-		}
+		out = append(out, recs...)
 		if next == "" {
 			return out, nil
 		}

