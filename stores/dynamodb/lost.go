@@ -17,9 +17,15 @@ import (
 // whose answer was lost may be refused (throttled, or in progress still):
 // the transaction is lost then too (lostError).
 func lost(err error) bool {
-	var re *awshttp.ResponseError
-	var le *lostError
-	return errors.As(err, &le) || !errors.As(err, &re) || re.HTTPStatusCode()/100 != 4
+	_, le := errors.AsType[*lostError](err)
+	return le || !refused(err)
+}
+
+// refused reports whether DynamoDB answered the call with a 4xx: it did not
+// apply it.
+func refused(err error) bool {
+	re, ok := errors.AsType[*awshttp.ResponseError](err)
+	return ok && re.HTTPStatusCode()/100 == 4
 }
 
 // lostError is the error of a call that DynamoDB may have applied: one of
@@ -40,8 +46,7 @@ func noteApplied(maybe *bool) func(*dynamodb.Options) {
 				ctx context.Context, in smithymw.FinalizeInput, next smithymw.FinalizeHandler,
 			) (smithymw.FinalizeOutput, smithymw.Metadata, error) {
 				out, md, err := next.HandleFinalize(ctx, in)
-				var re *awshttp.ResponseError
-				if err != nil && (!errors.As(err, &re) || re.HTTPStatusCode()/100 != 4) {
+				if err != nil && !refused(err) {
 					*maybe = true
 				}
 				return out, md, err
