@@ -41,7 +41,6 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Interface guard.
 var _ stores.Store = (*Store)(nil)
 
 // doneRetention is how long the key of a delivered or dropped record is

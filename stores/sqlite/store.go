@@ -26,7 +26,6 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Interface guard.
 var _ stores.Store = (*Store)(nil)
 
 // DefaultDoneRetention is how many tombstones a store keeps by default.
