@@ -95,11 +95,7 @@ type Store struct {
 // another Store, in any process, has the file open, and refuses a file on a
 // network filesystem.
 func Open(path string, opts Options) (*Store, error) {
-	switch opts.Sync {
-	case "":
-		opts.Sync = "full"
-	case "full", "normal":
-	default:
+	if opts.Sync = cmp.Or(opts.Sync, "full"); opts.Sync != "full" && opts.Sync != "normal" {
 		return nil, fmt.Errorf("sqlite: open %s: %w: sync %q is not full or normal", path, stores.ErrInvalid, opts.Sync)
 	}
 	opts.DoneRetention = cmp.Or(opts.DoneRetention, DefaultDoneRetention)

@@ -239,9 +239,8 @@ func (w *write) settle(i int, st *stores.Settlement) error {
 	case stores.DeadLetter:
 		var size int64
 		var ok bool
-		ok, err = s.queryRow(ctx, deadLetterQuery, []any{st.Attempts, st.ID, st.Route, st.Session,
-			nanos(st.FirstAttemptAt), st.Reason, nanos(cmp.Or(st.At, w.now)), st.Token}, &size)
-		if ok {
+		if ok, err = s.queryRow(ctx, deadLetterQuery, []any{st.Attempts, st.ID, st.Route, st.Session,
+			nanos(st.FirstAttemptAt), st.Reason, nanos(cmp.Or(st.At, w.now)), st.Token}, &size); ok {
 			n = 1
 			w.count(st.Session, st.Route, -1, 1, -size)
 		}
