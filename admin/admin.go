@@ -58,9 +58,8 @@ type Options struct {
 	Store Outbox
 	// Journal holds the delivery outcomes; nil serves an empty journal.
 	Journal *Journal
-	// Token, when not empty, is required as "Authorization: Bearer TOKEN"
-	// on every /api/ request. Empty: reads are open and mutations need a
-	// loopback client and the X-Requested-By header.
+	// Token, when not empty, is the bearer token of every /api/ request;
+	// see the package doc for what is allowed without one.
 	Token string
 	// Listen is the admin listener's address as configured; its host is
 	// one of the Host header values the handler answers.
@@ -155,10 +154,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.api.ServeHTTP(w, r)
 }
 
-// HandleMutating registers an extra API endpoint that changes state
-// (pattern as for http.ServeMux), served behind the same Host check and
-// token as the others; without a token it is allowed only from loopback
-// clients with the X-Requested-By header. Call it before serving.
+// HandleMutating registers an extra state-changing API endpoint (pattern as
+// for http.ServeMux) under the rules of the package doc. Call it before serving.
 func (h *Handler) HandleMutating(pattern string, handler http.Handler) {
 	h.mux.Handle(pattern, h.mutating(handler.ServeHTTP))
 }

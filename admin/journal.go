@@ -227,10 +227,9 @@ func (j *Journal) Entries(route string, limit int) []Entry {
 	j.mu.Lock()
 	var out []Entry
 	for id, r := range j.routes {
-		if route != "" && id != route {
-			continue
+		if route == "" || id == route {
+			out = append(out, r.ring...)
 		}
-		out = append(out, r.ring...)
 	}
 	j.mu.Unlock()
 	slices.SortStableFunc(out, func(a, b Entry) int { return b.At.Compare(a.At) })
@@ -264,8 +263,7 @@ func (j *Journal) Routes() []RouteActivity {
 		}
 		a.OKPerSecond, a.FailedPerSecond = float64(ok)/60, float64(failed)/60
 		if !r.last.IsZero() {
-			last := r.last
-			a.LastAt = &last
+			a.LastAt = new(r.last)
 		}
 		out = append(out, a)
 	}

@@ -33,16 +33,15 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 	}
 	for attempt := 0; ; attempt++ {
 		out, err := s.claim(ctx, req)
-		if errors.Is(err, errReplan) && len(out) == 0 && attempt < maxAttempts {
-			continue
+		switch {
+		case errors.Is(err, errReplan) && len(out) == 0 && attempt < maxAttempts:
+		case errors.Is(err, errReplan):
+			return out, nil // a prefix in Seq order was claimed: the rest waits for the next claim
+		case err != nil && !errors.Is(err, stores.ErrLeaseLost):
+			return out, fmt.Errorf("dynamodb: claim: %w", err)
+		default:
+			return out, err
 		}
-		if errors.Is(err, errReplan) {
-			err = nil // a prefix in Seq order was claimed: the rest waits for the next claim
-		}
-		if err != nil && !errors.Is(err, stores.ErrLeaseLost) {
-			err = fmt.Errorf("dynamodb: claim: %w", err)
-		}
-		return out, err
 	}
 }
 

@@ -35,9 +35,6 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 	var err error
 	if q.ID != "" {
 		all, err = s.deadByID(ctx, q.ID)
-		if err == nil && len(all) == 0 {
-			return nil, "", stores.ErrNotFound
-		}
 	} else {
 		routes := []string{q.Route}
 		if q.Route == "" {
@@ -64,14 +61,11 @@ func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, 
 		}
 		return strings.Compare(deadTie(&a), deadTie(&b))
 	})
-	for i := 0; q.NoPayload && i < len(all); i++ { // the letters read by ID
-		all[i] = stores.WithoutPayload(all[i])
+	page, next, err := q.Page(all)
+	if next != "" {
+		next += "." + deadTie(&page[len(page)-1])
 	}
-	if len(all) > limit {
-		all = all[:limit]
-		return all, stores.DeadCursor(&all[limit-1]) + "." + deadTie(&all[limit-1]), nil
-	}
-	return all, "", nil
+	return page, next, err
 }
 
 // deadStart returns the sort key of the letter at cursor c, after which

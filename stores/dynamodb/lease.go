@@ -44,11 +44,10 @@ func (s *Store) Acquire(ctx context.Context, name, owner string, ttl time.Durati
 			"attribute_not_exists(#token) OR (#token < :lt AND (#owner = :o OR #owner = :none OR #until <= :now))",
 			":o", owner, ":lt", le.Token, ":u", s.server(le.Until), ":none", "", ":now", s.server(now))
 	}
-	var cfe *types.ConditionalCheckFailedException
-	switch {
-	case errors.As(err, &cfe) && getS(cfe.Item, "owner") == owner && getN(cfe.Item, "token") == le.Token:
+	switch cfe, held := errors.AsType[*types.ConditionalCheckFailedException](err); {
+	case held && getS(cfe.Item, "owner") == owner && getN(cfe.Item, "token") == le.Token:
 		err = nil // the SDK's retry of an update whose answer was lost: it applied
-	case errors.As(err, &cfe):
+	case held:
 		err = stores.ErrLeaseHeld
 	}
 	if err != nil {

@@ -10,16 +10,20 @@ import (
 )
 
 // lost reports whether a transaction that failed with err may have
-// committed, its answer lost: unless DynamoDB answered each attempt that
-// it refused it (4xx: a cancellation, throttling, an invalid request),
-// after a connection dropped or a timeout once the request was sent (the
-// SDK reports status 0), or a server error. The SDK's retry of an attempt
-// whose answer was lost may be refused (throttled, or in progress still):
-// the transaction is lost then too (lostError).
+// committed, its answer lost: unless each attempt was refused, after a
+// dropped connection, a timeout once the request was sent (status 0), or a
+// server error. The SDK's retry of an attempt whose answer was lost may be
+// refused (throttled, or in progress still): lost too (lostError).
 func lost(err error) bool {
-	var re *awshttp.ResponseError
-	var le *lostError
-	return errors.As(err, &le) || !errors.As(err, &re) || re.HTTPStatusCode()/100 != 4
+	_, le := errors.AsType[*lostError](err)
+	return le || !refused(err)
+}
+
+// refused reports whether DynamoDB refused the call (a 4xx answer: a
+// cancellation, throttling, an invalid request), so did not apply it.
+func refused(err error) bool {
+	re, ok := errors.AsType[*awshttp.ResponseError](err)
+	return ok && re.HTTPStatusCode()/100 == 4
 }
 
 // lostError is the error of a call that DynamoDB may have applied: one of
@@ -31,8 +35,7 @@ func (e *lostError) Error() string { return e.err.Error() }
 func (e *lostError) Unwrap() error { return e.err }
 
 // noteApplied is an option of a call that sets *maybe when one of its
-// attempts may have been applied: it ended with neither an answer nor a
-// 4xx error answer (a dropped connection, a timeout, a server error).
+// attempts may have been applied: it failed and was not refused.
 func noteApplied(maybe *bool) func(*dynamodb.Options) {
 	return func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, func(st *smithymw.Stack) error {
@@ -40,8 +43,7 @@ func noteApplied(maybe *bool) func(*dynamodb.Options) {
 				ctx context.Context, in smithymw.FinalizeInput, next smithymw.FinalizeHandler,
 			) (smithymw.FinalizeOutput, smithymw.Metadata, error) {
 				out, md, err := next.HandleFinalize(ctx, in)
-				var re *awshttp.ResponseError
-				if err != nil && (!errors.As(err, &re) || re.HTTPStatusCode()/100 != 4) {
+				if err != nil && !refused(err) {
 					*maybe = true
 				}
 				return out, md, err

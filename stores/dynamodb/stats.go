@@ -68,7 +68,7 @@ var statNames = [3]string{"l#", "b#", "d#"}
 // dead letters, and the partitions used. A transaction collects its
 // changes in them; Stats sums the session's shards in them.
 type counts struct {
-	routes map[string]*[3]int64
+	routes map[string][3]int64
 	parts  map[string]bool
 }
 
@@ -77,7 +77,7 @@ type counts struct {
 func sessionCounts(all map[string]*counts, session string) *counts {
 	c := all[session]
 	if c == nil {
-		c = &counts{routes: map[string]*[3]int64{}, parts: map[string]bool{}}
+		c = &counts{routes: map[string][3]int64{}, parts: map[string]bool{}}
 		all[session] = c
 	}
 	return c
@@ -85,10 +85,9 @@ func sessionCounts(all map[string]*counts, session string) *counts {
 
 // add adds n to count j (see statNames) of route.
 func (c *counts) add(route string, j int, n int64) {
-	if c.routes[route] == nil {
-		c.routes[route] = &[3]int64{}
-	}
-	c.routes[route][j] += n
+	v := c.routes[route]
+	v[j] += n
+	c.routes[route] = v
 }
 
 // addStats adds, per session, one update of a random stats shard: the

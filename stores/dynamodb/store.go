@@ -41,7 +41,6 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Interface guard.
 var _ stores.Store = (*Store)(nil)
 
 // doneRetention is how long the key of a delivered or dropped record is
@@ -159,8 +158,7 @@ const throttledAttempts = 3
 // reasons returns the per-item cancellation codes of a cancelled
 // transaction (nil for any other error).
 func reasons(err error) []types.CancellationReason {
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) {
+	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok {
 		return tce.CancellationReasons
 	}
 	return nil
@@ -173,12 +171,10 @@ func reasons(err error) []types.CancellationReason {
 // been applied (see lostError) is never retried: its items' conditions
 // would fail on what it did.
 func transient(err error, attempt int) bool {
-	var conflict *types.TransactionConflictException
-	var le *lostError
-	if errors.As(err, &le) {
+	if _, ok := errors.AsType[*lostError](err); ok {
 		return false
 	}
-	if errors.As(err, &conflict) {
+	if _, ok := errors.AsType[*types.TransactionConflictException](err); ok {
 		return true
 	}
 	rs := reasons(err)
@@ -197,15 +193,14 @@ func transient(err error, attempt int) bool {
 }
 
 func conditionFailed(err error) bool {
-	var cfe *types.ConditionalCheckFailedException
-	return errors.As(err, &cfe)
+	_, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
+	return ok
 }
 
 // mapErr translates DynamoDB's refusal of an item (too large, a key too
 // long) into stores.ErrInvalid; other errors pass through.
 func mapErr(err error) error {
-	var ae smithy.APIError
-	if errors.As(err, &ae) && ae.ErrorCode() == "ValidationException" {
+	if ae, ok := errors.AsType[smithy.APIError](err); ok && ae.ErrorCode() == "ValidationException" {
 		return fmt.Errorf("%w: %s", stores.ErrInvalid, ae.ErrorMessage())
 	}
 	for _, r := range reasons(err) { // a transaction cancelled for an item it cannot hold

@@ -32,8 +32,8 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 			{AttributeName: aws.String("sk"), AttributeType: types.ScalarAttributeTypeS},
 		},
 	})
-	var inUse *types.ResourceInUseException
-	if err != nil && !errors.As(err, &inUse) {
+	_, inUse := errors.AsType[*types.ResourceInUseException](err)
+	if err != nil && !inUse {
 		return fmt.Errorf("dynamodb: create table %s: %w", name, err)
 	}
 	w := dynamodb.NewTableExistsWaiter(db, func(o *dynamodb.TableExistsWaiterOptions) {
@@ -42,7 +42,7 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, name string) error {
 	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 5*time.Minute); err != nil {
 		return fmt.Errorf("dynamodb: wait for table %s: %w", name, err)
 	}
-	if inUse != nil {
+	if inUse {
 		if err := checkLayout(ctx, db, name); err != nil {
 			return err
 		}

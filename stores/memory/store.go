@@ -8,7 +8,6 @@ package memory
 import (
 	"cmp"
 	"context"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Interface guard.
 var _ stores.Store = (*Store)(nil)
 
 // doneRetention is how many tombstones (keys of delivered or dropped
@@ -203,10 +201,10 @@ func (s *Store) Claim(ctx context.Context, req stores.ClaimRequest) ([]stores.Re
 
 // Dead implements stores.Store.
 func (s *Store) Dead(ctx context.Context, q stores.DeadQuery) ([]stores.Record, string, error) {
-	afterAt, afterSeq, err := stores.ParseDeadCursor(q.After)
 	if q.ID != "" {
-		afterAt, afterSeq, err = math.MinInt64, 0, nil
+		q.After = "" // a query by ID ignores the cursor
 	}
+	afterAt, afterSeq, err := stores.ParseDeadCursor(q.After)
 	if err != nil {
 		return nil, "", err
 	}

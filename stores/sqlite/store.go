@@ -26,7 +26,6 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// Interface guard.
 var _ stores.Store = (*Store)(nil)
 
 // DefaultDoneRetention is how many tombstones a store keeps by default.
@@ -96,11 +95,7 @@ type Store struct {
 // another Store, in any process, has the file open, and refuses a file on a
 // network filesystem.
 func Open(path string, opts Options) (*Store, error) {
-	switch opts.Sync {
-	case "":
-		opts.Sync = "full"
-	case "full", "normal":
-	default:
+	if opts.Sync = cmp.Or(opts.Sync, "full"); opts.Sync != "full" && opts.Sync != "normal" {
 		return nil, fmt.Errorf("sqlite: open %s: %w: sync %q is not full or normal", path, stores.ErrInvalid, opts.Sync)
 	}
 	opts.DoneRetention = cmp.Or(opts.DoneRetention, DefaultDoneRetention)

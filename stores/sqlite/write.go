@@ -79,7 +79,7 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 		return fmt.Errorf("sqlite: write: %w", err)
 	}
 	defer s.leave()
-	w := &write{s: s, ctx: ctx, now: s.opts.Now(), leases: map[string]int64{}, counts: map[[2]string]*[3]int64{},
+	w := &write{s: s, ctx: ctx, now: s.opts.Now(), leases: map[string]int64{}, counts: map[[2]string][3]int64{},
 		seqs: make([]int64, len(b.Append)), tokens: make([]int64, len(b.Append)), stale: make([]bool, len(b.Settle))}
 	seq, tombs := s.seq, s.tombs
 	s.tomb++
@@ -112,8 +112,8 @@ type write struct {
 	s      *Store
 	ctx    context.Context
 	now    time.Time
-	leases map[string]int64        // partition lease name -> current token (0: none)
-	counts map[[2]string]*[3]int64 // session, route -> changes of live, dead, live bytes
+	leases map[string]int64       // partition lease name -> current token (0: none)
+	counts map[[2]string][3]int64 // session, route -> changes of live, dead, live bytes
 	seqs   []int64
 	tokens []int64
 	stale  []bool
@@ -180,12 +180,9 @@ func (w *write) batch(b *stores.Batch, tombs int64) error {
 // count records a change of the live and dead records and live bytes of a
 // session and route, written to the counts table at the end of the Write.
 func (w *write) count(session, route string, live, dead, bytes int64) {
-	c := w.counts[[2]string{session, route}]
-	if c == nil {
-		c = new([3]int64)
-		w.counts[[2]string{session, route}] = c
-	}
-	c[0], c[1], c[2] = c[0]+live, c[1]+dead, c[2]+bytes
+	k := [2]string{session, route}
+	c := w.counts[k]
+	w.counts[k] = [3]int64{c[0] + live, c[1] + dead, c[2] + bytes}
 }
 
 // runs calls fn(i, n) on [i, j) cut into chunks.
@@ -242,9 +239,8 @@ func (w *write) settle(i int, st *stores.Settlement) error {
 	case stores.DeadLetter:
 		var size int64
 		var ok bool
-		ok, err = s.queryRow(ctx, deadLetterQuery, []any{st.Attempts, st.ID, st.Route, st.Session,
-			nanos(st.FirstAttemptAt), st.Reason, nanos(cmp.Or(st.At, w.now)), st.Token}, &size)
-		if ok {
+		if ok, err = s.queryRow(ctx, deadLetterQuery, []any{st.Attempts, st.ID, st.Route, st.Session,
+			nanos(st.FirstAttemptAt), st.Reason, nanos(cmp.Or(st.At, w.now)), st.Token}, &size); ok {
 			n = 1
 			w.count(st.Session, st.Route, -1, 1, -size)
 		}
