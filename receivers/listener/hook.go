@@ -55,6 +55,9 @@ func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
 		ok, why = false, "client id held by another user's session"
 	}
 	if ok {
+		if tc, is := cl.Net.Conn.(*trackedConn); is {
+			tc.admitted()
+		}
 		cl.Properties.Username = []byte(identity)
 		h.l.claims[cl.ID] = cl
 		if !held {

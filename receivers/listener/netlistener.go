@@ -3,7 +3,9 @@ package listener
 import (
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +19,9 @@ import (
 //
 //   - At most maxConns connections are open, with a CONNECT or not (mochi's
 //     MaximumClients counts only clients past it); one more is closed at once.
+//     Of those, one remote address may hold at most PendingPerAddress that
+//     have not been admitted (an authenticated CONNECT): one host opening
+//     silent connections cannot keep every publisher out.
 //   - A connection must send its CONNECT (and finish its TLS handshake)
 //     within connectTimeout: mochi sets no deadline before the CONNECT, and
 //     replaces this one with the keep-alive deadline after it.
@@ -53,15 +58,20 @@ type netListener struct {
 	closed  bool
 	done    chan struct{} // closed by Close
 	conns   map[net.Conn]struct{}
+	pending map[string]int // by remote address: connections not yet admitted
 	wg      sync.WaitGroup // establish calls in progress
-	refused uint64         // connections over maxConns
+	refused uint64         // connections over maxConns or PendingPerAddress
 }
+
+// PendingPerAddress bounds the connections one remote address may hold
+// open before they are admitted (see netListener).
+const PendingPerAddress = 32
 
 var _ listeners.Listener = (*netListener)(nil)
 
 func (l *netListener) Init(*slog.Logger) error {
 	l.done = make(chan struct{})
-	l.conns = map[net.Conn]struct{}{}
+	l.conns, l.pending = map[net.Conn]struct{}{}, map[string]int{}
 	return nil
 }
 func (l *netListener) ID() string       { return l.id }
@@ -95,23 +105,27 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 		}
 		backoff, failures = 0, 0
 		_ = conn.SetDeadline(time.Now().Add(l.connectTimeout)) // the TLS handshake's writes too
-		conn = &trackedConn{Conn: conn, closed: make(chan struct{}), refuse: l.refuseConnect, writeTimeout: l.writeTimeout}
+		host, _, _ := net.SplitHostPort(conn.RemoteAddr().String())
+		tc := &trackedConn{Conn: conn, closed: make(chan struct{}), refuse: l.refuseConnect, writeTimeout: l.writeTimeout}
+		conn = tc
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
 			conn.Close()
 			return
 		}
-		if len(l.conns) >= l.maxConns {
+		if why := l.full(host); why != "" {
 			l.refused++
 			n := l.refused
 			l.mu.Unlock()
 			conn.Close()
 			if n&(n-1) == 0 {
-				l.log.Warn("connection refused: max_clients reached", "max_clients", l.maxConns, "remote", conn.RemoteAddr().String(), "count", n)
+				l.log.Warn("connection refused: "+why, "max_clients", l.maxConns, "remote", conn.RemoteAddr().String(), "count", n)
 			}
 			continue
 		}
+		l.pending[host]++
+		tc.admit = func() { l.admitted(host) }
 		l.conns[conn] = struct{}{}
 		l.wg.Add(1)
 		l.mu.Unlock()
@@ -124,6 +138,28 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 			l.mu.Unlock()
 		}()
 	}
+}
+
+// full says why a connection from host is refused, "" when it is not.
+// Call it holding mu.
+func (l *netListener) full(host string) string {
+	switch {
+	case len(l.conns) >= l.maxConns:
+		return "max_clients reached"
+	case l.pending[host] >= PendingPerAddress:
+		return "its address holds too many connections that have not sent an accepted CONNECT"
+	}
+	return ""
+}
+
+// admitted ends the count of one of host's connections as pending: it was
+// admitted, or closed.
+func (l *netListener) admitted(host string) {
+	l.mu.Lock()
+	if l.pending[host]--; l.pending[host] <= 0 {
+		delete(l.pending, host)
+	}
+	l.mu.Unlock()
 }
 
 // Close stops accepting, disconnects the clients mochi knows (server
@@ -146,10 +182,11 @@ func (l *netListener) Close(listeners.CloseFn) {
 		}
 	}
 	l.mu.Lock()
-	for c := range l.conns {
+	conns := slices.Collect(maps.Keys(l.conns))
+	l.mu.Unlock()
+	for _, c := range conns {
 		c.Close()
 	}
-	l.mu.Unlock()
 	l.wg.Wait()
 }
 
@@ -185,8 +222,19 @@ type trackedConn struct {
 	closed chan struct{}
 	head   []byte // the first packet's fixed header so far; nil once checked
 	refuse func(c net.Conn, announced int)
+	admit  func() // once, when admitted or closed; nil: not counted as pending
+	admits sync.Once
 
 	writeTimeout time.Duration
+}
+
+// admitted ends the connection's count as pending.
+func (c *trackedConn) admitted() {
+	c.admits.Do(func() {
+		if c.admit != nil {
+			c.admit()
+		}
+	})
 }
 
 // SetDeadline sets the read deadline only (mochi's keep-alive, which would
@@ -237,5 +285,6 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 
 func (c *trackedConn) Close() error {
 	c.once.Do(func() { close(c.closed) })
+	c.admitted()
 	return c.Conn.Close()
 }

@@ -2,8 +2,11 @@ package listener
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -127,4 +130,35 @@ func (l smallSendBuffers) Accept() (net.Conn, error) {
 		_ = tc.SetWriteBuffer(4096)
 	}
 	return c, err
+}
+
+// TestListener_OneAddressCannotHoldEveryConnection: one host opening
+// max_clients silent connections (no CONNECT) kept every publisher out
+// until connect_timeout, again and again. An address may hold at most
+// PendingPerAddress connections that have not been admitted; admitted ones
+// do not count, so one host may still connect many publishers.
+func TestListener_OneAddressCannotHoldEveryConnection(t *testing.T) {
+	t.Parallel()
+	const maxClients = 80
+	b := setup(t, testsink.New(true), func(o *Options) { o.MaxClients = maxClients; o.ConnectTimeout = time.Minute })
+	addr := strings.TrimPrefix(b.url, "tcp://")
+	attacker := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	var silent []net.Conn
+	for range maxClients {
+		c, err := attacker.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
+	closedByServer(t, silent[maxClients-1]) // over PendingPerAddress: refused
+	for i := range maxClients - PendingPerAddress - 8 {
+		publisher(t, b.url, func(o *paho.ClientOptions) { o.SetClientID(fmt.Sprintf("pub-%d", i)) })
+	}
+	// The attacker's first connections are still held: they count.
+	_ = silent[0].SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := silent[0].Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the first silent connection was closed (%v): want it held until connect_timeout", err)
+	}
 }
