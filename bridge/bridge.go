@@ -1,11 +1,9 @@
 // Package bridge wires a loaded configuration into a running bridge:
 // receivers feed an ingest sink that matches routes, runs their processors
-// and delivers each message either while holding the source (direct_hold)
-// or through the outbox (shared_outbox): one writer group-commits the
-// appends and the drainers' settlements, and one drainer group per session
-// delivers. It also runs the admin HTTP server (/healthz, /readyz,
-// /metrics, the API and console) and owns the shutdown order. See
-// DESIGN.md §1–5 and the README section "operations".
+// and delivers each message while holding the source (direct_hold) or
+// through the outbox, where one writer group-commits appends and
+// settlements and one drainer group per session delivers. It also runs the
+// admin HTTP server and owns the shutdown order (DESIGN.md §1–5).
 package bridge
 
 import (
@@ -66,8 +64,7 @@ type Bridge struct {
 	ops     *admin.Handler        // the admin API and console
 
 	// mu serialises reloads with each other and with Run's start and
-	// shutdown; under it, running says a reload may start components, with
-	// the contexts, wait groups and failure handler Run set.
+	// shutdown; running says a reload may start components with what Run set.
 	mu                  sync.Mutex
 	running             bool
 	ingestCtx, drainCtx context.Context
@@ -75,9 +72,7 @@ type Bridge struct {
 	fail                func(error)
 	reloading           atomic.Bool // a Reload holds mu
 
-	// holdCtx bounds direct sends; it is cancelled only when the shutdown
-	// deadline passes.
-	holdCtx    context.Context
+	holdCtx    context.Context // bounds direct sends; cancelled at the shutdown deadline
 	holdCancel context.CancelFunc
 
 	lastSent  sync.Map      // session -> time.Time of the last successful send, for stall detection
@@ -112,8 +107,7 @@ func New(cfg *routes.Config, opts Options) (*Bridge, error) {
 	}
 	b.holdCtx, b.holdCancel = context.WithCancel(context.Background())
 	if err := b.build(reg); err != nil {
-		b.holdCancel()
-		b.closeAll()
+		b.Close()
 		return nil, err
 	}
 	return b, nil
@@ -161,8 +155,7 @@ func (b *Bridge) build(reg prometheus.Registerer) error {
 // shutdown, the first part's failure, or ErrShutdownTimeout, naming the
 // step it was still waiting for, when parts still ran 5s after the timeout.
 func (b *Bridge) Run(ctx context.Context) error {
-	defer b.closeAll()
-	defer b.holdCancel()
+	defer b.Close()
 	if b.writer != nil {
 		defer b.writer.abort()
 	}
@@ -269,12 +262,12 @@ func (b *Bridge) Run(ctx context.Context) error {
 	return failed
 }
 
-// hardStopGrace is how long Run waits past shutdown_timeout, after
-// cancelling everything, before it gives up on parts that ignore it.
+// hardStopGrace is how long Run waits past shutdown_timeout for parts that
+// ignore their cancellation.
 const hardStopGrace = 5 * time.Second
 
-// ErrShutdownTimeout is returned by Run when parts were still running
-// shutdown_timeout plus a grace period after shutdown began.
+// ErrShutdownTimeout is returned by Run when parts still ran
+// shutdown_timeout plus hardStopGrace after shutdown began.
 var ErrShutdownTimeout = errors.New("bridge: shutdown timed out")
 
 // Close releases what New opened (the store, the senders, the admin
@@ -284,8 +277,7 @@ func (b *Bridge) Close() {
 	b.closeAll()
 }
 
-// closeAll closes the senders, the store and the admin listener; it is
-// safe to call more than once.
+// closeAll closes what Close does; it is safe to call more than once.
 func (b *Bridge) closeAll() {
 	b.closeOnce.Do(func() {
 		var errs []error
