@@ -22,11 +22,8 @@ import (
 	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
-// This file maps config types to the backend packages.
-
-// SQLiteOptions maps a SQLite store's config (defaults applied by routes)
-// to its options, for the bridge and the CLI: a done_retention of 0 keeps
-// no tombstones.
+// SQLiteOptions maps a SQLite store's config to its options, for the
+// bridge and the CLI: a done_retention of 0 keeps no tombstones.
 func SQLiteOptions(c routes.StoreConfig) sqlite.Options {
 	o := sqlite.Options{Sync: c.Options.Sync, DoneRetention: c.Options.DoneRetention}
 	if o.DoneRetention == 0 {

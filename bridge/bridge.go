@@ -115,16 +115,13 @@ func New(cfg *routes.Config, opts Options) (*Bridge, error) {
 
 // build constructs the parts; on error the caller closes what was built.
 func (b *Bridge) build(reg prometheus.Registerer) error {
-	read := func(context.Context) ([]stores.SessionStats, error) { return nil, nil }
+	b.limits = newAdmission(func(context.Context) ([]stores.SessionStats, error) { return nil, nil })
 	if oc := b.cfg.Stores.Outbox; oc != nil {
 		st, err := openStoreBackend(*oc)
 		if err != nil {
 			return fmt.Errorf("bridge: open outbox store: %w", err)
 		}
-		b.store, read = st, st.Stats
-	}
-	b.limits = newAdmission(read)
-	if b.store != nil {
+		b.store, b.limits.read = st, st.Stats
 		b.writer = newWriter(b.store, b.metrics, b.base, b.limits)
 		b.writer.drained = b.drained
 	}

@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -211,13 +210,9 @@ func (h *holder) heldSince() time.Time {
 // stays unacknowledged).
 func (h *holder) deliver(env *message.Envelope, received message.Envelope) string {
 	b, r := h.b, h.r
-	log := func() *slog.Logger { return b.log.With("route", r.id, "record_id", env.ID) } // built only when needed: With costs
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	for attempt := 1; ; attempt++ {
-		if !h.waitProbe() {
-			log().Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
-			return ""
-		}
+	attempt := 1
+	for ; h.waitProbe(); attempt++ {
 		class, retryAfter, err := b.sendDirect(r, env, r.policy.SendTimeout)
 		switch class {
 		case senders.OK:
@@ -237,12 +232,14 @@ func (h *holder) deliver(env *message.Envelope, received message.Envelope) strin
 		}
 		b.metrics.retried.WithLabelValues(r.id, class.String()).Inc()
 		wait := time.Until(r.policy.Backoff.Next(time.Now(), attempt, retryAfter, rnd))
-		log().Debug("send failed; retrying while holding the source", "attempt", attempt, "error", err, "retry_in", wait)
+		b.log.Debug("send failed; retrying while holding the source",
+			"route", r.id, "record_id", env.ID, "attempt", attempt, "error", err, "retry_in", wait)
 		if !sleep(r.quit, wait) {
-			log().Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
-			return ""
+			break
 		}
 	}
+	b.log.Info("shutdown: message left unacknowledged for redelivery", "route", r.id, "record_id", env.ID, "attempt", attempt)
+	return ""
 }
 
 // sendDirect makes one send of env on r within timeout (cut short when r's

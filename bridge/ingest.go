@@ -60,25 +60,6 @@ var _ receivers.Sink = (*ingest)(nil)
 // settleFunc is called once a route has settled a message (receivers.Outcome*).
 type settleFunc func(outcome string)
 
-// settler calls done when the last of n deliveries settles; it keeps the
-// outcome of the first route, which Report gets.
-type settler struct {
-	left  atomic.Int32
-	done  func()
-	first atomic.Pointer[string]
-}
-
-func (s *settler) route(first bool) settleFunc {
-	return func(outcome string) {
-		if first {
-			s.first.Store(&outcome)
-		}
-		if s.left.Add(-1) == 0 {
-			s.done()
-		}
-	}
-}
-
 // Accept implements receivers.Sink. It blocks while a route's session is
 // at its limits or a direct_hold route has max_in_flight sends out, and
 // returns early, without calling done (so the message is not acknowledged
@@ -104,13 +85,16 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		}
 	}
 	in.mu.RUnlock()
+	// settled runs once the last matched route settles; Report gets the
+	// first route's ID and outcome.
 	var firstID string
-	s := &settler{}
-	s.done = func() {
+	var first atomic.Pointer[string]
+	var left atomic.Int32
+	settled := func() {
 		mt.acked.WithLabelValues(in.receiver).Inc()
 		if m.Report != nil {
 			outcome := receivers.OutcomeUnrouted
-			if o := s.first.Load(); o != nil {
+			if o := first.Load(); o != nil {
 				outcome = *o
 			}
 			m.Report(receivers.Settled{ID: firstID, Outcome: outcome})
@@ -119,7 +103,7 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 	}
 	if len(matched) == 0 {
 		mt.unmatched.WithLabelValues(in.receiver).Inc()
-		s.done()
+		settled()
 		return
 	}
 	var tooLarge string
@@ -127,7 +111,7 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		tooLarge = fmt.Sprintf("%s: %d bytes, sha256 %s; the first %d bytes are kept",
 			receivers.ReasonPayloadTooLarge, m.Size, m.SHA256, len(m.Payload))
 	}
-	s.left.Store(int32(len(matched)))
+	left.Store(int32(len(matched)))
 	for i, r := range matched {
 		env := message.Envelope{ID: m.ID, Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, QoS: m.QoS, ReceivedAt: m.ReceivedAt}
 		if env.ID == "" {
@@ -137,7 +121,14 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		if i == 0 {
 			firstID, id = env.ID, &firstID
 		}
-		ok := in.b.dispatch(ctx, r, env, id, tooLarge, s.route(i == 0))
+		ok := in.b.dispatch(ctx, r, env, id, tooLarge, func(outcome string) {
+			if i == 0 {
+				first.Store(&outcome)
+			}
+			if left.Add(-1) == 0 {
+				settled()
+			}
+		})
 		r.busy.Done()
 		if !ok {
 			for _, r := range matched[i+1:] {
