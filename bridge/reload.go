@@ -49,6 +49,9 @@ func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 		err = b.quiesce(ctx, old, p, leaving)
 	}
 	if err != nil {
+		for _, rc := range old.receivers {
+			rc.in.release() // held by quiesce
+		}
 		p.discard(old)
 		return err
 	}
@@ -71,8 +74,8 @@ func leavingRoutes(old, p *parts) map[string]*route {
 // quiesce makes the leaving routes deliver, under the old configuration,
 // every message they took (DESIGN.md §11.5: nothing may reach a drainer
 // that does not know its route). Their receivers hold new messages until
-// apply (or a refusal) releases them; the writer commits what the routes
-// took and the old drainers deliver it. What is still taken in or pending
+// apply (or Reload, refusing) releases them; the writer commits what the
+// routes took and the old drainers deliver it. What is still taken in or pending
 // at shutdown_timeout refuses the reload.
 func (b *Bridge) quiesce(ctx context.Context, old, p *parts, leaving map[string]*route) error {
 	if len(leaving) == 0 {
@@ -90,9 +93,6 @@ func (b *Bridge) quiesce(ctx context.Context, old, p *parts, leaving map[string]
 		if !settled(wait, &r.busy) {
 			// A message still taken in could be committed after the last
 			// look below, for a drainer that no longer knows it.
-			for _, rc := range old.receivers {
-				rc.in.release()
-			}
 			return fmt.Errorf("%w: route %s is still taking a message in after %s (is its outbox full?): keep the route until it is delivered",
 				ErrRefused, r.id, timeout)
 		}
@@ -116,9 +116,6 @@ func (b *Bridge) quiesce(ctx context.Context, old, p *parts, leaving map[string]
 	}
 	if why == nil {
 		return nil
-	}
-	for _, rc := range old.receivers {
-		rc.in.release()
 	}
 	return fmt.Errorf("%w: %w, still pending after %s: keep the route until they are delivered", ErrRefused, why, timeout)
 }
