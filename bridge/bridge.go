@@ -145,12 +145,11 @@ func (b *Bridge) build(reg prometheus.Registerer) error {
 }
 
 // Run starts every part and blocks until ctx is done or a part fails. Then
-// it shuts down in the order below, bounded by bridge.shutdown_timeout:
-// when it passes, what still runs is cancelled (an unacknowledged message
-// is redelivered later; nothing acknowledged is lost). A reload in progress
-// finishes first, within that bound. Run returns nil after a clean
-// shutdown, the first part's failure, or ErrShutdownTimeout, naming the
-// step it was still waiting for, when parts still ran 5s after the timeout.
+// it shuts down in the order below, bounded by bridge.shutdown_timeout,
+// after which what still runs is cancelled (nothing acknowledged is lost).
+// A reload in progress finishes first. Run returns nil after a clean
+// shutdown, the first part's failure, or ErrShutdownTimeout naming the
+// step it waited for.
 func (b *Bridge) Run(ctx context.Context) error {
 	defer b.Close()
 	if b.writer != nil {

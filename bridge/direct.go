@@ -69,9 +69,8 @@ func newLanes(r *route, inUse prometheus.Gauge) lanes {
 }
 
 // start runs fn once no message of key is ahead of it, in a goroutine
-// holding a slot; when r quits first, fn does not run (the message stays
-// unacknowledged). It returns false when ctx ended before the message was
-// taken: while it waited for a slot, with no message of its key ahead.
+// holding a slot; when r quits first, fn does not run. It returns false
+// when ctx ended while it waited for a slot (the message was not taken).
 func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool {
 	if key != "" {
 		l.mu.Lock()
@@ -93,9 +92,8 @@ func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool
 	return true
 }
 
-// acquire waits for a goroutine (or done) and hands it the delivery of fn
-// and of the messages of key queued behind it. It reports false when done
-// ended first.
+// acquire waits for a goroutine and hands it fn and the messages queued
+// behind it on key; false when done was closed first.
 func (l *lanes) acquire(done <-chan struct{}, r *route, key string, fn func()) bool {
 	var w chan func() // an idle goroutine's; nil: start one
 	select {
@@ -206,8 +204,7 @@ func (h *holder) heldSince() time.Time {
 }
 
 // deliver sends env until the target accepts it or it fails permanently,
-// and returns the outcome; "" when shutdown interrupted it (the source
-// stays unacknowledged).
+// and returns the outcome; "" when shutdown interrupted it.
 func (h *holder) deliver(env *message.Envelope, received message.Envelope) string {
 	b, r := h.b, h.r
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))

@@ -96,9 +96,9 @@ func (w *writer) Settle(s stores.Settlement) {
 	w.signal()
 }
 
-// Flush implements drainer.Settler: it returns once the batch that will
-// carry everything queued now is written (with nothing queued, the batch
-// being written, if any), or at once when the writer was aborted.
+// Flush implements drainer.Settler: it returns once everything queued now
+// (or, with nothing queued, the batch being written) is written, or when
+// the writer was aborted.
 func (w *writer) Flush(ctx context.Context) error {
 	w.mu.Lock()
 	n := w.queued
