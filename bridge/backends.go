@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -25,11 +26,7 @@ import (
 // SQLiteOptions maps a SQLite store's config to its options, for the
 // bridge and the CLI: a done_retention of 0 keeps no tombstones.
 func SQLiteOptions(c routes.StoreConfig) sqlite.Options {
-	o := sqlite.Options{Sync: c.Options.Sync, DoneRetention: c.Options.DoneRetention}
-	if o.DoneRetention == 0 {
-		o.DoneRetention = -1
-	}
-	return o
+	return sqlite.Options{Sync: c.Options.Sync, DoneRetention: cmp.Or(c.Options.DoneRetention, -1)}
 }
 
 // openStoreBackend opens the outbox store c names. DynamoDB tables are

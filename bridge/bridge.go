@@ -7,6 +7,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,23 +87,14 @@ type Bridge struct {
 // anything. cfg must come from routes.Load (defaults applied, no errors).
 // A Bridge that New returned must be Run, or its resources are leaked.
 func New(cfg *routes.Config, opts Options) (*Bridge, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	reg := opts.Registerer
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	if opts.Stdout == nil {
-		opts.Stdout = os.Stdout
-	}
+	log := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	reg := cmp.Or[prometheus.Registerer](opts.Registerer, prometheus.NewRegistry())
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: register metrics: %w", err)
 	}
 	b := &Bridge{
-		cfg: cfg, log: log.With("component", "bridge"), base: log, stdout: opts.Stdout, metrics: m,
+		cfg: cfg, log: log.With("component", "bridge"), base: log, stdout: cmp.Or[io.Writer](opts.Stdout, os.Stdout), metrics: m,
 		owner: ownerName(cfg.Bridge.ID), journal: admin.NewJournal(0), clock: stores.NewClock(nil),
 	}
 	b.holdCtx, b.holdCancel = context.WithCancel(context.Background())
