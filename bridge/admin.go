@@ -19,11 +19,9 @@ import (
 )
 
 // openAdmin builds the admin handler: /healthz, /readyz and /metrics (open,
-// and free of secrets), and the admin API and console (package admin,
-// guarded by its Host check and token), plus what other parts register
-// with HandleMutating. Unless bridge.admin.listen is "", it
-// opens the listener (so that AdminAddr is known before Run). /metrics
-// serves gather.
+// and free of secrets), and the admin API and console (guarded by package
+// admin). Unless bridge.admin.listen is "", it opens the listener, so that
+// AdminAddr is known before Run.
 func (b *Bridge) openAdmin(gather prometheus.Gatherer) error {
 	a := b.cfg.Bridge.Admin
 	opts := admin.Options{Journal: b.journal, Token: a.Token.Reveal(), AllowedHosts: a.AllowedHosts, Logger: b.base, Listen: *a.Listen}
@@ -91,9 +89,6 @@ func (b *Bridge) serveAdmin(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	// A stalled client is let go: headers within 10 s, the request within
-	// 30 s, an answer it does not read after 30 s, an idle keep-alive
-	// connection after 2 minutes.
 	srv := admin.NewServer(b.mux, admin.DefaultTimeouts)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(b.adminLn) }()
@@ -125,7 +120,6 @@ func (b *Bridge) HandleMutating(pattern string, h http.Handler) {
 	b.mux.Handle(pattern, b.ops)
 }
 
-// Store returns the outbox store the bridge opened (nil when the config has
-// none), for admin endpoints registered with HandleMutating. It
-// is closed when Run returns.
+// Store returns the outbox store (nil when the config has none), for admin
+// endpoints registered with HandleMutating. Run closes it.
 func (b *Bridge) Store() stores.Store { return b.store }

@@ -19,17 +19,15 @@ const refreshWhileBlocked = 100 * time.Millisecond
 // admission keeps each session under its max_outbox_depth and
 // max_outbox_bytes and each route under its max_dead_letters (DESIGN.md
 // §1.3, §11.1, §11.8): ingest waits in admit while a limit is reached, so
-// the receivers stop acknowledging and the broker's flow control pushes
-// back. Counts are the store's (Stats, re-read every second and while
-// someone waits) plus what this process wrote since, plus what it admitted
-// and has not written yet.
+// the broker's flow control pushes back. Counts are the store's (re-read
+// every second and while someone waits) plus what this process wrote or
+// admitted since.
 type admission struct {
 	read func(ctx context.Context) ([]stores.SessionStats, error)
 
-	// io orders a refresh's read of the store with the writer's writes:
-	// the writer holds it from a Write until its effects are counted, so a
-	// read never sees a write that the counts do not show yet (or the
-	// reverse). Taken before mu.
+	// io orders a refresh's read of the store with the writer's writes: the
+	// writer holds it from a Write until its effects are counted, so a read
+	// never sees a write the counts do not show yet. Taken before mu.
 	io sync.Mutex
 
 	mu       sync.Mutex
@@ -42,17 +40,13 @@ type admission struct {
 
 // tally is what one session or route holds against its limits.
 type tally struct {
-	max      int
-	maxBytes int64
-	n        int
-	bytes    int64
-	// unwritten counts the records admitted and not written yet: a
-	// refresh adds them to the store's counts.
-	unwritten      int
+	max            int
+	maxBytes       int64
+	n              int
+	bytes          int64
+	unwritten      int // admitted, not written yet: a refresh adds them to the store's counts
 	unwrittenBytes int64
-	// waitedTo is how far the time ingest waited at this limit has been
-	// counted: several waiters count each moment once.
-	waitedTo time.Time
+	waitedTo       time.Time // how far waiting at this limit is counted: each moment once
 }
 
 func (t *tally) full() bool { return t.n >= t.max || t.bytes >= t.maxBytes }
@@ -81,12 +75,11 @@ func (a *admission) configure(p *parts) {
 	a.notify()
 }
 
-// admit waits until rec fits: a live record under its session's limits, a
-// dead letter under its route's max_dead_letters. It reserves the room and
-// reports false, reserving nothing, when ctx ended first. While it waits it
-// tells blocked (when not nil), at least every refreshWhileBlocked, how
-// much longer ingest waited at this limit, each moment once however many
-// wait (gobridge_outbox_backpressure_seconds_total rises during the wait).
+// admit waits until rec fits under its session's (or, a dead letter, its
+// route's) limits and reserves the room; it reports false, reserving
+// nothing, when ctx ended first. While it waits it tells blocked (when not
+// nil), at least every refreshWhileBlocked, how much longer ingest waited
+// at this limit, each moment once however many wait.
 func (a *admission) admit(ctx context.Context, rec *stores.Record, blocked func(time.Duration)) bool {
 	var waiting time.Time // when this call began to wait
 	for {
@@ -98,8 +91,11 @@ func (a *admission) admit(ctx context.Context, rec *stores.Record, blocked func(
 		}
 		var waited time.Duration
 		if now := time.Now(); t != nil && !waiting.IsZero() {
-			waited = now.Sub(later(waiting, t.waitedTo))
-			t.waitedTo = now
+			from := waiting
+			if t.waitedTo.After(from) {
+				from = t.waitedTo
+			}
+			waited, t.waitedTo = now.Sub(from), now
 		} else if !ok {
 			waiting = now
 		}
@@ -127,14 +123,6 @@ func (a *admission) admit(ctx context.Context, rec *stores.Record, blocked func(
 	}
 }
 
-// later is the later of two times.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
 // tallyOf is what rec counts against: its route's dead letters, or its
 // session's live records (nil: not limited here).
 func (a *admission) tallyOf(rec *stores.Record) *tally {
@@ -159,10 +147,9 @@ func (a *admission) add(rec *stores.Record, n, unwritten int) {
 	}
 }
 
-// written notes that the store has answered for an admitted record rec:
-// it holds it now as stored (its truncated dead letter, when the store
-// refused it), or, with stored nil, not at all (a duplicate, absorbed, or
-// refused), and its room is given back. The writer calls it holding io.
+// written notes the store's answer for an admitted record rec: it holds it
+// now as stored (maybe its truncated dead letter), or, with stored nil, not
+// at all. The writer calls it holding io.
 func (a *admission) written(rec, stored *stores.Record) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -207,9 +194,9 @@ func (a *admission) settled(ss []stores.Settlement) {
 }
 
 // refresh re-reads the store's counts and adds what is admitted and not
-// written yet. It waits while the writer is writing; with try, it skips
-// the read then instead (the writer may retry a failing store for long:
-// the monitor must not stall), and the next one will do.
+// written yet. It waits while the writer writes; with try it skips the read
+// instead (the writer may retry a failing store for long: the monitor must
+// not stall).
 func (a *admission) refresh(ctx context.Context, try bool) {
 	a.mu.Lock()
 	a.lastRead = time.Now()
@@ -286,9 +273,8 @@ func (a *admission) full() (sessions, routes []string) {
 	return fulls(a.sessions), fulls(a.routes)
 }
 
-// refusedRecord notes, for /readyz, that route has a record the store
-// refused even as a truncated dead letter (left unacknowledged), or whose
-// outcome it refused (left claimed): err says which.
+// refusedRecord notes, for /readyz, that the store refused a record of
+// route even as a truncated dead letter, or refused its outcome.
 func (a *admission) refusedRecord(route string, err error) {
 	a.mu.Lock()
 	a.refused[route] = err.Error()

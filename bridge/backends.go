@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -22,17 +23,10 @@ import (
 	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
-// This file maps config types to the backend packages.
-
-// SQLiteOptions maps a SQLite store's config (defaults applied by routes)
-// to its options, for the bridge and the CLI: a done_retention of 0 keeps
-// no tombstones.
+// SQLiteOptions maps a SQLite store's config to its options, for the
+// bridge and the CLI: a done_retention of 0 keeps no tombstones.
 func SQLiteOptions(c routes.StoreConfig) sqlite.Options {
-	o := sqlite.Options{Sync: c.Options.Sync, DoneRetention: c.Options.DoneRetention}
-	if o.DoneRetention == 0 {
-		o.DoneRetention = -1
-	}
-	return o
+	return sqlite.Options{Sync: c.Options.Sync, DoneRetention: cmp.Or(c.Options.DoneRetention, -1)}
 }
 
 // openStoreBackend opens the outbox store c names. DynamoDB tables are

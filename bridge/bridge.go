@@ -1,14 +1,13 @@
 // Package bridge wires a loaded configuration into a running bridge:
 // receivers feed an ingest sink that matches routes, runs their processors
-// and delivers each message either while holding the source (direct_hold)
-// or through the outbox (shared_outbox): one writer group-commits the
-// appends and the drainers' settlements, and one drainer group per session
-// delivers. It also runs the admin HTTP server (/healthz, /readyz,
-// /metrics, the API and console) and owns the shutdown order. See
-// DESIGN.md §1–5 and the README section "operations".
+// and delivers each message while holding the source (direct_hold) or
+// through the outbox, where one writer group-commits appends and
+// settlements and one drainer group per session delivers. It also runs the
+// admin HTTP server and owns the shutdown order (DESIGN.md §1–5).
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,8 +65,7 @@ type Bridge struct {
 	ops     *admin.Handler        // the admin API and console
 
 	// mu serialises reloads with each other and with Run's start and
-	// shutdown; under it, running says a reload may start components, with
-	// the contexts, wait groups and failure handler Run set.
+	// shutdown; running says a reload may start components with what Run set.
 	mu                  sync.Mutex
 	running             bool
 	ingestCtx, drainCtx context.Context
@@ -75,9 +73,7 @@ type Bridge struct {
 	fail                func(error)
 	reloading           atomic.Bool // a Reload holds mu
 
-	// holdCtx bounds direct sends; it is cancelled only when the shutdown
-	// deadline passes.
-	holdCtx    context.Context
+	holdCtx    context.Context // bounds direct sends; cancelled at the shutdown deadline
 	holdCancel context.CancelFunc
 
 	lastSent  sync.Map      // session -> time.Time of the last successful send, for stall detection
@@ -91,29 +87,19 @@ type Bridge struct {
 // anything. cfg must come from routes.Load (defaults applied, no errors).
 // A Bridge that New returned must be Run, or its resources are leaked.
 func New(cfg *routes.Config, opts Options) (*Bridge, error) {
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	reg := opts.Registerer
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
-	if opts.Stdout == nil {
-		opts.Stdout = os.Stdout
-	}
+	log := cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	reg := cmp.Or[prometheus.Registerer](opts.Registerer, prometheus.NewRegistry())
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: register metrics: %w", err)
 	}
 	b := &Bridge{
-		cfg: cfg, log: log.With("component", "bridge"), base: log, stdout: opts.Stdout, metrics: m,
+		cfg: cfg, log: log.With("component", "bridge"), base: log, stdout: cmp.Or[io.Writer](opts.Stdout, os.Stdout), metrics: m,
 		owner: ownerName(cfg.Bridge.ID), journal: admin.NewJournal(0), clock: stores.NewClock(nil),
 	}
 	b.holdCtx, b.holdCancel = context.WithCancel(context.Background())
 	if err := b.build(reg); err != nil {
-		b.holdCancel()
-		b.closeAll()
+		b.Close()
 		return nil, err
 	}
 	return b, nil
@@ -121,16 +107,13 @@ func New(cfg *routes.Config, opts Options) (*Bridge, error) {
 
 // build constructs the parts; on error the caller closes what was built.
 func (b *Bridge) build(reg prometheus.Registerer) error {
-	read := func(context.Context) ([]stores.SessionStats, error) { return nil, nil }
+	b.limits = newAdmission(func(context.Context) ([]stores.SessionStats, error) { return nil, nil })
 	if oc := b.cfg.Stores.Outbox; oc != nil {
 		st, err := openStoreBackend(*oc)
 		if err != nil {
 			return fmt.Errorf("bridge: open outbox store: %w", err)
 		}
-		b.store, read = st, st.Stats
-	}
-	b.limits = newAdmission(read)
-	if b.store != nil {
+		b.store, b.limits.read = st, st.Stats
 		b.writer = newWriter(b.store, b.metrics, b.base, b.limits)
 		b.writer.drained = b.drained
 	}
@@ -154,15 +137,13 @@ func (b *Bridge) build(reg prometheus.Registerer) error {
 }
 
 // Run starts every part and blocks until ctx is done or a part fails. Then
-// it shuts down in the order below, bounded by bridge.shutdown_timeout:
-// when it passes, what still runs is cancelled (an unacknowledged message
-// is redelivered later; nothing acknowledged is lost). A reload in progress
-// finishes first, within that bound. Run returns nil after a clean
-// shutdown, the first part's failure, or ErrShutdownTimeout, naming the
-// step it was still waiting for, when parts still ran 5s after the timeout.
+// it shuts down in the order below, bounded by bridge.shutdown_timeout,
+// after which what still runs is cancelled (nothing acknowledged is lost).
+// A reload in progress finishes first. Run returns nil after a clean
+// shutdown, the first part's failure, or ErrShutdownTimeout naming the
+// step it waited for.
 func (b *Bridge) Run(ctx context.Context) error {
-	defer b.closeAll()
-	defer b.holdCancel()
+	defer b.Close()
 	if b.writer != nil {
 		defer b.writer.abort()
 	}
@@ -269,12 +250,12 @@ func (b *Bridge) Run(ctx context.Context) error {
 	return failed
 }
 
-// hardStopGrace is how long Run waits past shutdown_timeout, after
-// cancelling everything, before it gives up on parts that ignore it.
+// hardStopGrace is how long Run waits past shutdown_timeout for parts that
+// ignore their cancellation.
 const hardStopGrace = 5 * time.Second
 
-// ErrShutdownTimeout is returned by Run when parts were still running
-// shutdown_timeout plus a grace period after shutdown began.
+// ErrShutdownTimeout is returned by Run when parts still ran
+// shutdown_timeout plus hardStopGrace after shutdown began.
 var ErrShutdownTimeout = errors.New("bridge: shutdown timed out")
 
 // Close releases what New opened (the store, the senders, the admin
@@ -284,8 +265,7 @@ func (b *Bridge) Close() {
 	b.closeAll()
 }
 
-// closeAll closes the senders, the store and the admin listener; it is
-// safe to call more than once.
+// closeAll closes what Close does; it is safe to call more than once.
 func (b *Bridge) closeAll() {
 	b.closeOnce.Do(func() {
 		var errs []error

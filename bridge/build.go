@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"maps"
 	"sync"
 	"time"
@@ -19,8 +20,7 @@ import (
 )
 
 // route is one configured route, ready to take messages. A reload keeps
-// it while its config and its sender's stay the same; otherwise a new route
-// of the same id replaces it.
+// it while its config and its sender's stay the same.
 type route struct {
 	cfg    routes.RouteConfig
 	id     string
@@ -30,8 +30,7 @@ type route struct {
 	chain  *processors.Chain // runs the processors and sets the ordering key
 	// maxPayload is its receiver's max_payload_bytes: no transform makes more.
 	maxPayload int
-	// session and partitions: where the route keeps its records (see home).
-	session    string
+	session    string // where the route keeps its records (see home)
 	partitions int
 	dlq        bool      // failures are dead-lettered (else dropped)
 	hold       *holder   // direct_hold only
@@ -44,13 +43,11 @@ type route struct {
 	// deliveries in progress; a reload waits for it before the route's
 	// successor takes messages.
 	busy sync.WaitGroup
-	// workers counts the goroutines of its lanes (direct sends), which
-	// return once quit is closed.
+	// workers counts its lanes' goroutines, which return once quit is closed.
 	workers sync.WaitGroup
-	// ready, when not nil (a route a reload built to replace a route, or
-	// into a running session), is closed once the route it replaces has
-	// settled what it held and its session's new drainer, which knows it,
-	// runs: until then dispatch waits.
+	// ready, when not nil (a route a reload built), is closed once the route
+	// it replaces has settled what it held and its session's new drainer,
+	// which knows it, runs: until then dispatch waits.
 	ready chan struct{}
 	// quit is closed when the route stops retrying (shutdown, or a reload
 	// that gave up waiting): what it holds stays unacknowledged. ctx bounds
@@ -109,8 +106,7 @@ type recv struct {
 // homePrefix starts the session names of direct_hold routes (see home).
 const homePrefix = "~"
 
-// home says where route rc keeps its records, and from where they are
-// replayed once requeued: a shared_outbox or direct_or_outbox route in its
+// home says where route rc keeps its records: an outbox route in its
 // session, a direct_hold route's ingest dead letters in the session "~" +
 // its id (one partition).
 func home(rc routes.RouteConfig) (session string, partitions int) {
@@ -151,7 +147,7 @@ func (b *Bridge) newSender(sc routes.SenderConfig, maxInFlight int) (*sender, er
 
 // close closes the sender's backend, if it can be closed.
 func (s *sender) close() error {
-	if c, ok := s.Sender.(interface{ Close() error }); ok {
+	if c, ok := s.Sender.(io.Closer); ok {
 		return c.Close()
 	}
 	return nil
@@ -176,7 +172,7 @@ func (b *Bridge) newRoute(rc routes.RouteConfig, s *sender, maxPayload int) (*ro
 	r.chain = ch
 	r.session, r.partitions = home(rc)
 	mode := rc.DeliveryMode
-	if mode != routes.SharedOutbox { // it sends directly
+	if mode != routes.SharedOutbox {
 		r.sent, r.sendSeconds = b.metrics.sent.WithLabelValues(rc.ID), b.metrics.sendSeconds.WithLabelValues(rc.ID)
 	}
 	switch mode {

@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -14,18 +13,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// holder delivers a direct_hold route's messages: it sends each one while
-// the source waits, at most max_in_flight at once and, with an ordering
-// key, one at a time per key in arrival order; it settles the message only
-// once the target accepted it (or on_permanent_failure settled it).
-//
-// Transient and capacity errors are retried with the route's backoff for
-// as long as the process runs, and while the sender is down (its Health)
-// only one probe per backoff step goes out: the source stays
-// unacknowledged meanwhile, so the broker keeps it and its flow control
-// pushes back on publishers. Nothing is poisoned here (only the drainer
-// poisons records). At shutdown the retries stop and the message is left
-// unacknowledged, so the broker redelivers it.
+// holder delivers a direct_hold route's messages while the source waits
+// (through its lanes), settling each once the target accepted it or
+// on_permanent_failure settled it. Transient and capacity errors are
+// retried with the route's backoff for as long as the process runs, one
+// probe per backoff step while the sender is down: the unacknowledged
+// source makes the broker's flow control push back on publishers. Nothing
+// is poisoned here. At shutdown the message is left unacknowledged, so the
+// broker redelivers it.
 type holder struct {
 	b     *Bridge
 	r     *route
@@ -54,13 +49,11 @@ func (h *holder) submit(ctx context.Context, env *message.Envelope, received mes
 
 // lanes runs a route's sends in goroutines the route owns: at most
 // max_in_flight at once and, per ordering key, one at a time in arrival
-// order. A message behind another of its key waits without a slot: the
-// goroutine that sends the key's message runs the key's next one, so a key
-// whose target keeps failing holds one slot, not all of them. (What waits
-// is bounded by the receivers' windows.) A goroutine that has run a send
-// waits for the next one until the route quits (r.busy counts the accepted
-// messages, r.workers the goroutines): a goroutine per message cost its
-// start and the growth of its stack every time.
+// order. A message behind another of its key waits without a slot (the
+// goroutine sending the key runs its next message), so a key whose target
+// keeps failing holds one slot, not all of them; what waits is bounded by
+// the receivers' windows. Goroutines are reused until the route quits: one
+// per message cost its start and stack growth every time.
 type lanes struct {
 	sem   chan struct{}    // one per goroutine
 	idle  chan chan func() // a goroutine waiting for its next send
@@ -76,9 +69,8 @@ func newLanes(r *route, inUse prometheus.Gauge) lanes {
 }
 
 // start runs fn once no message of key is ahead of it, in a goroutine
-// holding a slot; when r quits first, fn does not run (the message stays
-// unacknowledged). It returns false when ctx ended before the message was
-// taken: while it waited for a slot, with no message of its key ahead.
+// holding a slot; when r quits first, fn does not run. It returns false
+// when ctx ended while it waited for a slot (the message was not taken).
 func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool {
 	if key != "" {
 		l.mu.Lock()
@@ -100,9 +92,8 @@ func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool
 	return true
 }
 
-// acquire waits for a goroutine (or done) and hands it the delivery of fn
-// and of the messages of key queued behind it. It reports false when done
-// ended first.
+// acquire waits for a goroutine and hands it fn and the messages queued
+// behind it on key; false when done was closed first.
 func (l *lanes) acquire(done <-chan struct{}, r *route, key string, fn func()) bool {
 	var w chan func() // an idle goroutine's; nil: start one
 	select {
@@ -127,8 +118,7 @@ func (l *lanes) acquire(done <-chan struct{}, r *route, key string, fn func()) b
 }
 
 // handOff is called when the head message of key gave up its wait for a
-// slot: the messages that queued behind it meanwhile (accepted) wait for a
-// slot in a goroutine the route owns.
+// slot: the messages accepted behind it wait in a goroutine the route owns.
 func (l *lanes) handOff(r *route, key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -148,9 +138,8 @@ func (l *lanes) handOff(r *route, key string) {
 	}()
 }
 
-// run sends fn (nil: none), then the messages of key queued behind it, one
-// at a time, until none is left or r quits (those left are dropped: they
-// stay unacknowledged).
+// run sends fn (nil: none), then the messages queued behind it on key, one
+// at a time, until none is left or r quits (those left stay unacknowledged).
 func (l *lanes) run(r *route, key string, fn func()) {
 	for {
 		if fn != nil {
@@ -215,18 +204,12 @@ func (h *holder) heldSince() time.Time {
 }
 
 // deliver sends env until the target accepts it or it fails permanently,
-// and returns the outcome; "" when shutdown interrupted it (the source
-// stays unacknowledged).
+// and returns the outcome; "" when shutdown interrupted it.
 func (h *holder) deliver(env *message.Envelope, received message.Envelope) string {
-	b, r, mt := h.b, h.r, h.b.metrics
-	// No logger With per message that is sent the first time: it costs.
-	log := func() *slog.Logger { return b.log.With("route", r.id, "record_id", env.ID) }
+	b, r := h.b, h.r
 	rnd := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	for attempt := 1; ; attempt++ {
-		if !h.waitProbe() {
-			log().Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
-			return ""
-		}
+	attempt := 1
+	for ; h.waitProbe(); attempt++ {
 		class, retryAfter, err := b.sendDirect(r, env, r.policy.SendTimeout)
 		switch class {
 		case senders.OK:
@@ -244,19 +227,20 @@ func (h *holder) deliver(env *message.Envelope, received message.Envelope) strin
 				return ""
 			}
 		}
-		mt.retried.WithLabelValues(r.id, class.String()).Inc()
+		b.metrics.retried.WithLabelValues(r.id, class.String()).Inc()
 		wait := time.Until(r.policy.Backoff.Next(time.Now(), attempt, retryAfter, rnd))
-		log().Debug("send failed; retrying while holding the source", "attempt", attempt, "error", err, "retry_in", wait)
+		b.log.Debug("send failed; retrying while holding the source",
+			"route", r.id, "record_id", env.ID, "attempt", attempt, "error", err, "retry_in", wait)
 		if !sleep(r.quit, wait) {
-			log().Info("shutdown: message left unacknowledged for redelivery", "attempt", attempt)
-			return ""
+			break
 		}
 	}
+	b.log.Info("shutdown: message left unacknowledged for redelivery", "route", r.id, "record_id", env.ID, "attempt", attempt)
+	return ""
 }
 
 // sendDirect makes one send of env on r within timeout (cut short when r's
-// ctx ends) and records it: its duration, the sender's health and, when the
-// target accepted it, the route's sent count and the session's last send.
+// ctx ends) and records its duration, the sender's health and a success.
 func (b *Bridge) sendDirect(r *route, env *message.Envelope, timeout time.Duration) (senders.Class, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, timeout)
 	start := time.Now()
@@ -272,8 +256,8 @@ func (b *Bridge) sendDirect(r *route, env *message.Envelope, timeout time.Durati
 	return class, retryAfter, err
 }
 
-// waitProbe waits while the route's sender is down until this message may
-// be its probe; it returns false at shutdown.
+// waitProbe waits until this message may go (the sender is up, or it is
+// the probe); it returns false at shutdown.
 func (h *holder) waitProbe() bool {
 	for {
 		ok, wait := h.r.health.Probe(time.Now())

@@ -10,25 +10,20 @@ import (
 	"github.com/gobridge/gobridge/stores"
 )
 
-// fallback delivers a direct_or_outbox route's messages (DESIGN.md §11.6,
-// the seeds' tell_reliable): a direct send first, bounded by
-// policy.direct_timeout; when the target accepts, the source is
-// acknowledged with no store write. When the direct send fails or times
-// out, or while the sender is down (its Health: the drainer probes it
-// then), the message is appended to the route's outbox session and
-// acknowledged once durable; the drainer delivers it like any outbox
-// record. A permanent failure follows on_permanent_failure instead.
+// fallback delivers a direct_or_outbox route's messages (DESIGN.md §11.6):
+// a direct send first, bounded by policy.direct_timeout, acknowledged with
+// no store write when the target accepts. When it fails or times out, or
+// while the sender is down (the drainer probes it then), the message goes
+// to the outbox and is acknowledged once durable. A permanent failure
+// follows on_permanent_failure instead.
 //
-// Order: messages of one ordering key go one at a time, in arrival order,
-// and once a key has records in the outbox its later messages go there too,
-// so the drainer delivers them in order behind the earlier ones. A key is
-// forgotten once the drainer has settled the newest record of it that this
-// route wrote (the drainer sends a key's records one at a time in persist
-// order, so the earlier ones were settled before it), or when the session's
-// outbox is empty: what the route remembers is bounded by the keys with
-// records in the outbox, not by every key it ever saw. A new process does
-// not know the keys of the records an earlier one left: every key goes to
-// the outbox until it is empty.
+// Order: messages of one ordering key go one at a time, and once a key has
+// records in the outbox its later messages go there too, behind them. A key
+// is forgotten once the drainer settled the newest record of it that this
+// route wrote (it sends a key's records in order, so the earlier ones were
+// settled before), or when the session's outbox is empty: memory is bounded
+// by the keys in the outbox. A new process does not know the keys an
+// earlier one left: every key goes to the outbox until it is empty.
 type fallback struct {
 	b     *Bridge
 	r     *route
@@ -38,9 +33,7 @@ type fallback struct {
 	sticky  map[string]stickyKey // ordering keys with records in the outbox
 	newest  map[string]string    // the IDs of sticky's newest records -> their keys
 	pending int                  // fallbacks not yet counted in the session's live records
-	// unknown: the outbox may hold records of any key (left by an earlier
-	// process), so every key is held until the session's outbox is empty.
-	unknown bool
+	unknown bool                 // the outbox may hold any key (left by an earlier process)
 }
 
 // stickyKey is what the outbox holds of one ordering key.
@@ -62,9 +55,7 @@ func (f *fallback) submit(ctx context.Context, env *message.Envelope, received m
 		}
 		f.b.metrics.fallback.WithLabelValues(f.r.id).Inc()
 		f.mark(env.Key, 1)
-		defer f.mark("", -1) // admitted (counted live) or given up by now
-		// At shutdown persist gives up: the message is left unacknowledged
-		// (and its key stays held until the session's outbox is empty).
+		defer f.mark("", -1) // admitted (counted live) or given up (at shutdown) by now
 		f.b.persist(ctx, f.r.record(env, coalesceKey), settle, func(inserted bool) {
 			f.written(env.Key, env.ID, inserted)
 		})
@@ -112,8 +103,7 @@ func (f *fallback) held(key string) bool {
 	return f.unknown || ok
 }
 
-// mark notes that a fallback of key starts (n = 1: key has a record in
-// the outbox from now on) or has been admitted to the outbox (n = -1).
+// mark notes that a fallback of key starts (n = 1) or was admitted (n = -1).
 func (f *fallback) mark(key string, n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -125,9 +115,8 @@ func (f *fallback) mark(key string, n int) {
 	}
 }
 
-// written notes the store's answer to a fallback of key: id is the key's
-// newest record in the outbox when the store inserted it. A key none of
-// whose fallbacks was inserted (it already held their IDs) is forgotten.
+// written notes the store's answer to a fallback of key: when inserted, id
+// is the key's newest record in the outbox.
 func (f *fallback) written(key, id string, inserted bool) {
 	if key == "" {
 		return
@@ -146,10 +135,8 @@ func (f *fallback) written(key, id string, inserted bool) {
 	f.forget(key, k)
 }
 
-// drained notes that the drainer settled record id for good (delivered,
-// dead-lettered, expired or dropped by policy; not replaced by coalescing):
-// when it is its key's newest, the key's earlier records were settled
-// before it, and the key's messages may go direct again.
+// drained notes that the drainer settled record id for good: when it is
+// its key's newest, the key's messages may go direct again.
 func (f *fallback) drained(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -163,8 +150,8 @@ func (f *fallback) drained(id string) {
 	f.forget(key, k)
 }
 
-// forget stores k as key's state, or forgets key when it has nothing in
-// the outbox nor on its way there. Called holding mu.
+// forget stores k as key's state, or forgets key when nothing of it is in
+// or on its way to the outbox. Called holding mu.
 func (f *fallback) forget(key string, k stickyKey) {
 	if k.writing == 0 && k.newest == "" {
 		delete(f.sticky, key)
@@ -174,14 +161,10 @@ func (f *fallback) forget(key string, k stickyKey) {
 }
 
 // drained tells the direct_or_outbox routes which of their records the
-// drainers settled in a batch the writer wrote (see fallback.drained). A
-// record replaced by coalescing ("coalesced") says nothing about the
-// records of its key before it.
+// drainers settled in a written batch. A record replaced by coalescing says
+// nothing about the records of its key before it.
 func (b *Bridge) drained(ss []stores.Settlement) {
 	p := b.cur.Load()
-	if p == nil {
-		return
-	}
 	var r *route
 	for _, s := range ss {
 		if s.Stale || s.Outcome != stores.Done && s.Outcome != stores.DeadLetter || s.Reason == "coalesced" {

@@ -57,28 +57,8 @@ func (in *ingest) set(rs []*route) {
 
 var _ receivers.Sink = (*ingest)(nil)
 
-// settleFunc is called once a route has settled a message, with the
-// outcome (receivers.Outcome*).
+// settleFunc is called once a route has settled a message (receivers.Outcome*).
 type settleFunc func(outcome string)
-
-// settler calls done when the last of n deliveries settles; it keeps the
-// outcome of the first route, which Report gets.
-type settler struct {
-	left  atomic.Int32
-	done  func()
-	first atomic.Pointer[string]
-}
-
-func (s *settler) route(first bool) settleFunc {
-	return func(outcome string) {
-		if first {
-			s.first.Store(&outcome)
-		}
-		if s.left.Add(-1) == 0 {
-			s.done()
-		}
-	}
-}
 
 // Accept implements receivers.Sink. It blocks while a route's session is
 // at its limits or a direct_hold route has max_in_flight sends out, and
@@ -105,13 +85,16 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		}
 	}
 	in.mu.RUnlock()
+	// settled runs once the last matched route settles; Report gets the
+	// first route's ID and outcome.
 	var firstID string
-	s := &settler{}
-	s.done = func() {
+	var first atomic.Pointer[string]
+	var left atomic.Int32
+	settled := func() {
 		mt.acked.WithLabelValues(in.receiver).Inc()
 		if m.Report != nil {
 			outcome := receivers.OutcomeUnrouted
-			if o := s.first.Load(); o != nil {
+			if o := first.Load(); o != nil {
 				outcome = *o
 			}
 			m.Report(receivers.Settled{ID: firstID, Outcome: outcome})
@@ -120,7 +103,7 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 	}
 	if len(matched) == 0 {
 		mt.unmatched.WithLabelValues(in.receiver).Inc()
-		s.done()
+		settled()
 		return
 	}
 	var tooLarge string
@@ -128,7 +111,7 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		tooLarge = fmt.Sprintf("%s: %d bytes, sha256 %s; the first %d bytes are kept",
 			receivers.ReasonPayloadTooLarge, m.Size, m.SHA256, len(m.Payload))
 	}
-	s.left.Store(int32(len(matched)))
+	left.Store(int32(len(matched)))
 	for i, r := range matched {
 		env := message.Envelope{ID: m.ID, Topic: m.Topic, Payload: m.Payload, Headers: m.Headers, QoS: m.QoS, ReceivedAt: m.ReceivedAt}
 		if env.ID == "" {
@@ -138,7 +121,14 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 		if i == 0 {
 			firstID, id = env.ID, &firstID
 		}
-		ok := in.b.dispatch(ctx, r, env, id, tooLarge, s.route(i == 0))
+		ok := in.b.dispatch(ctx, r, env, id, tooLarge, func(outcome string) {
+			if i == 0 {
+				first.Store(&outcome)
+			}
+			if left.Add(-1) == 0 {
+				settled()
+			}
+		})
 		r.busy.Done()
 		if !ok {
 			for _, r := range matched[i+1:] {
@@ -150,13 +140,10 @@ func (in *ingest) Accept(ctx context.Context, m receivers.Message, done func()) 
 }
 
 // dispatch runs env through route r (processors, then its delivery mode)
-// and arranges for settle to be called once its delivery has settled;
-// id, when not nil, gets the envelope ID the processors gave it. It
-// returns false when ctx ended before the delivery was accepted (settle
-// will not be called). A message truncated at tooLarge (its reason; "" when
-// it is whole) is never routed (DESIGN.md §11.1): it becomes an ingest dead
-// letter of its first 1 KiB, or is dropped and counted without an outbox
-// store.
+// and arranges for settle to be called once it has settled; id, when not
+// nil, gets the envelope ID the processors gave it. It returns false, and
+// settle is not called, when ctx ended first. A truncated message (tooLarge
+// is its reason) is never routed but failed at ingest (DESIGN.md §11.1).
 func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, id *string, tooLarge string, settle settleFunc) bool {
 	if r.ready != nil {
 		select {
@@ -209,9 +196,8 @@ func (r *route) record(env *message.Envelope, coalesceKey string) stores.Record 
 }
 
 // persist admits rec (waiting while its limits are reached) and queues it
-// for the group commit; settle is called once it is durable, and before
-// it written (when not nil), with whether the store inserted rec (not
-// when it already held its ID, or coalescing absorbed it).
+// for the group commit; settle is called once it is durable, after written
+// (when not nil) learns whether the store inserted rec.
 func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle settleFunc, written func(inserted bool)) bool {
 	if !b.limits.admit(ctx, &rec, func(d time.Duration) {
 		b.metrics.backpressure.WithLabelValues(rec.Session).Add(d.Seconds())
@@ -234,11 +220,10 @@ func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle settleFu
 }
 
 // failAtIngest settles a message that cannot be delivered as it is (a
-// processor error, a payload over max_payload_bytes, a permanent failure
-// of a direct send) by the route's on_permanent_failure: an ingest dead
-// letter holding the message as it arrived (Raw: a requeue runs the route's
-// processors again; truncated: it cannot be requeued), or a drop when the
-// policy or the lack of an outbox store says so.
+// processor error, a payload over max_payload_bytes, a permanent failure of
+// a direct send) by on_permanent_failure: an ingest dead letter of the
+// message as it arrived (Raw: a requeue runs the processors again), or a
+// drop when the policy or the lack of an outbox store says so.
 func (b *Bridge) failAtIngest(ctx context.Context, r *route, received message.Envelope, reason string, truncated bool, settle settleFunc) bool {
 	log := b.log.With("route", r.id, "record_id", received.ID)
 	if !r.dlq {

@@ -13,12 +13,10 @@ import (
 // with the same bridge.id on the same store.
 var ErrDuplicateInstance = errors.New("bridge: another instance with this bridge.id is running")
 
-// claimInstance takes this process's instance lease, which makes one live
-// process per bridge.id (DESIGN.md §11.2; keepInstance keeps it). A lease
-// held by another process is waited for up to one TTL (the holder may be a
-// process killed a moment ago, whose lease lapses); when it is still
-// renewed after that, a second live instance runs with the same bridge.id
-// and Run refuses to start.
+// claimInstance takes this process's instance lease: one live process per
+// bridge.id (DESIGN.md §11.2). A lease held by another process is waited
+// for up to one TTL (its holder may have just been killed); when it is
+// still renewed after that, another live instance has this bridge.id.
 func (b *Bridge) claimInstance(ctx context.Context) (stores.Lease, error) {
 	name, ttl := "instance/"+b.cfg.Bridge.ID, b.cfg.Bridge.LeaseTTL.D()
 	deadline := time.Now().Add(ttl + ttl/3)
@@ -43,8 +41,7 @@ func (b *Bridge) claimInstance(ctx context.Context) (stores.Lease, error) {
 }
 
 // keepInstance renews the instance lease every TTL/3 until ctx is done,
-// then releases it. A lost lease is logged: another process took the
-// bridge.id after this one could not renew for a whole TTL.
+// then releases it.
 func (b *Bridge) keepInstance(ctx context.Context, le stores.Lease) {
 	ttl := b.cfg.Bridge.LeaseTTL.D()
 	t := time.NewTicker(ttl / 3)
@@ -77,10 +74,9 @@ func (b *Bridge) keepInstance(ctx context.Context, le stores.Lease) {
 // route the configuration neither has nor had (routes[].previous_ids).
 var ErrOrphans = errors.New("bridge: the outbox holds records of routes this configuration does not have")
 
-// checkOrphans refuses to start while the outbox holds live records that
-// no drainer of this configuration would deliver: records of a route that
-// was renamed or removed (DESIGN.md §11.5; issue 14). Dead letters of such
-// routes are left alone: `gobridge dlq requeue --to-route` moves them.
+// checkOrphans refuses to start while the outbox holds live records of a
+// route that was renamed or removed (DESIGN.md §11.5), which no drainer
+// would deliver. Dead letters are left to `gobridge dlq requeue --to-route`.
 func (b *Bridge) checkOrphans(ctx context.Context, sessions map[string]*session) error {
 	orphans, err := b.orphans(ctx, sessions, nil)
 	if err != nil || len(orphans) == 0 {
@@ -90,8 +86,8 @@ func (b *Bridge) checkOrphans(ctx context.Context, sessions map[string]*session)
 		"(in the same session), or put the route back; `gobridge outbox stats` lists them", ErrOrphans, errors.Join(orphans...))
 }
 
-// orphans lists the routes, other than those of skip, whose live records
-// the outbox holds in a session where sessions have no drainer for them.
+// orphans lists the routes, but for skip, whose live records the outbox
+// holds in a session where sessions have no drainer for them.
 func (b *Bridge) orphans(ctx context.Context, sessions map[string]*session, skip map[string]*route) ([]error, error) {
 	all, err := b.store.Stats(ctx)
 	if err != nil {

@@ -13,43 +13,20 @@ import (
 // session, receiver, outcome, reason; never topics or IDs. The README
 // section "operations" lists them.
 type metrics struct {
-	// ingest (per receiver)
-	received  *prometheus.CounterVec // gobridge_ingest_received_total{receiver}
-	acked     *prometheus.CounterVec // gobridge_ingest_acked_total{receiver}
-	unmatched *prometheus.CounterVec // gobridge_ingest_unmatched_total{receiver}
+	received, acked, unmatched *prometheus.CounterVec // ingest, by receiver
 
-	// routes
-	routeReceived *prometheus.CounterVec // gobridge_route_received_total{route}
-	routeAcked    *prometheus.CounterVec // gobridge_route_acked_total{route}
-	filtered      *prometheus.CounterVec // gobridge_route_filtered_total{route}
-	persisted     *prometheus.CounterVec // gobridge_route_persisted_total{route}
+	// routes and delivery (both modes), by route; retried also by outcome
+	routeReceived, routeAcked, filtered, persisted, sent, retried      *prometheus.CounterVec
+	deadLettered, dropped, expired, abandoned, stale, direct, fallback *prometheus.CounterVec
 
-	// delivery (both modes)
-	sent         *prometheus.CounterVec   // gobridge_delivery_sent_total{route}
-	retried      *prometheus.CounterVec   // gobridge_delivery_retried_total{route,outcome}
-	deadLettered *prometheus.CounterVec   // gobridge_delivery_dead_lettered_total{route}
-	dropped      *prometheus.CounterVec   // gobridge_delivery_dropped_total{route}
-	expired      *prometheus.CounterVec   // gobridge_delivery_expired_total{route}
-	abandoned    *prometheus.CounterVec   // gobridge_delivery_abandoned_total{route}
-	stale        *prometheus.CounterVec   // gobridge_delivery_stale_total{route}
-	direct       *prometheus.CounterVec   // gobridge_delivery_direct_total{route}
-	fallback     *prometheus.CounterVec   // gobridge_delivery_fallback_total{route}
-	senderUp     *prometheus.GaugeVec     // gobridge_sender_up{sender}
-	sendSeconds  *prometheus.HistogramVec // gobridge_delivery_send_seconds{route}
-	limit        *prometheus.GaugeVec     // gobridge_delivery_limit{route}
-	inFlight     *prometheus.GaugeVec     // gobridge_delivery_in_flight{route}
+	senderUp, limit, inFlight *prometheus.GaugeVec // by sender; by route
+	sendSeconds               *prometheus.HistogramVec
 
-	// outbox (per session)
-	pending       *prometheus.GaugeVec   // gobridge_outbox_pending{session}
-	bytes         *prometheus.GaugeVec   // gobridge_outbox_bytes{session}
-	deadLetters   *prometheus.GaugeVec   // gobridge_dead_letters{route}
-	oldestAge     *prometheus.GaugeVec   // gobridge_outbox_oldest_age_seconds{session}
-	backpressure  *prometheus.CounterVec // gobridge_outbox_backpressure_seconds_total{session}
-	appendSeconds prometheus.Histogram   // gobridge_outbox_append_seconds
-	appendBatch   prometheus.Histogram   // gobridge_outbox_append_batch_records
-	appendErrors  prometheus.Counter     // gobridge_outbox_append_errors_total
-
-	ready prometheus.Gauge // gobridge_ready
+	pending, bytes, oldestAge, deadLetters *prometheus.GaugeVec // outbox, by session; dead letters by route
+	backpressure                           *prometheus.CounterVec
+	appendSeconds, appendBatch             prometheus.Histogram
+	appendErrors                           prometheus.Counter
+	ready                                  prometheus.Gauge
 
 	vecs []interface{ DeletePartialMatch(prometheus.Labels) int } // every labelled metric, for forget
 }
@@ -138,9 +115,8 @@ func (m *metrics) forget(label, id string) {
 }
 
 // forget drops what the metrics, the journal and stall detection keep of
-// the routes, sessions, senders and receivers of old that p does not have
-// (a reload removed them, after they stopped): a process reloaded for
-// months with changing names keeps only what runs.
+// the parts of old that p does not have: a process reloaded for months
+// with changing names keeps only what runs.
 func (b *Bridge) forget(old, p *parts) {
 	b.gaugeMu.Lock() // p is current: outboxGauges sets no series of old's from now on
 	defer b.gaugeMu.Unlock()
@@ -189,8 +165,7 @@ func (m *metrics) initReceiver(id string) {
 	m.unmatched.WithLabelValues(id)
 }
 
-// receiverCollector exports the receivers' states and their own counters
-// at scrape time.
+// receiverCollector exports the receivers' states and counters at scrape time.
 type receiverCollector struct{ b *Bridge }
 
 var (

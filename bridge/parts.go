@@ -7,10 +7,9 @@ import (
 	"github.com/gobridge/gobridge/routes"
 )
 
-// parts are the components of one configuration. New assembles the first;
-// Reload assembles the next from the running one, keeping what did not
-// change, and swaps it in. Parts are not modified once published, except
-// for the run fields, which only Run and Reload touch (under Bridge.mu).
+// parts are the components of one configuration. Reload assembles the
+// next from the running one, keeping what did not change. Parts are not
+// modified once published, except for the run fields (under Bridge.mu).
 type parts struct {
 	cfg       *routes.Config
 	senders   map[string]*sender
@@ -48,9 +47,9 @@ func (p *parts) routesOf(id string) []*route {
 	return rs
 }
 
-// assemble builds the parts of cfg, keeping from old (nil: none) every
-// sender, route, session and receiver whose config did not change, and
-// building the others; it starts nothing. On error it closes what it built.
+// assemble builds the parts of cfg, keeping from old (nil: none) every one
+// whose config did not change; it starts nothing. On error it closes what
+// it built.
 func (b *Bridge) assemble(cfg *routes.Config, old *parts) (p *parts, err error) {
 	if old == nil {
 		old = &parts{}

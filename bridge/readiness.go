@@ -12,12 +12,8 @@ import (
 )
 
 const (
-	// monitorInterval is how often the outbox gauges, the admission counts
-	// and gobridge_ready are refreshed.
-	monitorInterval = time.Second
-	// appendFailingAfter is how long outbox writes may fail before /readyz
-	// says so (DESIGN.md §11.1).
-	appendFailingAfter = 30 * time.Second
+	monitorInterval    = time.Second      // see monitor
+	appendFailingAfter = 30 * time.Second // how long outbox writes may fail before /readyz says so (DESIGN.md §11.1)
 )
 
 // Readiness is the body of /readyz.
@@ -28,12 +24,11 @@ type Readiness struct {
 }
 
 // Ready evaluates readiness now (DESIGN.md §1.8 and §11.1): not ready when
-// a receiver is disconnected or lacks a subscription it asked for; when a
-// session's oldest live record is older than its stall_after and nothing
-// was sent on it in that window; when a direct_hold route has held its
-// source longer than its stall_after; when outbox writes have failed for
-// 30s; when a session is at its limits or a route at max_dead_letters
-// (ingest pushes back); or when a record could not be stored at all.
+// a receiver is disconnected or unsubscribed; when a session's oldest live
+// record is older than its stall_after and nothing was sent in that window;
+// when a direct_hold route has held its source longer than stall_after;
+// when outbox writes have failed for 30s; when a session or route is at a
+// limit; or when a record could not be stored at all.
 func (b *Bridge) Ready(ctx context.Context) Readiness {
 	p := b.cur.Load()
 	reasons := []string{}
@@ -117,11 +112,10 @@ func (b *Bridge) stalled(s *session, st stores.SessionStats, now time.Time) stri
 		s.id, age.Round(time.Second), s.stallAfter, sent)
 }
 
-// oldestAge is how old the oldest live record of st is at now: its
-// creation time mapped across the wall-clock steps this process saw (see
-// stores.Clock), and never negative: a record written before a step back
-// that this process did not see counts as new until the clock is past its
-// creation time again.
+// oldestAge is how old the oldest live record of st is at now, across the
+// wall-clock steps this process saw (stores.Clock), and never negative: a
+// record written before an unseen step back counts as new until the clock
+// passes its creation time again.
 func (b *Bridge) oldestAge(st stores.SessionStats, now time.Time) time.Duration {
 	if st.Oldest.IsZero() {
 		return 0
@@ -157,10 +151,8 @@ func (b *Bridge) monitor(ctx context.Context) {
 	}
 }
 
-// outboxGauges sets the per-session and per-route outbox gauges of the
-// sessions and routes the configuration has. stats may be older than a
-// reload that removed one: its gauges, which the reload forgot, are not
-// set again.
+// outboxGauges sets the outbox gauges of the configuration's sessions and
+// routes; one that a reload removed after stats were read stays forgotten.
 func (b *Bridge) outboxGauges(stats []stores.SessionStats, now time.Time) {
 	b.gaugeMu.Lock()
 	defer b.gaugeMu.Unlock()

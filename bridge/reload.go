@@ -23,14 +23,13 @@ var ErrRefused = errors.New("bridge: the new configuration changes what only a r
 var ErrNotRunning = errors.New("bridge: not running")
 
 // Reload applies cfg (from routes.Load, without errors) to the running
-// bridge by difference (DESIGN.md §11.5; docs/DESIGN.md §4, "parts"): what
-// did not change keeps running untouched, and an embedded listener takes
-// changed users and ACLs live. It refuses with ErrRefused, changing
-// nothing, what only a restart can change (see refusals). A route that
-// changed or went settles what it holds, within shutdown_timeout, before
-// its successor takes messages; one that does not is stopped and its
-// receiver reconnects, so that the broker redelivers. Reload returns once
-// all that is done; reloads run one at a time.
+// bridge by difference (DESIGN.md §11.5): what did not change keeps
+// running, and an embedded listener takes changed users and ACLs live. It
+// refuses with ErrRefused, changing nothing, what only a restart can
+// change. A route that changed or went settles what it holds, within
+// shutdown_timeout, before its successor takes messages; one that does not
+// is stopped and its receiver reconnects, so that the broker redelivers.
+// Reloads run one at a time.
 func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -50,6 +49,9 @@ func (b *Bridge) Reload(ctx context.Context, cfg *routes.Config) error {
 		err = b.quiesce(ctx, old, p, leaving)
 	}
 	if err != nil {
+		for _, rc := range old.receivers {
+			rc.in.release() // held by quiesce
+		}
 		p.discard(old)
 		return err
 	}
@@ -70,13 +72,11 @@ func leavingRoutes(old, p *parts) map[string]*route {
 }
 
 // quiesce makes the leaving routes deliver, under the old configuration,
-// every message they took (DESIGN.md §11.5: what arrived before the reload
-// is delivered by the old route; nothing may reach a drainer that does not
-// know its route). Their receivers hold new messages until apply switched
-// them (or the reload is refused); the routes finish taking what they took;
-// the writer commits it and the old drainers deliver it. A message still
-// being taken in, or records still pending, at shutdown_timeout refuse the
-// reload.
+// every message they took (DESIGN.md §11.5: nothing may reach a drainer
+// that does not know its route). Their receivers hold new messages until
+// apply (or Reload, refusing) releases them; the writer commits what the
+// routes took and the old drainers deliver it. What is still taken in or pending
+// at shutdown_timeout refuses the reload.
 func (b *Bridge) quiesce(ctx context.Context, old, p *parts, leaving map[string]*route) error {
 	if len(leaving) == 0 {
 		return nil
@@ -91,22 +91,17 @@ func (b *Bridge) quiesce(ctx context.Context, old, p *parts, leaving map[string]
 	defer cancel()
 	for _, r := range leaving {
 		if !settled(wait, &r.busy) {
-			// It still takes a message in (waiting for room in a full
-			// outbox, say): that message could be committed after the
-			// last look below, for a drainer that no longer knows it.
-			for _, rc := range old.receivers {
-				rc.in.release()
-			}
+			// A message still taken in could be committed after the last
+			// look below, for a drainer that no longer knows it.
 			return fmt.Errorf("%w: route %s is still taking a message in after %s (is its outbox full?): keep the route until it is delivered",
 				ErrRefused, r.id, timeout)
 		}
 	}
 	pending := func(ctx context.Context) error {
-		err := b.writer.Flush(ctx)
-		var orphans []error
-		if err == nil {
-			orphans, err = b.orphans(ctx, p.sessions, nil)
+		if err := b.writer.Flush(ctx); err != nil {
+			return err
 		}
+		orphans, err := b.orphans(ctx, p.sessions, nil)
 		return cmp.Or(err, errors.Join(orphans...))
 	}
 	why := pending(wait)
@@ -121,9 +116,6 @@ func (b *Bridge) quiesce(ctx context.Context, old, p *parts, leaving map[string]
 	}
 	if why == nil {
 		return nil
-	}
-	for _, rc := range old.receivers {
-		rc.in.release()
 	}
 	return fmt.Errorf("%w: %w, still pending after %s: keep the route until they are delivered", ErrRefused, why, timeout)
 }
@@ -260,8 +252,8 @@ func (b *Bridge) apply(old, p *parts) {
 		"receivers", len(p.receivers), "sessions", len(p.sessions))
 }
 
-// settled waits until wg is done, and reports false when ctx ends first
-// (its goroutine ends with wg, which the caller then waits for).
+// settled waits until wg is done; false when ctx ends first (its goroutine
+// ends with wg, which the caller then waits for).
 func settled(ctx context.Context, wg *sync.WaitGroup) bool {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -273,9 +265,8 @@ func settled(ctx context.Context, wg *sync.WaitGroup) bool {
 	}
 }
 
-// prepare makes admission, metrics and the journal know p's sessions,
-// routes, senders and receivers, before a message reaches them, and points
-// each receiver's ingest at its routes.
+// prepare makes admission, metrics and the journal know p's parts before a
+// message reaches them, and points each receiver's ingest at its routes.
 func (b *Bridge) prepare(p *parts) {
 	b.limits.configure(p)
 	for _, r := range p.routes {
@@ -339,8 +330,8 @@ func (b *Bridge) startSession(s *session) {
 }
 
 // startReceiver starts rc. A failure of a receiver that Run started
-// (fatal) stops the bridge; one that a reload started is logged, and
-// /readyz reports the receiver.
+// (fatal) stops the bridge; one that a reload started is logged (and
+// /readyz reports it).
 func (b *Bridge) startReceiver(rc *recv, fatal bool) {
 	rc.run = spawn(b.ingestCtx, &b.recvs, func(ctx context.Context) {
 		err := rc.r.Run(ctx)

@@ -19,19 +19,18 @@ import (
 
 // Persistent MQTT sessions on a shared (DynamoDB) store are leased, so that
 // a survivor can adopt the session of an instance that died (DESIGN.md
-// §11.7, docs/DESIGN.md §5.1). A returning owner asks for its session back
-// with the lease want/<session lease>.
+// §11.7). A returning owner asks for its session back with the lease
+// want/<session lease>.
 const wantPrefix = "want/"
 
-// leasedSession reports whether rc's session is leased: a persistent MQTT
-// session on a store that several instances share.
+// leasedSession reports whether rc's session is leased.
 func leasedSession(cfg *routes.Config, rc routes.ReceiverConfig) bool {
 	st := cfg.Stores.Outbox
 	return rc.Type == routes.ReceiverMQTT && !rc.Options.CleanSession && st != nil && st.Type == "dynamodb"
 }
 
-// sessionPrefix starts the lease names of the sessions that rc's receiver
-// has on its broker, in every instance of the same blueprint.
+// sessionPrefix starts the lease names of rc's sessions on its broker, in
+// every instance of the same blueprint.
 func sessionPrefix(rc routes.ReceiverConfig) string {
 	broker := rc.Options.BrokerURLs[0]
 	if u, err := url.Parse(broker); err == nil {
@@ -41,9 +40,9 @@ func sessionPrefix(rc routes.ReceiverConfig) string {
 }
 
 // guarded is an mqtt receiver with a persistent session: it connects with
-// its own client id only while it holds that session's lease, and it also
-// runs the sessions it adopted from instances that are gone. Only Run
-// touches the leases and the held map's entries; mu guards the map itself.
+// its own client id only while it holds that session's lease, and runs the
+// sessions it adopted from instances that are gone. Only Run touches the
+// leases and the held map's entries; mu guards the map itself.
 type guarded struct {
 	b      *Bridge
 	prefix string
@@ -119,8 +118,8 @@ func (g *guarded) Adopted() int {
 }
 
 // Run renews, hands back and adopts every LeaseTTL/3 until ctx is done.
-// Then every session stops and disconnects, its lease still renewed, and
-// lapses at once, so that a survivor can adopt it without waiting a TTL.
+// Then every session disconnects, its lease still renewed, and lapses at
+// once, so that a survivor can adopt it without waiting a TTL.
 func (g *guarded) Run(ctx context.Context) error {
 	g.base = context.WithoutCancel(ctx)
 	t := time.NewTicker(g.ttl / 3) // a steady beat: a slow tick does not delay the next renewal
@@ -288,9 +287,9 @@ func (g *guarded) renew(ctx context.Context) {
 	}
 }
 
-// finish forgets a session whose receiver returned. Unless its lease was
-// lost, the lease lapses at once (the owner, or a survivor, takes it); an
-// adopted session the broker no longer has is released for good.
+// finish forgets a session whose receiver returned. Unless lost, its lease
+// lapses at once for the owner or a survivor; one the broker no longer has
+// is released for good.
 func (g *guarded) finish(ctx context.Context, s *leased) {
 	ctx, cancel := context.WithTimeout(ctx, g.ttl/3)
 	defer cancel()

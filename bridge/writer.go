@@ -15,8 +15,7 @@ import (
 )
 
 const (
-	// writeMaxAppends is the most records appended by one Write.
-	writeMaxAppends = 512
+	writeMaxAppends = 512 // the most records appended by one Write
 	// writeLinger is how long a write waits for more records when the
 	// previous one carried several (under load); a lone record never waits.
 	writeLinger = 500 * time.Microsecond
@@ -28,18 +27,17 @@ const (
 
 // appendReq is one record waiting for the group commit. done is called
 // once, from the writer goroutine: with nil when the record is durable (or
-// was already there), with an error when the writer gave up on it.
+// was already there; inserted is false then), else with why it gave up.
 type appendReq struct {
 	rec  stores.Record
-	done func(inserted bool, err error) // inserted: not skipped as present or absorbed
+	done func(inserted bool, err error)
 }
 
 // writer is the single writer of the outbox store, one durable commit per
-// batch. A batch carries the records ingest appends (claimed under their
-// partition's lease when its drainer has room: Group.Reserve) and the
-// drainers' settlements since the last one (drainer.Settler). After the
-// commit it hands the claimed records to their drainers and calls the
-// appends' done callbacks in order.
+// batch of the records ingest appends (claimed for their drainer when it
+// has room: Group.Reserve) and the drainers' settlements since the last.
+// After the commit it hands the claimed records to their drainers and calls
+// the appends' done callbacks in order.
 type writer struct {
 	store   stores.Store
 	groups  atomic.Pointer[map[string]*drainer.Group] // by session; a reload replaces it
@@ -98,9 +96,9 @@ func (w *writer) Settle(s stores.Settlement) {
 	w.signal()
 }
 
-// Flush implements drainer.Settler: it returns once the batch that will
-// carry everything queued now is written (with nothing queued, the batch
-// being written, if any), or at once when the writer was aborted.
+// Flush implements drainer.Settler: it returns once everything queued now
+// (or, with nothing queued, the batch being written) is written, or when
+// the writer was aborted.
 func (w *writer) Flush(ctx context.Context) error {
 	w.mu.Lock()
 	n := w.queued
@@ -125,8 +123,7 @@ func (w *writer) Flush(ctx context.Context) error {
 	}
 }
 
-// errWriterAborted is Flush's answer once the writer gave up (shutdown
-// passed its timeout, or the bridge failed).
+// errWriterAborted is Flush's answer once the writer gave up.
 var errWriterAborted = errors.New("the outbox writer stopped at the shutdown deadline")
 
 func (w *writer) signal() {
@@ -147,7 +144,6 @@ func (w *writer) failingFor() time.Duration {
 }
 
 // run writes batches until stop (then it writes what is queued) or abort.
-// The bridge owns the goroutine that calls it.
 func (w *writer) run() {
 	last := 0
 	linger := time.NewTimer(time.Hour)
@@ -185,9 +181,8 @@ func (w *writer) run() {
 }
 
 // due reports how long the queue may wait before the next write: 0 when
-// records wait (or a Flush, or a full batch of settlements), else until
-// *settleBy, which it sets when settlements alone wait; -1 when nothing
-// does.
+// records, a Flush or a full batch of settlements wait, else until
+// *settleBy, which it sets when settlements alone wait; -1 when nothing does.
 func (w *writer) due(settleBy *time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -292,13 +287,12 @@ func (w *writer) finish(batch uint64) {
 	}
 }
 
-// write commits b, retrying failures with backoff until it succeeds or the
-// writer is aborted (then it returns nil and nothing is settled). A batch
-// the store refuses as invalid is split (settlements apart, see
-// settleApart; the appends in halves) until the record at fault is alone;
-// it is then replaced by its truncated dead letter (stores.Truncate), and
-// when even that is refused it is left unacknowledged (errs[i] set) and
-// /readyz says why. It returns one error per appended record.
+// write commits b, retrying until it succeeds or the writer is aborted
+// (then it returns nil). A batch the store refuses as invalid is split
+// (settlements apart, appends in halves) until the record at fault is
+// alone; it is then replaced by its truncated dead letter, and when even
+// that is refused it is left unacknowledged and /readyz says why. It
+// returns one error per appended record.
 func (w *writer) write(b *stores.Batch) []error {
 	errs := make([]error, len(b.Append))
 	err := w.retry(b)
@@ -374,14 +368,15 @@ func (w *writer) bisect(recs []stores.Record, errs []error) {
 func (w *writer) retry(b *stores.Batch) error {
 	for attempt := 1; ; attempt++ {
 		err := w.store.Write(w.abortCtx, b)
+		answered := err == nil || errors.Is(err, stores.ErrInvalid)
 		w.mu.Lock()
-		if err == nil || errors.Is(err, stores.ErrInvalid) {
+		if answered {
 			w.failing = time.Time{}
 		} else if w.failing.IsZero() {
 			w.failing = time.Now()
 		}
 		w.mu.Unlock()
-		if err == nil || errors.Is(err, stores.ErrInvalid) {
+		if answered {
 			return err
 		}
 		w.metrics.appendErrors.Inc()
