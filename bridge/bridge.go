@@ -170,7 +170,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		serve.Go(func() { b.keepInstance(serveCtx, le) })
+		serve.Go(func() { b.keepInstance(serveCtx, le, fail) })
 		b.limits.refresh(ingestCtx, false) // count what an earlier process left before ingest starts
 	}
 	serve.Go(func() {

@@ -41,8 +41,10 @@ func (b *Bridge) claimInstance(ctx context.Context) (stores.Lease, error) {
 }
 
 // keepInstance renews the instance lease every TTL/3 until ctx is done,
-// then releases it.
-func (b *Bridge) keepInstance(ctx context.Context, le stores.Lease) {
+// then releases it. A lease lost to another process (this one stalled past
+// the TTL while a second instance with its bridge.id started) fails the
+// bridge with ErrDuplicateInstance: two live instances must not share it.
+func (b *Bridge) keepInstance(ctx context.Context, le stores.Lease, fail func(error)) {
 	ttl := b.cfg.Bridge.LeaseTTL.D()
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
@@ -60,9 +62,16 @@ func (b *Bridge) keepInstance(ctx context.Context, le stores.Lease) {
 		case err == nil:
 			le = nl
 		case errors.Is(err, stores.ErrLeaseLost):
-			b.log.Error("instance lease lost: another process runs with this bridge.id", "error", err)
-			if nl, err = b.store.Acquire(ctx, le.Name, b.owner, ttl, time.Now()); err == nil {
+			switch nl, err = b.store.Acquire(ctx, le.Name, b.owner, ttl, time.Now()); {
+			case err == nil:
+				b.log.Warn("instance lease lapsed before its renewal; taken again")
 				le = nl
+			case errors.Is(err, stores.ErrLeaseHeld):
+				fail(fmt.Errorf("%w: bridge.id %q was taken over (%v) while this process held it; give every instance its own bridge.id",
+					ErrDuplicateInstance, b.cfg.Bridge.ID, err))
+				return
+			default:
+				b.log.Warn("take the lapsed instance lease again", "error", err)
 			}
 		default:
 			b.log.Warn("renew the instance lease", "error", err)

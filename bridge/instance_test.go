@@ -99,3 +99,38 @@ func TestBridge_RefusesASecondLiveInstanceWithTheSameID(t *testing.T) {
 	}
 	t.Logf("refused after %s: %v", time.Since(start).Round(time.Second), err)
 }
+
+// A process that loses its instance lease to another (it stalled past the
+// TTL while a second instance with its bridge.id started) stops with
+// ErrDuplicateInstance: before, it logged an error every renewal and both
+// ran on.
+func TestBridge_StopsWhenAnotherInstanceTakesItsLease(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "outbox.db")
+	cfg := strings.Replace(listenerConfig(freeAddr(t), "", fmt.Sprintf("{type: sqlite, options: {path: %q}}", db), `  - {id: out, type: stdout}`, `
+  - {id: r, receiver: edge, topic: "#", sender: out, delivery_mode: shared_outbox, session: {id: s1}}`),
+		"shutdown_timeout: 10s", "shutdown_timeout: 10s\n  lease_ttl: 3s", 1)
+	b, err := New(parseConfig(t, cfg), Options{Logger: testLogger(t), Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Run(t.Context()) }()
+	waitFor(t, 20*time.Second, "the instance lease", func() bool {
+		ls, err := b.store.List(t.Context(), "instance/test", time.Now())
+		return err == nil && len(ls) == 1
+	})
+	// Another process takes it, as it may once the lease has lapsed.
+	if _, err := b.store.Acquire(t.Context(), "instance/test", "intruder", time.Hour, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrDuplicateInstance) {
+			t.Fatalf("Run = %v, want ErrDuplicateInstance", err)
+		}
+		t.Log(err)
+	case <-time.After(30 * time.Second): // ten renewal periods
+		t.Fatal("the bridge ran on after another process took its instance lease")
+	}
+}
