@@ -386,7 +386,8 @@ func (w *writer) retry(b *stores.Batch) error {
 				"records", len(b.Append), "settlements", len(b.Settle), "retry_in", wait)
 		}
 		if !sleep(w.abortCtx.Done(), wait) {
-			w.log.Error("shutdown deadline: records not written are left unacknowledged", "records", len(b.Append))
+			w.log.Error("shutdown deadline: records not written are left unacknowledged, outcomes not written are sent again later",
+				"records", len(b.Append), "outcomes", len(b.Settle))
 			return w.abortCtx.Err()
 		}
 	}
