@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -365,5 +366,59 @@ routes:
 	}
 	if !strings.Contains(logs.String(), "dead letter requeued") {
 		t.Errorf("the requeue was not logged:\n%s", logs.String())
+	}
+}
+
+// TestDLQ_RequeueRefusedWhenTheOwnerHasNoAdminAPI: with a bridge running on
+// the SQLite file and its admin API disabled, a change cannot reach it; the
+// CLI says so and how to proceed, rather than failing on the read-only file.
+func TestDLQ_RequeueRefusedWhenTheOwnerHasNoAdminAPI(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "bridge.yaml")
+	yaml := fmt.Sprintf(`version: 1
+bridge: {id: owned, admin: {listen: ""}}
+stores:
+  outbox: {type: sqlite, options: {path: %q}}
+receivers:
+  - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0"}, topics: [{topic: "a/#", qos: 1}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: alarms, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: plant}}
+`, filepath.Join(dir, "outbox.db"))
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, probs, err := routes.Load(cfgPath)
+	if err != nil || probs.HasErrors() {
+		t.Fatalf("load: %v %v", err, probs)
+	}
+	b, err := bridge.New(cfg, bridge.Options{Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	id := message.NewID()
+	dl := stores.Record{Session: "plant", Route: "alarms", State: stores.Dead, DeadReason: "http 422",
+		Envelope: message.Envelope{ID: id, Topic: "a/1", Payload: []byte("x"), QoS: 1}}
+	if err := b.Store().Write(t.Context(), &stores.Batch{Append: []stores.Record{dl}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"requeue", "drop"} {
+		code, res, errOut := gobridge(t, "dlq", verb, "-c", cfgPath, id)
+		if code == exitOK || !strings.Contains(errOut, "admin API is disabled") || !strings.Contains(errOut, "bridge.admin.listen") || strings.Contains(errOut, "readonly") {
+			t.Errorf("%s while an owner without admin API runs: exit %d\n%s%s", verb, code, res, errOut)
+		}
+	}
+	if code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath); code != exitOK || !strings.Contains(list, id) {
+		t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
 	}
 }

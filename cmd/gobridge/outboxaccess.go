@@ -74,8 +74,10 @@ func openOutbox(ctx context.Context, fs *flag.FlagSet, path string, write bool) 
 	ob := &outbox{Outbox: off, close: st.Close}
 	switch listen := *cfg.Bridge.Admin.Listen; {
 	case locked == nil:
-	case listen == "":
-		ob.via = locked.Error() + "; its admin API is disabled, so this command can only read"
+	case listen == "": // only a change opens it for writing
+		st.Close()
+		return nil, nil, fmt.Errorf("%w; its admin API is disabled, so a change cannot reach it: "+
+			"set bridge.admin.listen (and restart it), or stop it and run this again", locked)
 	default:
 		api := owned{off, "http://" + listen, cfg.Bridge.Admin.Token.Reveal()}
 		ob.Outbox, ob.via = api, fmt.Sprintf("the outbox is owned by a running bridge (pid %d): acting through its admin API at %s", locked.PID, api.base)
