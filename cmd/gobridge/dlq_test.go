@@ -2,25 +2,14 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gobridge/gobridge/internal/testservices"
-
 	"github.com/gobridge/gobridge/admin"
-	"github.com/gobridge/gobridge/bridge"
 	"github.com/gobridge/gobridge/message"
-	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -288,137 +277,5 @@ func TestDLQ_OnDynamoDB(t *testing.T) {
 	}
 	if code, _, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg); code != exitOK {
 		t.Errorf("outbox stats on dynamodb: exit %d, %q", code, errOut)
-	}
-}
-
-// TestDLQ_RequeueGoesThroughTheBridgeThatOwnsTheFile: with a bridge running
-// on the SQLite file, the CLI cannot take it; it reads through a read-only
-// connection and sends the requeue to the bridge's admin API, whose drainer
-// delivers the record at once (DESIGN.md §11.2).
-func TestDLQ_RequeueGoesThroughTheBridgeThatOwnsTheFile(t *testing.T) {
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "bridge.yaml")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminAddr := ln.Addr().String()
-	_ = ln.Close()
-	yaml := fmt.Sprintf(`version: 1
-bridge: {id: owned, admin: {listen: %q}}
-stores:
-  outbox: {type: sqlite, options: {path: %q}}
-receivers:
-  - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0"}, topics: [{topic: "a/#", qos: 1}]}
-senders:
-  - {id: out, type: stdout}
-routes:
-  - {id: alarms, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: plant}}
-`, adminAddr, filepath.Join(dir, "outbox.db"))
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, probs, err := routes.Load(cfgPath)
-	if err != nil || probs.HasErrors() {
-		t.Fatalf("load: %v %v", err, probs)
-	}
-	var out, logs testservices.Buffer
-	b, err := bridge.New(cfg, bridge.Options{Stdout: &out, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	id := message.NewID()
-	dl := stores.Record{Session: "plant", Route: "alarms", State: stores.Dead, DeadReason: "http 422",
-		Envelope: message.Envelope{ID: id, Topic: "a/1", Payload: []byte("fixed-upstream"), QoS: 1}}
-	if err := b.Store().Write(t.Context(), &stores.Batch{Append: []stores.Record{dl}}); err != nil {
-		t.Fatal(err)
-	}
-	code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath)
-	if code != exitOK || !strings.Contains(list, id) {
-		t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
-	}
-	code, res, errOut := gobridge(t, "dlq", "requeue", "-c", cfgPath, id)
-	if code != exitOK || !strings.Contains(res, "requeued "+id) || !strings.Contains(errOut, "the outbox is owned by a running bridge (pid ") || !strings.Contains(errOut, "admin API at http://"+adminAddr) {
-		t.Fatalf("requeue while the bridge owns the file: exit %d\n%s%s", code, res, errOut)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "fixed-upstream") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the requeued record was not delivered; stdout: %q", out.String())
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
-	// The admin server logs the change (README "Who may see and change
-	// what") with one component key, as every logger does.
-	for line := range strings.Lines(logs.String()) {
-		if strings.Contains(line, "dead letter requeued") && strings.Count(line, "component=") != 1 {
-			t.Errorf("the requeue log line has not one component key: %s", line)
-		}
-	}
-	if !strings.Contains(logs.String(), "dead letter requeued") {
-		t.Errorf("the requeue was not logged:\n%s", logs.String())
-	}
-}
-
-// TestDLQ_RequeueRefusedWhenTheOwnerHasNoAdminAPI: with a bridge running on
-// the SQLite file and its admin API disabled, a change cannot reach it; the
-// CLI says so and how to proceed, rather than failing on the read-only file.
-func TestDLQ_RequeueRefusedWhenTheOwnerHasNoAdminAPI(t *testing.T) {
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "bridge.yaml")
-	yaml := fmt.Sprintf(`version: 1
-bridge: {id: owned, admin: {listen: ""}}
-stores:
-  outbox: {type: sqlite, options: {path: %q}}
-receivers:
-  - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0"}, topics: [{topic: "a/#", qos: 1}]}
-senders:
-  - {id: out, type: stdout}
-routes:
-  - {id: alarms, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: plant}}
-`, filepath.Join(dir, "outbox.db"))
-	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, probs, err := routes.Load(cfgPath)
-	if err != nil || probs.HasErrors() {
-		t.Fatalf("load: %v %v", err, probs)
-	}
-	b, err := bridge.New(cfg, bridge.Options{Stdout: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	id := message.NewID()
-	dl := stores.Record{Session: "plant", Route: "alarms", State: stores.Dead, DeadReason: "http 422",
-		Envelope: message.Envelope{ID: id, Topic: "a/1", Payload: []byte("x"), QoS: 1}}
-	if err := b.Store().Write(t.Context(), &stores.Batch{Append: []stores.Record{dl}}); err != nil {
-		t.Fatal(err)
-	}
-	for _, verb := range []string{"requeue", "drop"} {
-		code, res, errOut := gobridge(t, "dlq", verb, "-c", cfgPath, id)
-		if code == exitOK || !strings.Contains(errOut, "admin API is disabled") || !strings.Contains(errOut, "bridge.admin.listen") || strings.Contains(errOut, "readonly") {
-			t.Errorf("%s while an owner without admin API runs: exit %d\n%s%s", verb, code, res, errOut)
-		}
-	}
-	if code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath); code != exitOK || !strings.Contains(list, id) {
-		t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
 	}
 }

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gobridge/gobridge/bridge"
+	"github.com/gobridge/gobridge/internal/testservices"
+	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/stores"
+)
+
+// runOwner writes a blueprint with a SQLite outbox and the admin listener
+// at adminAddr ("" disables it), runs a bridge on it until the test ends,
+// and adds one dead letter of route alarms; it returns the blueprint's path
+// and the letter's ID.
+func runOwner(t *testing.T, adminAddr string, stdout io.Writer, logs io.Writer) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "bridge.yaml")
+	yaml := fmt.Sprintf(`version: 1
+bridge: {id: owned, admin: {listen: %q}}
+stores:
+  outbox: {type: sqlite, options: {path: %q}}
+receivers:
+  - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0"}, topics: [{topic: "a/#", qos: 1}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: alarms, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: plant}}
+`, adminAddr, filepath.Join(dir, "outbox.db"))
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, probs, err := routes.Load(cfgPath)
+	if err != nil || probs.HasErrors() {
+		t.Fatalf("load: %v %v", err, probs)
+	}
+	b, err := bridge.New(cfg, bridge.Options{Stdout: stdout, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	id := message.NewID()
+	dl := stores.Record{Session: "plant", Route: "alarms", State: stores.Dead, DeadReason: "http 422",
+		Envelope: message.Envelope{ID: id, Topic: "a/1", Payload: []byte("fixed-upstream"), QoS: 1}}
+	if err := b.Store().Write(t.Context(), &stores.Batch{Append: []stores.Record{dl}}); err != nil {
+		t.Fatal(err)
+	}
+	return cfgPath, id
+}
+
+// TestDLQ_RequeueGoesThroughTheBridgeThatOwnsTheFile: with a bridge running
+// on the SQLite file, the CLI cannot take it; it reads through a read-only
+// connection and sends the requeue to the bridge's admin API, whose drainer
+// delivers the record at once (DESIGN.md §11.2).
+func TestDLQ_RequeueGoesThroughTheBridgeThatOwnsTheFile(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminAddr := ln.Addr().String()
+	_ = ln.Close()
+	var out, logs testservices.Buffer
+	cfgPath, id := runOwner(t, adminAddr, &out, &logs)
+	code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath)
+	if code != exitOK || !strings.Contains(list, id) {
+		t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
+	}
+	code, res, errOut := gobridge(t, "dlq", "requeue", "-c", cfgPath, id)
+	if code != exitOK || !strings.Contains(res, "requeued "+id) || !strings.Contains(errOut, "the outbox is owned by a running bridge (pid ") || !strings.Contains(errOut, "admin API at http://"+adminAddr) {
+		t.Fatalf("requeue while the bridge owns the file: exit %d\n%s%s", code, res, errOut)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "fixed-upstream") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the requeued record was not delivered; stdout: %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+	// The admin server logs the change (README "Who may see and change
+	// what") with one component key, as every logger does.
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "dead letter requeued") && strings.Count(line, "component=") != 1 {
+			t.Errorf("the requeue log line has not one component key: %s", line)
+		}
+	}
+	if !strings.Contains(logs.String(), "dead letter requeued") {
+		t.Errorf("the requeue was not logged:\n%s", logs.String())
+	}
+}
+
+// TestDLQ_RequeueRefusedWhenTheOwnerHasNoAdminAPI: with a bridge running on
+// the SQLite file and its admin API disabled, a change cannot reach it; the
+// CLI says so and how to proceed, rather than failing on the read-only file.
+func TestDLQ_RequeueRefusedWhenTheOwnerHasNoAdminAPI(t *testing.T) {
+	cfgPath, id := runOwner(t, "", io.Discard, io.Discard)
+	for _, verb := range []string{"requeue", "drop"} {
+		code, res, errOut := gobridge(t, "dlq", verb, "-c", cfgPath, id)
+		if code == exitOK || !strings.Contains(errOut, "admin API is disabled") || !strings.Contains(errOut, "bridge.admin.listen") || strings.Contains(errOut, "read-only") {
+			t.Errorf("%s while an owner without admin API runs: exit %d\n%s%s", verb, code, res, errOut)
+		}
+	}
+	if code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath); code != exitOK || !strings.Contains(list, id) {
+		t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
+	}
+}
