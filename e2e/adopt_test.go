@@ -201,7 +201,12 @@ func TestMultiInstance_DeadInstanceSessionIsAdoptedAndHandedBack(t *testing.T) {
 	})
 	victim.start(t)
 	restarted := time.Now()
-	victim.waitReady(t, 60*time.Second)
+	// Ready once it runs its own session: it may first wait for its old
+	// instance lease to lapse (renewed every leaseTTL/3, so up to a renewal
+	// period after the adoption), then the adopter lets go at its next
+	// renewal and b2 takes the session at its own: three renewal periods,
+	// a whole leaseTTL, plus the lease calls on a loaded DynamoDB Local.
+	victim.waitReady(t, leaseTTL+time.Minute)
 	waitFor(t, leaseTTL+30*time.Second, "the adopter letting the session go", func() bool {
 		return sumMetric(bridges, survivors, "gobridge_receiver_adopted_sessions") == 0
 	})
