@@ -81,7 +81,14 @@ func TestDeadLetters_RequeueWhileRunning(t *testing.T) {
 		t.Errorf("target saw %d requests, want %d: a permanent failure is not retried", got, n)
 	}
 
-	dead := listDead(t, b.cfgPath)
+	// The counter moves when the drainer queues a dead letter, before the
+	// group commit that makes it durable (settlements linger 20 ms, and the
+	// write takes longer on a loaded machine): dlq list may not show it yet.
+	var dead deadLetterList
+	waitFor(t, 20*time.Second, "dlq list showing every dead letter", func() bool {
+		dead = listDead(t, b.cfgPath)
+		return len(dead.DeadLetters) >= n
+	})
 	if len(dead.DeadLetters) != n {
 		t.Fatalf("dlq list shows %d dead letters, want %d", len(dead.DeadLetters), n)
 	}

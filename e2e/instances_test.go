@@ -125,7 +125,11 @@ func TestMultiInstance_KillOne(t *testing.T) {
 		bridges[name].waitReady(t, 60*time.Second)
 	}
 	// Partitions spread: every instance drains some before any traffic.
-	waitFor(t, 30*time.Second, "every instance draining a share of the partitions", func() bool {
+	// Members rebalance only at their renewals (every leaseTTL/3): b1 hands
+	// partitions over at one, a newcomer takes them at its next; when b1
+	// counted the members before b3 joined it takes two rounds, about
+	// leaseTTL, plus the lease calls on a loaded DynamoDB Local.
+	waitFor(t, leaseTTL+time.Minute, "every instance draining a share of the partitions", func() bool {
 		total := 0
 		for _, name := range names {
 			held := heldPartitions(t, bridges[name].logPath, 0)
