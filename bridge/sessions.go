@@ -62,8 +62,8 @@ type guarded struct {
 
 // leased is a session whose lease is held and whose receiver runs.
 type leased struct {
-	id     string // client id
-	le     stores.Lease
+	id     string       // client id
+	le     stores.Lease // written under mu (mayConnect reads it)
 	r      receiver
 	cancel context.CancelFunc
 	stop   string // why it stops: "" (it runs), lost, wanted, shutdown
@@ -84,7 +84,7 @@ func (b *Bridge) newGuarded(rc routes.ReceiverConfig, sink receivers.Sink, log *
 	}
 	g.build = func(clientID string, adopt bool) (receiver, error) {
 		o := mqttOptions(rc, tc)
-		o.ClientID, o.Window, o.Adopt = clientID, g.win, adopt
+		o.ClientID, o.Window, o.Adopt, o.MayConnect = clientID, g.win, adopt, g.mayConnect(clientID)
 		return mqtt.New(o, sink, log.With("client_id", clientID))
 	}
 	if _, err := g.build(g.own, false); err != nil {
@@ -234,6 +234,26 @@ func (g *guarded) takeOwn(ctx context.Context, now time.Time) {
 	}
 }
 
+// errLeaseUnconfirmed fails a connection attempt of a session whose lease
+// renew has not confirmed in time.
+var errLeaseUnconfirmed = errors.New("the session's lease is not confirmed: not connecting")
+
+// mayConnect lets the session of client id connect only while renew holds
+// its lease as it keeps it: before Until − LeaseTTL/3. A process paused
+// past that (SIGSTOP, a frozen VM) finds its connection gone and would
+// reconnect at once, before renew finds the lease lost: the broker would
+// then take the session from the survivor that adopted it.
+func (g *guarded) mayConnect(id string) func() error {
+	return func() error {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if s := g.held[id]; s != nil && s.stop == "" && time.Now().Before(s.le.Until.Add(-g.ttl/3)) {
+			return nil
+		}
+		return errLeaseUnconfirmed
+	}
+}
+
 // start runs a session whose lease is held: the own one, or an adopted one.
 func (g *guarded) start(le stores.Lease, id string) {
 	r, err := g.build(id, id != g.own)
@@ -277,7 +297,9 @@ func (g *guarded) renew(ctx context.Context) {
 		nl, err := g.b.store.Renew(ctx, s.le, g.ttl, time.Now())
 		switch {
 		case err == nil:
+			g.mu.Lock() // mayConnect reads it
 			s.le = nl
+			g.mu.Unlock()
 		case errors.Is(err, stores.ErrLeaseLost) || !time.Now().Before(s.le.Until.Add(-g.ttl/3)):
 			g.log.Warn("session lease lost: disconnecting", "client_id", id, "error", err)
 			g.halt(s, "lost")

@@ -21,7 +21,8 @@ import (
 // process resumes, its renewal is refused and its hanging sends are
 // cancelled, or, when a send is answered first, its outcome is counted stale
 // and not recorded: b1 settles nothing; nothing is lost and the outbox ends
-// empty.
+// empty. b1's MQTT session, which b2 may have adopted, is not taken back
+// from b2 by b1's reconnection (it waits for its lease).
 func TestMultiInstance_PausedOwnerIsFencedOut(t *testing.T) {
 	needBinary(t)
 	mqttURL := testservices.MQTTURL(t)
@@ -99,4 +100,12 @@ func TestMultiInstance_PausedOwnerIsFencedOut(t *testing.T) {
 	if len(dead) > 0 {
 		t.Errorf("%d dead letters, want none", len(dead))
 	}
+	// b1's MQTT connection was gone when it woke up. Its reconnection waits
+	// for a renewal of its session's lease, which b1 no longer holds if b2
+	// adopted the session; reconnecting first would have kicked b2 off.
+	if c := logCount(t, b2, `msg="connection lost"`); c > 0 {
+		t.Errorf("b2 lost its broker connection %d times: the resumed b1 took its session back before its lease said so", c)
+	}
+	t.Logf("b2 adopted %v sessions; b1 logged %d lost session leases", b2.metric("gobridge_receiver_adopted_sessions"),
+		logCount(t, b1, "session lease lost"))
 }

@@ -2,13 +2,17 @@ package mqtt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/receivers/internal/testsink"
@@ -192,4 +196,46 @@ func TestReceiver_ASUBACKLateBehindPushbackStillSubscribes(t *testing.T) {
 		}
 	}()
 	waitSubscribed(t, r)
+}
+
+// TestReceiver_MayConnectGatesEveryConnection: while MayConnect refuses, no
+// CONNECT reaches the broker, so a client already connected with the same
+// client id is never kicked off (a leased session's owner, paused past its
+// lease, must not take the session back from the survivor that adopted
+// it); the attempts are retried, and once MayConnect allows, the receiver
+// connects.
+func TestReceiver_MayConnectGatesEveryConnection(t *testing.T) {
+	t.Parallel()
+	url := testservices.MQTTURL(t)
+	id := unique(t)
+	var kicked atomic.Bool
+	holder := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(id).SetAutoReconnect(false).
+		SetConnectionLostHandler(func(paho.Client, error) { kicked.Store(true) }))
+	if tok := holder.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect the holder: %v", tok.Error())
+	}
+	defer holder.Disconnect(0)
+
+	var allow atomic.Bool
+	var asked atomic.Int32
+	o := config(url, id, "gate/"+id+"/#")
+	o.MayConnect = func() error {
+		asked.Add(1)
+		if !allow.Load() {
+			return errors.New("lease not confirmed")
+		}
+		return nil
+	}
+	r := newReceiver(t, o, testsink.New(true))
+	run(t, r)
+	testsink.Eventually(t, "a refused attempt retried", func() bool { return asked.Load() >= 2 })
+	if kicked.Load() || !holder.IsConnectionOpen() {
+		t.Fatal("a refused attempt reached the broker: the holder of the client id was kicked off")
+	}
+	if r.Status().Connected {
+		t.Fatal("connected while MayConnect refused")
+	}
+	allow.Store(true)
+	waitSubscribed(t, r)
+	testsink.Eventually(t, "the holder taken over once allowed", kicked.Load)
 }

@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"golang.org/x/net/proxy"
 
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/topics"
@@ -76,6 +78,11 @@ type Options struct {
 	// connection drops (another client may have taken the session over).
 	// Needs CleanSession false.
 	Adopt bool
+	// MayConnect, when set, is asked before every connection attempt, the
+	// first and each reconnection; an error fails the attempt, which is
+	// retried as a failed connection is. A leased session connects only
+	// while its lease holds.
+	MayConnect func() error
 }
 
 // Subscription is one topic filter with its requested QoS.
@@ -151,5 +158,32 @@ func (o Options) clientOptions() *paho.ClientOptions {
 	// paho's router goroutine, so they must not block for long.
 	opts.SetOrderMatters(true)
 	opts.SetAutoAckDisabled(true)
+	if o.MayConnect != nil {
+		opts.SetCustomOpenConnectionFn(func(u *url.URL, co paho.ClientOptions) (net.Conn, error) {
+			if err := o.MayConnect(); err != nil {
+				return nil, err
+			}
+			return dial(u, co)
+		})
+	}
 	return opts
+}
+
+// dial opens a connection to broker u as paho's own dialer does: ws and
+// wss, TLS, or TCP (through a proxy from the environment).
+func dial(u *url.URL, co paho.ClientOptions) (net.Conn, error) {
+	d := cmp.Or(co.Dialer, &net.Dialer{Timeout: co.ConnectTimeout})
+	switch u.Scheme {
+	case "ws", "wss":
+		ws := *u
+		ws.User = nil // the WebSocket library refuses user info
+		var tc *tls.Config
+		if u.Scheme == "wss" {
+			tc = co.TLSConfig
+		}
+		return paho.NewWebsocket(ws.String(), tc, co.ConnectTimeout, co.HTTPHeaders, co.WebsocketOptions)
+	case "ssl", "tls", "mqtts":
+		return tls.DialWithDialer(d, "tcp", u.Host, co.TLSConfig)
+	}
+	return proxy.FromEnvironmentUsing(d).Dial("tcp", u.Host)
 }

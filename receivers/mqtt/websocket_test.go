@@ -20,14 +20,22 @@ func TestReceiver_WebSockets(t *testing.T) {
 		fmt.Sprintf("listener %d 127.0.0.1", wssPort), "protocol websockets",
 		"cafile "+files.CAFile, "certfile "+files.CertFile, "keyfile "+files.KeyFile)
 
-	for _, tc := range []struct{ name, url string }{
-		{"ws", fmt.Sprintf("ws://127.0.0.1:%d/mqtt", wsPort)},
-		{"wss", fmt.Sprintf("wss://127.0.0.1:%d/mqtt", wssPort)},
+	for _, tc := range []struct {
+		name, url string
+		gated     bool // dialled by the receiver's own dial (MayConnect), not paho's
+	}{
+		{"ws", fmt.Sprintf("ws://127.0.0.1:%d/mqtt", wsPort), false},
+		{"wss", fmt.Sprintf("wss://127.0.0.1:%d/mqtt", wssPort), false},
+		{"ws gated", fmt.Sprintf("ws://127.0.0.1:%d/mqtt", wsPort), true},
+		{"wss gated", fmt.Sprintf("wss://127.0.0.1:%d/mqtt", wssPort), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := unique(t)
 			cfg := config(tc.url, id, "ws/"+id+"/#")
 			cfg.TLS = files.Client(t, false)
+			if tc.gated {
+				cfg.MayConnect = func() error { return nil }
+			}
 			sink := testsink.New(true)
 			r := newReceiver(t, cfg, sink)
 			run(t, r)
