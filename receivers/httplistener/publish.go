@@ -30,12 +30,16 @@ var errTopic = errors.New("invalid topic")
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	authorized := r.o.Token == "" || bearer.Match(req, r.o.Token)
+	if authorized {
+		admit(req) // its connection no longer counts as pending
+	}
 	if req.Header.Get("Origin") != "" {
 		r.win.Denied.Add(1)
 		answerError(w, http.StatusForbidden, "requests from browsers (with an Origin header) are refused")
 		return
 	}
-	if r.o.Token != "" && !bearer.Match(req, r.o.Token) {
+	if !authorized {
 		r.win.Denied.Add(1)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gobridge"`)
 		answerError(w, http.StatusUnauthorized, "this receiver needs its token (Authorization: Bearer TOKEN)")

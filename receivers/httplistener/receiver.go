@@ -57,7 +57,10 @@ const (
 	// ConnsPerRequest × MaxInFlight is the most connections open at once:
 	// room for idle keep-alive connections, and a bound on what clients
 	// that connect and never send a request (or never read the answer) can
-	// hold before the token is checked.
+	// hold before the token is checked. Of those, one remote address may
+	// hold at most receivers.PendingPerAddress that have not made an
+	// authenticated request (any request, without a token); more are
+	// closed at once.
 	ConnsPerRequest = 4
 )
 
@@ -97,7 +100,8 @@ type Options struct {
 	// MaxInFlight bounds the requests served at once (503 beyond);
 	// defaults to DefaultMaxInFlight. The server also holds at most
 	// ConnsPerRequest × MaxInFlight connections open; more wait, unaccepted,
-	// until one closes.
+	// until one closes (one address's unauthenticated ones are bounded
+	// apart: see ConnsPerRequest).
 	MaxInFlight int
 	// SettleTimeout bounds how long a request waits for room and for its
 	// messages to be settled (admission into a full outbox included)
@@ -185,7 +189,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		return fmt.Errorf("listen on %s: %w", r.o.Listen, err)
 	}
 	addr := ln.Addr()
-	ln = netutil.LimitListener(ln, ConnsPerRequest*r.o.MaxInFlight)
+	ln = &pendingListener{Listener: netutil.LimitListener(ln, ConnsPerRequest*r.o.MaxInFlight), log: r.log}
 	if r.o.TLS != nil {
 		ln = tls.NewListener(ln, r.o.TLS)
 	}
@@ -196,6 +200,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		WriteTimeout:      r.o.WriteTimeout,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
 		ErrorLog:          slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
 	}
 	r.addr.Store(&addr)
@@ -254,4 +259,57 @@ func EnvelopeID(receiver, topic, key string) string {
 		_, _ = io.WriteString(h, s)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// pendingListener counts each connection it accepts as pending (see
+// receivers.Pending) until ServeHTTP admits it or it closes, and closes at
+// once, before any TLS handshake, one whose address holds too many.
+type pendingListener struct {
+	net.Listener
+	log     *slog.Logger
+	pending receivers.Pending
+	refused atomic.Uint64
+}
+
+func (l *pendingListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if admit := l.pending.Hold(c); admit != nil {
+			return &pendingConn{Conn: c, admit: admit}, nil
+		}
+		c.Close()
+		if n := l.refused.Add(1); n&(n-1) == 0 {
+			l.log.Warn("connection refused: its address holds too many connections that have not made an authenticated request",
+				"pending_per_address", receivers.PendingPerAddress, "remote", c.RemoteAddr().String(), "count", n)
+		}
+	}
+}
+
+// pendingConn is an accepted connection; admit ends its count as pending
+// (see receivers.Pending.Hold).
+type pendingConn struct {
+	net.Conn
+	admit func()
+}
+
+func (c *pendingConn) Close() error {
+	c.admit()
+	return c.Conn.Close()
+}
+
+// connKey is the request context key of the request's connection.
+type connKey struct{}
+
+// admit ends the count as pending of req's connection.
+func admit(req *http.Request) {
+	c, _ := req.Context().Value(connKey{}).(net.Conn)
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if pc, ok := c.(*pendingConn); ok {
+		pc.admit()
+	}
 }

@@ -12,6 +12,8 @@ import (
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/gobridge/gobridge/receivers"
 )
 
 // netListener serves mochi on a net.Listener, like mochi's listeners.Net,
@@ -58,20 +60,20 @@ type netListener struct {
 	closed  bool
 	done    chan struct{} // closed by Close
 	conns   map[net.Conn]struct{}
-	pending map[string]int // by remote address: connections not yet admitted
+	pending receivers.Pending
 	wg      sync.WaitGroup // establish calls in progress
 	refused uint64         // connections over maxConns or PendingPerAddress
 }
 
 // PendingPerAddress bounds the connections one remote address may hold
 // open before they are admitted (see netListener).
-const PendingPerAddress = 32
+const PendingPerAddress = receivers.PendingPerAddress
 
 var _ listeners.Listener = (*netListener)(nil)
 
 func (l *netListener) Init(*slog.Logger) error {
 	l.done = make(chan struct{})
-	l.conns, l.pending = map[net.Conn]struct{}{}, map[string]int{}
+	l.conns = map[net.Conn]struct{}{}
 	return nil
 }
 func (l *netListener) ID() string       { return l.id }
@@ -105,7 +107,6 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 		}
 		backoff, failures = 0, 0
 		_ = conn.SetDeadline(time.Now().Add(l.connectTimeout)) // the TLS handshake's writes too
-		host, _, _ := net.SplitHostPort(conn.RemoteAddr().String())
 		tc := &trackedConn{Conn: conn, closed: make(chan struct{}), refuse: l.refuseConnect, writeTimeout: l.writeTimeout}
 		conn = tc
 		l.mu.Lock()
@@ -114,7 +115,7 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 			conn.Close()
 			return
 		}
-		if why := l.full(host); why != "" {
+		if why := l.full(tc); why != "" {
 			l.refused++
 			n := l.refused
 			l.mu.Unlock()
@@ -124,8 +125,6 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 			}
 			continue
 		}
-		l.pending[host]++
-		tc.admit = func() { l.admitted(host) }
 		l.conns[conn] = struct{}{}
 		l.wg.Add(1)
 		l.mu.Unlock()
@@ -140,26 +139,16 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
-// full says why a connection from host is refused, "" when it is not.
-// Call it holding mu.
-func (l *netListener) full(host string) string {
-	switch {
-	case len(l.conns) >= l.maxConns:
+// full says why c is refused, "" when it is not; else c counts as pending
+// until admitted or closed. Call it holding mu.
+func (l *netListener) full(c *trackedConn) string {
+	if len(l.conns) >= l.maxConns {
 		return "max_clients reached"
-	case l.pending[host] >= PendingPerAddress:
+	}
+	if c.admit = l.pending.Hold(c); c.admit == nil {
 		return "its address holds too many connections that have not sent an accepted CONNECT"
 	}
 	return ""
-}
-
-// admitted ends the count of one of host's connections as pending: it was
-// admitted, or closed.
-func (l *netListener) admitted(host string) {
-	l.mu.Lock()
-	if l.pending[host]--; l.pending[host] <= 0 {
-		delete(l.pending, host)
-	}
-	l.mu.Unlock()
 }
 
 // Close stops accepting, disconnects the clients mochi knows (server
@@ -222,19 +211,16 @@ type trackedConn struct {
 	closed chan struct{}
 	head   []byte // the first packet's fixed header so far; nil once checked
 	refuse func(c net.Conn, announced int)
-	admit  func() // once, when admitted or closed; nil: not counted as pending
-	admits sync.Once
+	admit  func() // when admitted or closed (once; see Pending.Hold); nil: not counted
 
 	writeTimeout time.Duration
 }
 
 // admitted ends the connection's count as pending.
 func (c *trackedConn) admitted() {
-	c.admits.Do(func() {
-		if c.admit != nil {
-			c.admit()
-		}
-	})
+	if c.admit != nil {
+		c.admit()
+	}
 }
 
 // SetDeadline sets the read deadline only (mochi's keep-alive, which would
