@@ -238,8 +238,8 @@ func (g *guarded) takeOwn(ctx context.Context, now time.Time) {
 // renew has not confirmed in time.
 var errLeaseUnconfirmed = errors.New("the session's lease is not confirmed: not connecting")
 
-// mayConnect lets the session of client id connect only while renew holds
-// its lease as it keeps it: before Until − LeaseTTL/3. A process paused
+// mayConnect lets the session of client id connect only while its lease is
+// confirmed, as renew keeps it. A process paused
 // past that (SIGSTOP, a frozen VM) finds its connection gone and would
 // reconnect at once, before renew finds the lease lost: the broker would
 // then take the session from the survivor that adopted it.
@@ -247,11 +247,17 @@ func (g *guarded) mayConnect(id string) func() error {
 	return func() error {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if s := g.held[id]; s != nil && s.stop == "" && time.Now().Before(s.le.Until.Add(-g.ttl/3)) {
+		if s := g.held[id]; s != nil && s.stop == "" && g.confirmed(s.le) {
 			return nil
 		}
 		return errLeaseUnconfirmed
 	}
+}
+
+// confirmed reports whether le is held with room to spare: before
+// Until − LeaseTTL/3, when nobody else may take it yet.
+func (g *guarded) confirmed(le stores.Lease) bool {
+	return time.Now().Before(le.Until.Add(-g.ttl / 3))
 }
 
 // start runs a session whose lease is held: the own one, or an adopted one.
@@ -300,7 +306,7 @@ func (g *guarded) renew(ctx context.Context) {
 			g.mu.Lock() // mayConnect reads it
 			s.le = nl
 			g.mu.Unlock()
-		case errors.Is(err, stores.ErrLeaseLost) || !time.Now().Before(s.le.Until.Add(-g.ttl/3)):
+		case errors.Is(err, stores.ErrLeaseLost) || !g.confirmed(s.le):
 			g.log.Warn("session lease lost: disconnecting", "client_id", id, "error", err)
 			g.halt(s, "lost")
 		default:

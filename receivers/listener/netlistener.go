@@ -21,7 +21,7 @@ import (
 //
 //   - At most maxConns connections are open, with a CONNECT or not (mochi's
 //     MaximumClients counts only clients past it); one more is closed at once.
-//     Of those, one remote address may hold at most PendingPerAddress that
+//     Of those, one remote address may hold at most receivers.PendingPerAddress that
 //     have not been admitted (an authenticated CONNECT): one host opening
 //     silent connections cannot keep every publisher out.
 //   - A connection must send its CONNECT (and finish its TLS handshake)
@@ -62,12 +62,8 @@ type netListener struct {
 	conns   map[net.Conn]struct{}
 	pending receivers.Pending
 	wg      sync.WaitGroup // establish calls in progress
-	refused uint64         // connections over maxConns or PendingPerAddress
+	refused uint64         // connections refused (maxConns, pending, CONNECT size)
 }
-
-// PendingPerAddress bounds the connections one remote address may hold
-// open before they are admitted (see netListener).
-const PendingPerAddress = receivers.PendingPerAddress
 
 var _ listeners.Listener = (*netListener)(nil)
 

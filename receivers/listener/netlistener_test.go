@@ -13,6 +13,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/receivers/internal/testsink"
 )
 
@@ -135,7 +136,7 @@ func (l smallSendBuffers) Accept() (net.Conn, error) {
 // TestListener_OneAddressCannotHoldEveryConnection: one host opening
 // max_clients silent connections (no CONNECT) kept every publisher out
 // until connect_timeout, again and again. An address may hold at most
-// PendingPerAddress connections that have not been admitted; admitted ones
+// receivers.PendingPerAddress connections that have not been admitted; admitted ones
 // do not count, so one host may still connect many publishers.
 func TestListener_OneAddressCannotHoldEveryConnection(t *testing.T) {
 	t.Parallel()
@@ -153,7 +154,7 @@ func TestListener_OneAddressCannotHoldEveryConnection(t *testing.T) {
 		silent = append(silent, c)
 	}
 	closedByServer(t, silent[maxClients-1]) // over PendingPerAddress: refused
-	for i := range maxClients - PendingPerAddress - 8 {
+	for i := range maxClients - receivers.PendingPerAddress - 8 {
 		publisher(t, b.url, func(o *paho.ClientOptions) { o.SetClientID(fmt.Sprintf("pub-%d", i)) })
 	}
 	// The attacker's first connections are still held: they count.
