@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/gobridge/gobridge/admin"
+	"github.com/gobridge/gobridge/bearer"
+	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/redact"
 	"github.com/gobridge/gobridge/stores"
 )
@@ -46,13 +49,16 @@ func (b *Bridge) openAdmin(gather prometheus.Gatherer) error {
 	if err != nil {
 		return fmt.Errorf("bridge: admin listener: %w", err)
 	}
-	b.adminLn = netutil.LimitListener(ln, adminMaxConns)
+	b.adminLn = &receivers.PendingListener{Listener: netutil.LimitListener(ln, adminMaxConns),
+		Log: b.base.With("component", "admin"), Admitted: "a request with the admin token"}
 	return nil
 }
 
 // adminMaxConns bounds the admin listener's open connections: clients that
 // connect and stall (before any token is checked) hold no more; others
 // wait, unaccepted, until one closes. Scrapers and the console need a few.
+// One address may hold receivers.PendingPerAddress of them, unless they
+// carry the admin token (/metrics and /healthz are open to all).
 const adminMaxConns = 64
 
 func (b *Bridge) readyz(w http.ResponseWriter, r *http.Request) {
@@ -89,7 +95,14 @@ func (b *Bridge) serveAdmin(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	srv := admin.NewServer(b.mux, admin.DefaultTimeouts)
+	token := b.cfg.Bridge.Admin.Token.Reveal()
+	srv := admin.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if token != "" && bearer.Match(r, token) {
+			receivers.Admit(r)
+		}
+		b.mux.ServeHTTP(w, r)
+	}), cmp.Or(b.adminTimeouts, admin.DefaultTimeouts))
+	srv.ConnContext = receivers.PendingConnContext
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(b.adminLn) }()
 	select {

@@ -55,14 +55,15 @@ type Bridge struct {
 	metrics *metrics
 	owner   string // this process in leases
 
-	store   stores.Store // nil when no outbox store is configured
-	writer  *writer      // nil without a store
-	limits  *admission
-	cur     atomic.Pointer[parts] // the running configuration's parts
-	mux     *http.ServeMux        // the admin server's
-	adminLn net.Listener          // nil when the admin listener is disabled
-	journal *admin.Journal        // delivery outcomes, for the admin API and console
-	ops     *admin.Handler        // the admin API and console
+	store         stores.Store // nil when no outbox store is configured
+	writer        *writer      // nil without a store
+	limits        *admission
+	cur           atomic.Pointer[parts] // the running configuration's parts
+	mux           *http.ServeMux        // the admin server's
+	adminLn       net.Listener          // nil when the admin listener is disabled
+	adminTimeouts admin.Timeouts        // zero: admin.DefaultTimeouts (tests set others)
+	journal       *admin.Journal        // delivery outcomes, for the admin API and console
+	ops           *admin.Handler        // the admin API and console
 
 	// mu serialises reloads with each other and with Run's start and
 	// shutdown; running says a reload may start components with what Run set.

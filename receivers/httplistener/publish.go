@@ -32,7 +32,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	authorized := r.o.Token == "" || bearer.Match(req, r.o.Token)
 	if authorized {
-		admit(req) // its connection no longer counts as pending
+		receivers.Admit(req) // its connection no longer counts as pending
 	}
 	if req.Header.Get("Origin") != "" {
 		r.win.Denied.Add(1)

@@ -189,7 +189,8 @@ func (r *Receiver) Run(ctx context.Context) error {
 		return fmt.Errorf("listen on %s: %w", r.o.Listen, err)
 	}
 	addr := ln.Addr()
-	ln = &pendingListener{Listener: netutil.LimitListener(ln, ConnsPerRequest*r.o.MaxInFlight), log: r.log}
+	ln = &receivers.PendingListener{Listener: netutil.LimitListener(ln, ConnsPerRequest*r.o.MaxInFlight), Log: r.log,
+		Admitted: "an authenticated request"}
 	if r.o.TLS != nil {
 		ln = tls.NewListener(ln, r.o.TLS)
 	}
@@ -200,7 +201,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		WriteTimeout:      r.o.WriteTimeout,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
+		ConnContext:       receivers.PendingConnContext,
 		ErrorLog:          slog.NewLogLogger(r.log.Handler(), slog.LevelWarn),
 	}
 	r.addr.Store(&addr)
@@ -259,57 +260,4 @@ func EnvelopeID(receiver, topic, key string) string {
 		_, _ = io.WriteString(h, s)
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// pendingListener counts each connection it accepts as pending (see
-// receivers.Pending) until ServeHTTP admits it or it closes, and closes at
-// once, before any TLS handshake, one whose address holds too many.
-type pendingListener struct {
-	net.Listener
-	log     *slog.Logger
-	pending receivers.Pending
-	refused atomic.Uint64
-}
-
-func (l *pendingListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if admit := l.pending.Hold(c); admit != nil {
-			return &pendingConn{Conn: c, admit: admit}, nil
-		}
-		c.Close()
-		if n := l.refused.Add(1); n&(n-1) == 0 {
-			l.log.Warn("connection refused: its address holds too many connections that have not made an authenticated request",
-				"pending_per_address", receivers.PendingPerAddress, "remote", c.RemoteAddr().String(), "count", n)
-		}
-	}
-}
-
-// pendingConn is an accepted connection; admit ends its count as pending
-// (see receivers.Pending.Hold).
-type pendingConn struct {
-	net.Conn
-	admit func()
-}
-
-func (c *pendingConn) Close() error {
-	c.admit()
-	return c.Conn.Close()
-}
-
-// connKey is the request context key of the request's connection.
-type connKey struct{}
-
-// admit ends the count as pending of req's connection.
-func admit(req *http.Request) {
-	c, _ := req.Context().Value(connKey{}).(net.Conn)
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	if pc, ok := c.(*pendingConn); ok {
-		pc.admit()
-	}
 }
