@@ -108,17 +108,20 @@ func TestDLQ_RequeueGoesThroughTheBridgeThatOwnsTheFile(t *testing.T) {
 }
 
 // TestDLQ_RequeueRefusedWhenTheOwnerHasNoAdminAPI: with a bridge running on
-// the SQLite file and its admin API disabled, a change cannot reach it; the
-// CLI says so and how to proceed, rather than failing on the read-only file.
+// the SQLite file and its admin API disabled, or on a port chosen at its
+// start (the CLI built http://host:0), a change cannot reach it; the CLI
+// says so and how to proceed, rather than failing on the read-only file.
 func TestDLQ_RequeueRefusedWhenTheOwnerHasNoAdminAPI(t *testing.T) {
-	cfgPath, id := runOwner(t, "", io.Discard, io.Discard)
-	for _, verb := range []string{"requeue", "drop"} {
-		code, res, errOut := gobridge(t, "dlq", verb, "-c", cfgPath, id)
-		if code == exitOK || !strings.Contains(errOut, "admin API is disabled") || !strings.Contains(errOut, "bridge.admin.listen") || strings.Contains(errOut, "read-only") {
-			t.Errorf("%s while an owner without admin API runs: exit %d\n%s%s", verb, code, res, errOut)
+	for listen, why := range map[string]string{"": "admin API is disabled", "127.0.0.1:0": "port chosen at its start (127.0.0.1:0)"} {
+		cfgPath, id := runOwner(t, listen, io.Discard, io.Discard)
+		for _, verb := range []string{"requeue", "drop"} {
+			code, res, errOut := gobridge(t, "dlq", verb, "-c", cfgPath, id)
+			if code == exitOK || !strings.Contains(errOut, why) || !strings.Contains(errOut, "bridge.admin.listen") || strings.Contains(errOut, "read-only") {
+				t.Errorf("%s while an owner (admin listen %q) runs: exit %d\n%s%s", verb, listen, code, res, errOut)
+			}
 		}
-	}
-	if code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath); code != exitOK || !strings.Contains(list, id) {
-		t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
+		if code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath); code != exitOK || !strings.Contains(list, id) {
+			t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
+		}
 	}
 }

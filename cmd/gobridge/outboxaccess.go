@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/gobridge/gobridge/admin"
@@ -74,10 +75,14 @@ func openOutbox(ctx context.Context, fs *flag.FlagSet, path string, write bool) 
 	ob := &outbox{Outbox: off, close: st.Close}
 	switch listen := *cfg.Bridge.Admin.Listen; {
 	case locked == nil:
-	case listen == "": // only a change opens it for writing
+	case listen == "", strings.HasSuffix(listen, ":0"): // only a change opens it for writing
 		st.Close()
-		return nil, nil, fmt.Errorf("%w; its admin API is disabled, so a change cannot reach it: "+
-			"set bridge.admin.listen (and restart it), or stop it and run this again", locked)
+		why := "its admin API is disabled"
+		if listen != "" {
+			why = "its admin API listens on a port chosen at its start (" + listen + "), which the CLI cannot know"
+		}
+		return nil, nil, fmt.Errorf("%w; %s, so a change cannot reach it: "+
+			"set bridge.admin.listen to a fixed address (and restart it), or stop it and run this again", locked, why)
 	default:
 		api := owned{off, "http://" + listen, cfg.Bridge.Admin.Token.Reveal()}
 		ob.Outbox, ob.via = api, fmt.Sprintf("the outbox is owned by a running bridge (pid %d): acting through its admin API at %s", locked.PID, api.base)
