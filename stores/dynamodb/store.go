@@ -192,11 +192,6 @@ func transient(err error, attempt int) bool {
 	return len(rs) > 0
 }
 
-func conditionFailed(err error) bool {
-	_, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
-	return ok
-}
-
 // mapErr translates DynamoDB's refusal of an item (too large, a key too
 // long) into stores.ErrInvalid; other errors pass through.
 func mapErr(err error) error {
