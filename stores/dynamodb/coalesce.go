@@ -14,7 +14,6 @@ import (
 // conditions on that record find out, and the group then ignores it.
 type group struct {
 	pk, session, route string
-	read               bool // its pointer is in the Write's first read
 	ptr                item // the pointer as in the table; nil: none
 	ignore             bool // the record ptr names is claimed or gone
 

@@ -85,7 +85,7 @@ func (s *Store) changeLease(ctx context.Context, le stores.Lease, upd string, kv
 	}
 	_, err := s.updateItem(ctx, leaseKey(le.Name), upd, "#owner = :o AND #token = :lt",
 		append(kv, ":o", le.Owner, ":lt", le.Token)...)
-	if conditionFailed(err) {
+	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
 		return stores.ErrLeaseLost
 	}
 	return err

@@ -139,9 +139,6 @@ func (s *Store) usable(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// errUnprocessed: DynamoDB kept leaving the keys of a read unprocessed.
-var errUnprocessed = errors.New("keys left unprocessed (throttled)")
-
 // codeCondition is the cancellation reason of a transaction item whose
 // condition failed.
 const codeCondition = "ConditionalCheckFailed"
@@ -190,11 +187,6 @@ func transient(err error, attempt int) bool {
 		}
 	}
 	return len(rs) > 0
-}
-
-func conditionFailed(err error) bool {
-	_, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
-	return ok
 }
 
 // mapErr translates DynamoDB's refusal of an item (too large, a key too
@@ -325,7 +317,7 @@ func (s *Store) getItems(ctx context.Context, keys []item) (map[string]item, err
 		// 16 MB too, but then it makes progress.
 		for idle := 0; len(req) > 0; idle++ {
 			if idle == maxAttempts {
-				return nil, fmt.Errorf("dynamodb: read %d items: %w", len(keys), errUnprocessed)
+				return nil, fmt.Errorf("dynamodb: read %d items: keys left unprocessed (throttled)", len(keys))
 			}
 			if idle > 0 {
 				if err := backoff(ctx, idle); err != nil {

@@ -127,9 +127,8 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 		case s.retried(o):
 			keys = append(keys, key(o.at()))
 		}
-		if o.g != nil && !o.g.read {
-			keys = append(keys, key(o.g.pk, ptrSK))
-			o.g.read = true
+		if o.g != nil {
+			keys = append(keys, key(o.g.pk, ptrSK)) // (getItems reads a key once)
 		}
 	}
 	items, err := s.getItems(ctx, keys)
@@ -137,61 +136,57 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 		return err
 	}
 	settled := map[string]*op{}
+	var dead []*op // dead-lettering settlements: their records are copied
 	var bodies []item
-	for _, o := range ops {
-		if o.st == nil {
+	for _, o := range ops { // settlements first, as plan orders them
+		if o.st != nil {
+			id := itemID(keyOf(o.st.Key))
+			o.ki, settled[id] = items[id], o
+			s.learn(o.ki)
+			want := stores.Live
+			if o.st.Outcome == stores.Drop {
+				want = stores.Dead
+			}
+			if state := getS(o.ki, "state"); state != string(want) {
+				// Stale, unless it is the state a failed Write this one
+				// retries may have made (see Atomicity in the package doc).
+				seq, ok := s.partial[o.st.Key]
+				o.st.Stale, o.skip = !ok || seq != 0 || state != leaves[o.st.Outcome], true
+			} else if o.st.Outcome == stores.DeadLetter {
+				dead, bodies = append(dead, o), append(bodies, loc(o.ki))
+			}
 			continue
 		}
-		id := itemID(keyOf(o.st.Key))
-		o.ki, settled[id] = items[id], o
-		s.learn(o.ki)
-		want := stores.Live
-		if o.st.Outcome == stores.Drop {
-			want = stores.Dead
+		if s.retried(o) {
+			// Still where the failed Write put it: report it as stored.
+			it := items[itemID(key(o.at()))]
+			if it != nil && getS(it, "id") == o.r.Envelope.ID && getS(it, "session") == o.r.Session && getS(it, "route") == o.r.Route {
+				o.skip, o.kept, o.r.Token = true, true, getN(it, "token")
+			}
 		}
-		if state := getS(o.ki, "state"); state != string(want) {
-			// Stale, unless it is the state a failed Write this one
-			// retries may have made (see Atomicity in the package doc).
-			seq, ok := s.partial[o.st.Key]
-			o.st.Stale, o.skip = !ok || seq != 0 || state != leaves[o.st.Outcome], true
-		} else if o.st.Outcome == stores.DeadLetter {
-			bodies = append(bodies, loc(o.ki))
+		// Appending a key this batch also settles: present unless the
+		// settlement found nothing.
+		if so := settled[itemID(keyOf(o.rec.Key()))]; so != nil && so.ki != nil {
+			o.skip, o.kept = true, false
+		}
+		if o.g != nil && o.g.ptr == nil && !o.g.ignore {
+			o.g.ptr = items[itemID(key(o.g.pk, ptrSK))]
+			s.learn(o.g.ptr)
+			// The record it names is being settled: claimed, so not a
+			// coalescing candidate (and one item cannot appear twice
+			// in a transaction).
+			if o.g.ptr != nil && settled[itemID(keyOf(o.g.key(getS(o.g.ptr, "id"))))] != nil {
+				o.g.ignore = true
+			}
 		}
 	}
 	got, err := s.getItems(ctx, bodies)
 	if err != nil {
 		return err
 	}
-	for _, o := range ops {
-		switch {
-		case o.st != nil && o.st.Outcome == stores.DeadLetter && !o.skip:
-			o.body = got[itemID(loc(o.ki))]
-			if o.body == nil || getN(o.body, "token") != o.st.Token {
-				o.st.Stale, o.skip = true, true
-			}
-		case o.rec != nil:
-			if s.retried(o) {
-				// Still where the failed Write put it: report it as stored.
-				it := items[itemID(key(o.at()))]
-				if it != nil && getS(it, "id") == o.r.Envelope.ID && getS(it, "session") == o.r.Session && getS(it, "route") == o.r.Route {
-					o.skip, o.kept, o.r.Token = true, true, getN(it, "token")
-				}
-			}
-			// Appending a key this batch also settles: present unless the
-			// settlement found nothing.
-			if so := settled[itemID(keyOf(o.rec.Key()))]; so != nil && so.ki != nil {
-				o.skip, o.kept = true, false
-			}
-			if o.g != nil && o.g.ptr == nil && !o.g.ignore {
-				o.g.ptr = items[itemID(key(o.g.pk, ptrSK))]
-				s.learn(o.g.ptr)
-				// The record it names is being settled: claimed, so not a
-				// coalescing candidate (and one item cannot appear twice
-				// in a transaction).
-				if o.g.ptr != nil && settled[itemID(keyOf(o.g.key(getS(o.g.ptr, "id"))))] != nil {
-					o.g.ignore = true
-				}
-			}
+	for _, o := range dead {
+		if o.body = got[itemID(loc(o.ki))]; o.body == nil || getN(o.body, "token") != o.st.Token {
+			o.st.Stale, o.skip = true, true
 		}
 	}
 	return nil
