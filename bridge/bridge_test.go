@@ -12,15 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/admin"
-	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/routes"
 	"github.com/gobridge/gobridge/stores"
-	"github.com/gobridge/gobridge/stores/dynamodb"
 )
 
 // listenerConfig is a config with an embedded listener on addr, a memory
@@ -100,46 +96,6 @@ func TestBridge_FansOutToEveryMatchingRoute(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-}
-
-func TestBridge_SharedOutboxOnDynamoDB(t *testing.T) {
-	t.Parallel()
-	endpoint := testservices.DynamoDBEndpoint(t)
-	s := newSink(t)
-	addr := freeAddr(t)
-	suffix := time.Now().UnixNano()
-	outboxTable := fmt.Sprintf("rt_outbox_%d", suffix)
-	client, err := dynamodb.NewClient(t.Context(), dynamodb.Options{Table: outboxTable, Region: "us-east-1", Endpoint: endpoint})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Registered before startBridge, so it runs after the bridge stopped:
-	// DynamoDB Local keeps every table in its (shared, bounded) heap.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := client.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(outboxTable)}); err != nil {
-			t.Logf("delete table %s: %v", outboxTable, err)
-		}
-	})
-	store := fmt.Sprintf("{type: dynamodb, options: {table: %s, region: us-east-1, endpoint: %q}}", outboxTable, endpoint)
-	cfg := parseConfig(t, listenerConfig(addr, "", store,
-		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
-  - id: ddb
-    receiver: edge
-    topic: "#"
-    sender: sink
-    delivery_mode: shared_outbox
-    session: {id: ddb, partitions: 2}`))
-	startBridge(t, cfg)
-	pub := publisher(t, "tcp://"+addr, "ddb")
-	const n = 20
-	var toks []paho.Token
-	for i := range n {
-		toks = append(toks, pub.Publish(fmt.Sprintf("line/%d", i%4), 1, false, msgID(i)))
-	}
-	waitTokens(t, toks, 30*time.Second)
-	waitFor(t, 30*time.Second, "every message delivered from DynamoDB", func() bool { return s.distinct() == n })
 }
 
 func TestBridge_AcksOnlyWhenEveryRouteSettled(t *testing.T) {

@@ -27,6 +27,8 @@ type op struct {
 	lease bool           // append: claimed under r.Token while that lease holds
 	skip  bool           // not applied: a duplicate append, a stale settlement
 	kept  bool           // append: inserted by a failed Write this one retries; r as stored
+	// settlement: the Retries of its key earlier in the batch, which it replaces
+	replaced []*stores.Settlement
 
 	// Set by build for the current attempt.
 	absorbed bool  // append: coalesced into a newer unclaimed record
@@ -72,6 +74,11 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 		}
 		return fmt.Errorf("dynamodb: write: %w", mapErr(err))
 	}
+	for _, o := range ops {
+		for _, st := range o.replaced {
+			st.Stale = o.st.Stale
+		}
+	}
 	return nil
 }
 
@@ -79,14 +86,24 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 // refusing a record DynamoDB could not hold.
 func plan(b *stores.Batch, now time.Time) ([]*op, error) {
 	var ops []*op
-	settled := map[stores.Key]bool{}
+	last := map[stores.Key]*op{}
 	for i := range b.Settle {
+		// A key settled twice in one batch (one transaction cannot touch
+		// an item twice): each applies on its own, in order, so what
+		// follows a Retry under its token replaces it and shares its fate,
+		// and nothing applies after a Done, DeadLetter or Drop.
 		st := &b.Settle[i]
-		st.Stale = settled[st.Key] // a key settled twice in one batch: the first applies
-		if !st.Stale {
-			settled[st.Key] = true
-			ops = append(ops, &op{st: st})
+		prev := last[st.Key]
+		if st.Stale = prev != nil && (prev.st.Outcome != stores.Retry || prev.st.Token != st.Token); st.Stale {
+			continue
 		}
+		o := &op{st: st}
+		if prev != nil {
+			o.replaced = append(prev.replaced, prev.st)
+			ops = slices.DeleteFunc(ops, func(x *op) bool { return x == prev })
+		}
+		last[st.Key] = o
+		ops = append(ops, o)
 	}
 	seen, groups := map[stores.Key]bool{}, map[string]*group{}
 	for i := range b.Append {

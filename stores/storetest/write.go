@@ -193,6 +193,43 @@ func (s suite) settle(t *testing.T) {
 		wantIDs(t, "left", fx.drain(0), rs[0].Envelope.ID, rs[2].Envelope.ID)
 	})
 
+	// A drainer may retry a record and settle it again before its Retry was
+	// written (a short backoff; a slow write): the batch then settles one
+	// key twice, and each settlement applies on its own, in order.
+	t.Run("a retry and the next outcome of one record in one batch both apply", func(t *testing.T) {
+		fx := s.setup(t)
+		rs := fx.append(fx.recs(3)...)
+		le := fx.lease(0, "o1", t0)
+		fx.claim(0, le, 10)
+		retry := func(r stores.Record, attempts int, reason string) stores.Settlement {
+			return stores.Settlement{Key: r.Key(), Token: le.Token, Outcome: stores.Retry, Attempts: attempts,
+				FirstAttemptAt: t0, NextAttemptAt: at(time.Duration(attempts) * time.Minute), Reason: reason, At: at(time.Minute)}
+		}
+		done := func(r stores.Record) stores.Settlement {
+			return stores.Settlement{Key: r.Key(), Token: le.Token, Outcome: stores.Done, Attempts: 2, FirstAttemptAt: t0, At: at(time.Minute)}
+		}
+		b := fx.write(stores.Batch{Settle: []stores.Settlement{
+			retry(rs[0], 1, "503"), done(rs[0]), // sent again, delivered
+			retry(rs[1], 1, "503"), retry(rs[1], 2, "504"), // failed twice
+			done(rs[2]), retry(rs[2], 1, "late"), // nothing follows a Done
+		}})
+		for i, want := range []bool{false, false, false, false, false, true} {
+			if b.Settle[i].Stale != want {
+				t.Errorf("settlement %d (outcome %d): stale %v, want %v", i, b.Settle[i].Outcome, b.Settle[i].Stale, want)
+			}
+		}
+		got := fx.claim(0, fx.lease(0, "o2", at(time.Hour)), 10)
+		if len(got) != 1 || got[0].Envelope.ID != rs[1].Envelope.ID {
+			t.Fatalf("claimable after the batch: %v, want only %s", ids(got), rs[1].Envelope.ID)
+		}
+		if g := got[0]; g.Attempts != 2 || g.LastError != "504" {
+			t.Errorf("the record retried twice: attempts %d, last error %q; want the second settlement's 2, \"504\"", g.Attempts, g.LastError)
+		}
+		if st := fx.sessionStats(); st.Live != 1 {
+			t.Errorf("live = %d, want 1", st.Live)
+		}
+	})
+
 	t.Run("drop deletes a dead letter and keeps its key", func(t *testing.T) {
 		fx := s.setup(t)
 		d := fx.rec()
