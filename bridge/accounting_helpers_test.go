@@ -286,3 +286,29 @@ func metricSum(t *testing.T, addr, name string, labels ...string) float64 {
 	}
 	return sum
 }
+
+// acctLive returns the live records of the outbox (GET /api/stats).
+func acctLive(t *testing.T, addr string) int {
+	t.Helper()
+	code, body := httpGet(t, "http://"+addr+"/api/stats")
+	var stats struct {
+		Routes []struct{ Live int } `json:"routes"`
+	}
+	if err := json.Unmarshal([]byte(body), &stats); code != 200 || err != nil {
+		t.Fatalf("GET /api/stats: %d %v %s", code, err, body)
+	}
+	live := 0
+	for _, r := range stats.Routes {
+		live += r.Live
+	}
+	return live
+}
+
+// acctKindOf returns the kind a topic names (acct/KIND/.../ID).
+func acctKindOf(topic string) acctKind {
+	parts := strings.Split(topic, "/")
+	if len(parts) < 3 {
+		return ""
+	}
+	return acctKind(parts[1])
+}

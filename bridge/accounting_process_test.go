@@ -22,14 +22,15 @@ import (
 const acctSeed = 20261202
 
 // acctConfig is the config of the accounting test's process run (1 or 2):
-// the embedded listener, a SQLite outbox, a shared_outbox route whose
-// idempotency_key, filter and ordering_key read the payload, and an HTTP
-// sender that tells the sink which process sent (X-Run).
-func acctConfig(adminAddr, db, listen, sinkURL string, maxPayload, run int) string {
+// the embedded listener, the outbox store (YAML), a shared_outbox route
+// whose idempotency_key, filter and ordering_key read the payload, and an
+// HTTP sender that tells the sink which process sent (X-Run). The leases
+// last 6s: a killed process's lapse that soon on DynamoDB.
+func acctConfig(adminAddr, store, listen, sinkURL string, maxPayload, run int) string {
 	return fmt.Sprintf(`version: 1
-bridge: {id: acct, admin: {listen: %q}, shutdown_timeout: 5s, log: {level: info, format: text}}
+bridge: {id: acct, admin: {listen: %q}, lease_ttl: 6s, shutdown_timeout: 5s, log: {level: info, format: text}}
 stores:
-  outbox: {type: sqlite, options: {path: %q}}
+  outbox: %s
 receivers:
   - id: edge
     type: mqtt_listener
@@ -53,13 +54,13 @@ routes:
       max_replay_attempts: 2
       replay_budget: 0s
       backoff: {initial_interval: 20ms, max_interval: 200ms}
-`, adminAddr, db, listen, maxPayload, sinkURL, run)
+`, adminAddr, store, listen, maxPayload, sinkURL, run)
 }
 
 // TestRun_AccountingOfAHostileMixAcrossAKill publishes a seeded mix of good
 // and bad messages (DESIGN.md §11.1, §11.3) to the embedded listener of a
-// shared_outbox route on SQLite, SIGKILLs the process mid-run, restarts it
-// on the same file, and has the publisher send again what its PUBACK did
+// shared_outbox route on SQLite, and on DynamoDB, SIGKILLs the process
+// mid-run, restarts it on the same store, and has the publisher send again what its PUBACK did
 // not confirm. Then every message must have exactly the outcome its kind
 // calls for: delivered (at most once per process: duplicates only across
 // the kill), a dead letter whose reason names the cause (at most one per
@@ -72,13 +73,20 @@ func TestRun_AccountingOfAHostileMixAcrossAKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the gobridge binary")
 	}
+	t.Run("sqlite", func(t *testing.T) {
+		testAccounting(t, fmt.Sprintf("{type: sqlite, options: {path: %q}}", filepath.Join(t.TempDir(), "outbox.db")))
+	})
+	t.Run("dynamodb", func(t *testing.T) { testAccounting(t, dynamoStore(t)) })
+}
+
+func testAccounting(t *testing.T, store string) {
 	const n, maxPayload = 3000, 4096
 	msgs, hbs := acctPlan(acctSeed, n, maxPayload), acctHeartbeats(1000)
 	s := newAcctSink(t, append(slices.Clip(msgs), hbs...))
 	bin := gobridgeBinary(t)
 	dir := t.TempDir()
-	adminAddr, listen, db := freeAddr(t), freeAddr(t), filepath.Join(dir, "outbox.db")
-	cfgPath, logPath := procFiles(t, dir, acctConfig(adminAddr, db, listen, s.srv.URL, maxPayload, 1))
+	adminAddr, listen := freeAddr(t), freeAddr(t)
+	cfgPath, logPath := procFiles(t, dir, acctConfig(adminAddr, store, listen, s.srv.URL, maxPayload, 1))
 	p := startProc(t, bin, cfgPath, logPath)
 	waitFor(t, 20*time.Second, "the first process ready", procReady(adminAddr))
 
@@ -124,7 +132,7 @@ func TestRun_AccountingOfAHostileMixAcrossAKill(t *testing.T) {
 
 	// Phase 2: the restarted process; the publisher sends again what was
 	// not acknowledged, then the rest. Every one must be acknowledged now.
-	if err := os.WriteFile(cfgPath, []byte(acctConfig(adminAddr, db, listen, s.srv.URL, maxPayload, 2)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(acctConfig(adminAddr, store, listen, s.srv.URL, maxPayload, 2)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p = startProc(t, bin, cfgPath, logPath)
@@ -235,38 +243,12 @@ func TestRun_AccountingOfAHostileMixAcrossAKill(t *testing.T) {
 	}
 }
 
-// acctLive returns the live records of the outbox (GET /api/stats).
-func acctLive(t *testing.T, addr string) int {
-	t.Helper()
-	code, body := httpGet(t, "http://"+addr+"/api/stats")
-	var stats struct {
-		Routes []struct{ Live int } `json:"routes"`
-	}
-	if err := json.Unmarshal([]byte(body), &stats); code != 200 || err != nil {
-		t.Fatalf("GET /api/stats: %d %v %s", code, err, body)
-	}
-	live := 0
-	for _, r := range stats.Routes {
-		live += r.Live
-	}
-	return live
-}
-
 // acctPublisher connects a clean-session paho client to the listener: at
 // a connection loss it completes the tokens of unacknowledged messages
 // with an error, so a token without one means a PUBACK.
 func acctPublisher(t *testing.T, listen, id string) paho.Client {
 	t.Helper()
 	return publisher(t, "tcp://"+listen, id)
-}
-
-// acctKindOf returns the kind a topic names (acct/KIND/.../ID).
-func acctKindOf(topic string) acctKind {
-	parts := strings.Split(topic, "/")
-	if len(parts) < 3 {
-		return ""
-	}
-	return acctKind(parts[1])
 }
 
 // acctUnsettled returns the messages (id, kind, requests the sink got)
