@@ -153,6 +153,7 @@ func (b *Bridge) monitor(ctx context.Context) {
 
 // outboxGauges sets the outbox gauges of the configuration's sessions and
 // routes; one that a reload removed after stats were read stays forgotten.
+// A route's dead letters count in whatever session holds them.
 func (b *Bridge) outboxGauges(stats []stores.SessionStats, now time.Time) {
 	b.gaugeMu.Lock()
 	defer b.gaugeMu.Unlock()
@@ -160,6 +161,9 @@ func (b *Bridge) outboxGauges(stats []stores.SessionStats, now time.Time) {
 	seen := map[string]bool{}
 	dead := map[string]int{}
 	for _, st := range stats {
+		for r, c := range st.Routes { // a route's dead letters in every session, as max_dead_letters counts them
+			dead[r] += c.Dead
+		}
 		if p.sessions[st.Session] == nil {
 			continue
 		}
@@ -171,9 +175,6 @@ func (b *Bridge) outboxGauges(stats []stores.SessionStats, now time.Time) {
 			age = b.oldestAge(st, now).Seconds()
 		}
 		b.metrics.oldestAge.WithLabelValues(st.Session).Set(age)
-		for r, c := range st.Routes {
-			dead[r] += c.Dead
-		}
 	}
 	for id := range p.sessions {
 		if !seen[id] {

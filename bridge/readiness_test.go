@@ -148,3 +148,52 @@ func TestBridge_StatsOlderThanAReloadSetNoGaugeOfARemovedSession(t *testing.T) {
 		}
 	}
 }
+
+// gobridge_dead_letters{route} counts a route's dead letters in every
+// session, as max_dead_letters and /readyz do: a route moved to another
+// session keeps the dead letters it made in the old one (they are not
+// moved), and the gauge dropped them once the old session was no longer
+// configured.
+func TestBridge_DeadLettersGaugeCountsThoseLeftInAnEarlierSession(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	config := func(session string) *routes.Config {
+		return parseConfig(t, fmt.Sprintf(`version: 1
+bridge: {id: test, admin: {listen: ""}}
+stores: {outbox: {type: memory}}
+receivers:
+  - id: edge
+    type: mqtt_listener
+    options: {listen: %q, allow_anonymous: true, max_payload_bytes: 4096}
+    topics: [{topic: "#", qos: 1}]
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: a, receiver: edge, topic: "#", sender: out, delivery_mode: shared_outbox, session: {id: %s}}
+`, addr, session))
+	}
+	rt, err := New(config("before"), Options{Logger: testLogger(t), Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, rt)
+	gauge := func(want string) func() bool {
+		return func() bool {
+			rec := httptest.NewRecorder()
+			rt.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+			return strings.Contains(rec.Body.String(), `gobridge_dead_letters{route="a"} `+want+"\n")
+		}
+	}
+	pub := publisher(t, "tcp://"+addr, "dead-gauge")
+	waitTokens(t, []paho.Token{pub.Publish("line/1", 1, false, strings.Repeat("x", 5000))}, 10*time.Second)
+	waitFor(t, time.Minute, "gobridge_dead_letters{route=a} 1", gauge("1"))
+
+	if err := rt.Reload(t.Context(), config("after")); err != nil {
+		t.Fatal(err)
+	}
+	waitTokens(t, []paho.Token{pub.Publish("line/2", 1, false, strings.Repeat("y", 5000))}, 10*time.Second)
+	if dead, _, err := rt.store.Dead(t.Context(), stores.DeadQuery{Route: "a"}); err != nil || len(dead) != 2 {
+		t.Fatalf("%d dead letters of route a (%v), want 2", len(dead), err)
+	}
+	waitFor(t, time.Minute, "gobridge_dead_letters{route=a} 2 (one in each session)", gauge("2"))
+}

@@ -2,11 +2,13 @@ package mqtt
 
 import (
 	"cmp"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -170,7 +172,8 @@ func (o Options) clientOptions() *paho.ClientOptions {
 }
 
 // dial opens a connection to broker u as paho's own dialer does: ws and
-// wss, TLS, or TCP (through a proxy from the environment).
+// wss, TLS, or TCP (through a proxy from the environment; TLS too when
+// all_proxy is set).
 func dial(u *url.URL, co paho.ClientOptions) (net.Conn, error) {
 	d := cmp.Or(co.Dialer, &net.Dialer{Timeout: co.ConnectTimeout})
 	switch u.Scheme {
@@ -183,7 +186,32 @@ func dial(u *url.URL, co paho.ClientOptions) (net.Conn, error) {
 		}
 		return paho.NewWebsocket(ws.String(), tc, co.ConnectTimeout, co.HTTPHeaders, co.WebsocketOptions)
 	case "ssl", "tls", "mqtts":
-		return tls.DialWithDialer(d, "tcp", u.Host, co.TLSConfig)
+		if os.Getenv("all_proxy") == "" { // paho's rule: only all_proxy sends TLS through a proxy
+			return tls.DialWithDialer(d, "tcp", u.Host, co.TLSConfig)
+		}
+		return dialTLSViaProxy(proxy.FromEnvironmentUsing(d), u, co)
 	}
 	return proxy.FromEnvironmentUsing(d).Dial("tcp", u.Host)
+}
+
+// dialTLSViaProxy opens a TLS connection to broker u through p, checking
+// the broker's certificate against its host name as a direct dial does.
+func dialTLSViaProxy(p proxy.Dialer, u *url.URL, co paho.ClientOptions) (net.Conn, error) {
+	conn, err := p.Dial("tcp", u.Host)
+	if err != nil {
+		return nil, err
+	}
+	tc := co.TLSConfig.Clone()
+	if tc == nil {
+		tc = &tls.Config{}
+	}
+	tc.ServerName = cmp.Or(tc.ServerName, u.Hostname())
+	ctx, cancel := context.WithTimeout(context.Background(), co.ConnectTimeout)
+	defer cancel()
+	c := tls.Client(conn, tc)
+	if err := c.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
 }
