@@ -206,13 +206,13 @@ func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle settleFu
 	}) {
 		return false
 	}
-	b.writer.add(rec, func(inserted bool, err error) {
+	b.writer.add(rec, func(stored *stores.Record, err error) {
 		if written != nil {
-			written(inserted)
+			written(stored != nil)
 		}
 		switch {
 		case err != nil:
-		case rec.State == stores.Dead:
+		case rec.State == stores.Dead || stored != nil && stored.State == stores.Dead: // or kept as its truncated dead letter
 			settle(receivers.OutcomeDeadLettered)
 		default:
 			settle(receivers.OutcomeCommitted)
