@@ -288,3 +288,32 @@ func TestHTTPIngest_AnswersTheIDTheRouteGaveIt(t *testing.T) {
 		t.Fatalf("answered id %s, delivered as %s", a.ID, got[0])
 	}
 }
+
+// A record the store refuses is kept as its truncated dead letter (the
+// writer isolates it); the producer's answer must say so. It said
+// "committed", as for a record the drainer will deliver.
+func TestHTTPIngest_ARecordTheStoreRefusesIsAnsweredDeadLettered(t *testing.T) {
+	t.Parallel()
+	target := newKeyTarget(t)
+	addr := freeAddr(t)
+	yml := httpIngestConfig(t, addr, target.srv.URL, "", "")
+	_, rest, _ := strings.Cut(yml, `path: "`)
+	db, _, _ := strings.Cut(rest, `"`)
+	startBridge(t, parseConfig(t, yml))
+	base := "http://" + addr
+	waitFor(t, 10*time.Second, "the http listener", func() bool { _, err := http.Get(base + "/"); return err == nil })
+	// SQLITE_TOOBIG for a live record carrying the marker: stores.ErrInvalid.
+	sqliteTrigger(t, db, `CREATE TRIGGER refuse BEFORE INSERT ON outbox WHEN NEW.state = 0 AND
+		instr(CAST(NEW.payload AS TEXT), 'refuse-me') > 0 BEGIN SELECT zeroblob(2000000000); END`)
+	if a := mustPublish(t, base, "plant/1", "", "fine"); a.status != http.StatusOK || a.Outcome != "committed" {
+		t.Fatalf("a record the store takes: %+v", a)
+	}
+	a := mustPublish(t, base, "plant/1", "", "refuse-me")
+	if a.status != http.StatusOK || a.Outcome != "dead_lettered" {
+		t.Errorf("a record the store refused, kept as a truncated dead letter: answered %+v; want 200, dead_lettered", a)
+	}
+	waitFor(t, 30*time.Second, "the other record delivered", func() bool { return target.distinct() == 1 })
+	if got := target.delivered("refuse-me"); len(got) != 0 {
+		t.Errorf("the refused record was delivered: %v", got)
+	}
+}

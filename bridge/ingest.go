@@ -183,11 +183,13 @@ func (b *Bridge) dispatch(ctx context.Context, r *route, env message.Envelope, i
 	return b.persist(ctx, r.record(&env, res.CoalesceKey), settleRoute, nil)
 }
 
-// record is env as a live record of r, placed by its ordering key or ID.
+// record is env as a live record of r, placed by its ordering key, else
+// its coalesce key (a partition's drainer coalesces only what it holds, so
+// the records of one coalesce key must meet there), else its ID.
 func (r *route) record(env *message.Envelope, coalesceKey string) stores.Record {
 	rec := stores.Record{
 		Session: r.session, Route: r.id, Envelope: *env, CoalesceKey: coalesceKey,
-		Partition: stores.PartitionOf(cmp.Or(env.Key, env.ID), r.partitions),
+		Partition: stores.PartitionOf(cmp.Or(env.Key, coalesceKey, env.ID), r.partitions),
 	}
 	if ttl := r.cfg.Policy.TTL.D(); ttl > 0 {
 		rec.ExpiresAt = env.ReceivedAt.Add(ttl)
@@ -204,13 +206,13 @@ func (b *Bridge) persist(ctx context.Context, rec stores.Record, settle settleFu
 	}) {
 		return false
 	}
-	b.writer.add(rec, func(inserted bool, err error) {
+	b.writer.add(rec, func(stored *stores.Record, err error) {
 		if written != nil {
-			written(inserted)
+			written(stored != nil)
 		}
 		switch {
 		case err != nil:
-		case rec.State == stores.Dead:
+		case rec.State == stores.Dead || stored != nil && stored.State == stores.Dead: // or kept as its truncated dead letter
 			settle(receivers.OutcomeDeadLettered)
 		default:
 			settle(receivers.OutcomeCommitted)

@@ -26,11 +26,13 @@ const (
 )
 
 // appendReq is one record waiting for the group commit. done is called
-// once, from the writer goroutine: with nil when the record is durable (or
-// was already there; inserted is false then), else with why it gave up.
+// once, from the writer goroutine: with a nil error when the record is
+// durable, stored then being the record as inserted (its truncated dead
+// letter when the store refused it whole; nil when it was already there),
+// else with why it gave up.
 type appendReq struct {
 	rec  stores.Record
-	done func(inserted bool, err error)
+	done func(stored *stores.Record, err error)
 }
 
 // writer is the single writer of the outbox store, one durable commit per
@@ -81,7 +83,7 @@ func (w *writer) setGroups(sessions map[string]*session) {
 }
 
 // add queues one record for the next write.
-func (w *writer) add(rec stores.Record, done func(inserted bool, err error)) {
+func (w *writer) add(rec stores.Record, done func(stored *stores.Record, err error)) {
 	w.mu.Lock()
 	w.appends = append(w.appends, appendReq{rec: rec, done: done})
 	w.mu.Unlock()
@@ -255,7 +257,7 @@ func (w *writer) writeOnce(reserve bool) (n, appends int) {
 			w.metrics.persisted.WithLabelValues(rec.Route).Inc()
 		}
 		w.limits.written(orig, stored)
-		reqs[i].done(errs[i] == nil && rec.Seq != 0, errs[i])
+		reqs[i].done(stored, errs[i])
 	}
 	w.limits.settled(b.Settle) // those written
 	if w.drained != nil {

@@ -100,7 +100,7 @@ func TestWriter_FlushWaitsForTheWriteUnderWay(t *testing.T) {
 	var unlock sync.Once
 	release := func() { unlock.Do(limits.io.Unlock) }
 	defer release()
-	w.add(stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{ID: message.NewID(), Topic: "a/1", Payload: []byte("p")}}, func(bool, error) {})
+	w.add(stores.Record{Session: "s", Route: "r", Envelope: message.Envelope{ID: message.NewID(), Topic: "a/1", Payload: []byte("p")}}, func(*stores.Record, error) {})
 	waitFor(t, 10*time.Second, "the write to take the record", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()

@@ -17,7 +17,10 @@ type item struct {
 	// output of the route's processors (prepared once).
 	env      *message.Envelope
 	prepared bool
-	due      time.Time
+	// coWait: an older record of its coalesce key was being sent when it
+	// came; it waits for that send to return (see schedule.returned).
+	coWait bool
+	due    time.Time
 	// expires is when the record expires (zero: never) on the clock as it
 	// was at scheduled; see partition.schedule.
 	expires   time.Time
@@ -57,19 +60,22 @@ func newSchedule() *schedule {
 // add takes a record in. It returns the item it supersedes by coalescing
 // (the held, unsent record of the same route and coalesce key received
 // earlier), which the caller settles as done; or it itself when a newer one
-// is held (then it was not added).
+// is held (then it was not added). A record whose older one is being sent
+// waits for that send (see returned): it must not overtake it.
 func (s *schedule) add(it *item, now time.Time) (superseded *item) {
 	if ck := it.rec.CoalesceKey; ck != "" {
 		k := [2]string{it.rec.Route, ck}
-		if old := s.byCo[k]; old != nil && old.where != sending {
+		if old := s.byCo[k]; old != nil {
 			if !stores.Supersedes(&it.rec, &old.rec, now) {
 				return it
 			}
-			if old.due.After(it.due) { // a backed-off key stays backed off
-				it.due = old.due
+			if it.coWait = old.where == sending || old.coWait; old.where != sending {
+				if old.due.After(it.due) { // a backed-off key stays backed off
+					it.due = old.due
+				}
+				s.done(old, now)
+				superseded = old
 			}
-			s.done(old, now)
-			superseded = old
 		}
 		s.byCo[k] = it
 	}
@@ -80,8 +86,33 @@ func (s *schedule) add(it *item, now time.Time) (superseded *item) {
 			return superseded
 		}
 	}
-	s.eligible(it, now)
+	if !it.coWait {
+		s.eligible(it, now)
+	}
 	return superseded
+}
+
+// returned ends the wait of the record of sent's coalesce key that came
+// while sent was being sent, and returns it (nil: none). When sent is
+// still held (its send failed) that record replaces it: the caller settles
+// sent as coalesced, and the record is due no earlier than sent was.
+func (s *schedule) returned(sent *item, now time.Time) (newer *item) {
+	ck := sent.rec.CoalesceKey
+	if ck == "" {
+		return nil
+	}
+	newer = s.byCo[[2]string{sent.rec.Route, ck}]
+	if newer == nil || newer == sent || !newer.coWait {
+		return nil
+	}
+	newer.coWait = false
+	if held := sent.where == timed || sent.where == ready; held && sent.due.After(newer.due) {
+		newer.due = sent.due
+	}
+	if k := newer.key(); newer.where == waiting && (k == "" || s.keys[k][0] == newer) {
+		s.eligible(newer, now)
+	}
+	return newer
 }
 
 // eligible queues an item whose key lets it go.
@@ -146,7 +177,7 @@ func (s *schedule) retry(it *item, due time.Time, now time.Time) {
 func (s *schedule) done(it *item, now time.Time) {
 	s.remove(it)
 	if k := it.key(); k != "" && len(s.keys[k]) > 0 {
-		if next := s.keys[k][0]; next.where == waiting {
+		if next := s.keys[k][0]; next.where == waiting && !next.coWait {
 			s.eligible(next, now)
 		}
 	}

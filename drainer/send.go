@@ -215,11 +215,16 @@ func (p *partition) handle(res sendResult) {
 			if since := p.firstAttempt(it, now); Poisoned(it.rec.Attempts, since, pol, now, r.Health.DeliveredSince) {
 				p.settleDead(it, fmt.Sprintf("poisoned after %d attempts over %s: %v",
 					it.rec.Attempts, now.Sub(since).Round(time.Millisecond), err), ResultDeadLettered, now)
-				continue
+				break
 			}
 			it.rec.NextAttemptAt = pol.Backoff.Next(now, it.rec.Attempts, 0, p.rnd)
 			it.rec.LastError = err.Error()
 			p.settle(it, stores.Retry, it.rec.LastError, ResultTransient, now)
+		}
+		// A newer record of its coalesce key waited for this send: it goes
+		// now, and replaces this one if it is still held (its send failed).
+		if p.sched.returned(it, now) != nil && (it.where == timed || it.where == ready) {
+			p.settle(it, stores.Done, "coalesced", ResultCoalesced, now)
 		}
 	}
 	r.lim.record(anyOK, anyCap)

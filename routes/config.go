@@ -191,7 +191,8 @@ type Session struct {
 	// ID is required for shared_outbox; routes may share a session.
 	ID string `yaml:"id,omitempty"`
 	// Partitions is the number of drainer partitions, 1..1024; records
-	// spread by FNV-1a of the ordering key (or envelope ID). Defaults to 1.
+	// spread by FNV-1a of the ordering key (or coalesce key, or envelope
+	// ID). Defaults to 1.
 	Partitions int `yaml:"partitions,omitempty" validate:"min=1,max=1024" zero:"a session needs at least one partition"`
 	// DrainInterval is shorthand for fixed_poll at that interval (> 0);
 	// never together with DrainStrategy. After loading it is folded into

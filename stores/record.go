@@ -68,8 +68,8 @@ func (req *ClaimRequest) Validate() error {
 	return nil
 }
 
-// PartitionOf maps a key (the ordering key, or the envelope ID when there is
-// none) to one of partitions partitions by FNV-1a (32-bit) of the key, modulo
+// PartitionOf maps a key (the ordering key, else the coalesce key, else the
+// envelope ID) to one of partitions partitions by FNV-1a (32-bit) of the key, modulo
 // partitions. It returns 0 when partitions <= 1.
 func PartitionOf(key string, partitions int) int {
 	if partitions <= 1 {

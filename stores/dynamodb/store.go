@@ -79,7 +79,7 @@ type Store struct {
 	seqs map[string]int64 // under wmu: partition pk → the highest counter this process knows committed
 	// partial, under wmu: what the transactions of failed Writes did or
 	// may have done (see lost), until a Write retries it: appends by key →
-	// their Seq, settlements by key → 0.
+	// their Seq, settlements by key → minus their token (of a Drop, 0).
 	partial map[stores.Key]int64
 
 	cmu        sync.Mutex

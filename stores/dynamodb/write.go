@@ -29,6 +29,7 @@ type op struct {
 	kept  bool           // append: inserted by a failed Write this one retries; r as stored
 	// settlement: the Retries of its key earlier in the batch, which it replaces
 	replaced []*stores.Settlement
+	rival    bool // settlement: the batch also settles its key under another token
 
 	// Set by build for the current attempt.
 	absorbed bool  // append: coalesced into a newer unclaimed record
@@ -69,7 +70,7 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 			case o.rec != nil && o.rec.Seq != 0:
 				s.partial[o.rec.Key()] = o.rec.Seq
 			case o.st != nil && !o.st.Stale:
-				s.partial[o.st.Key] = 0
+				s.partial[o.st.Key] = -o.st.Token // which of rival settlements applied
 			}
 		}
 		return fmt.Errorf("dynamodb: write: %w", mapErr(err))
@@ -86,24 +87,40 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 // refusing a record DynamoDB could not hold.
 func plan(b *stores.Batch, now time.Time) ([]*op, error) {
 	var ops []*op
-	last := map[stores.Key]*op{}
+	type claim struct {
+		stores.Key
+		token int64 // -1: a Drop
+	}
+	last, runs := map[claim]*op{}, map[stores.Key]int{}
 	for i := range b.Settle {
-		// A key settled twice in one batch (one transaction cannot touch
-		// an item twice): each applies on its own, in order, so what
-		// follows a Retry under its token replaces it and shares its fate,
-		// and nothing applies after a Done, DeadLetter or Drop.
+		// A key settled twice under one token in one batch (one
+		// transaction cannot touch an item twice): each applies on its
+		// own, in order, so what follows a Retry replaces it and shares
+		// its fate, and nothing applies after a Done, DeadLetter or Drop.
+		// Under different tokens (a drainer that lost the partition and
+		// took it back before its outcomes were written) they are rivals:
+		// only those under the record's token can apply (see read).
 		st := &b.Settle[i]
-		prev := last[st.Key]
-		if st.Stale = prev != nil && (prev.st.Outcome != stores.Retry || prev.st.Token != st.Token); st.Stale {
+		c := claim{st.Key, st.Token}
+		if st.Outcome == stores.Drop {
+			c.token = -1
+		}
+		prev := last[c]
+		if st.Stale = prev != nil && prev.st.Outcome != stores.Retry; st.Stale {
 			continue
 		}
 		o := &op{st: st}
 		if prev != nil {
 			o.replaced = append(prev.replaced, prev.st)
 			ops = slices.DeleteFunc(ops, func(x *op) bool { return x == prev })
+		} else {
+			runs[st.Key]++
 		}
-		last[st.Key] = o
+		last[c] = o
 		ops = append(ops, o)
+	}
+	for _, o := range ops {
+		o.rival = runs[o.st.Key] > 1
 	}
 	seen, groups := map[stores.Key]bool{}, map[string]*group{}
 	for i := range b.Append {
@@ -153,7 +170,7 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 		return err
 	}
 	settled := map[string]*op{}
-	var dead []*op // dead-lettering settlements: their records are copied
+	var dead []*op // dead-lettering settlements (their records are copied) and rivals: their records' tokens are read
 	var bodies []item
 	for _, o := range ops { // settlements first, as plan orders them
 		if o.st != nil {
@@ -168,8 +185,8 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 				// Stale, unless it is the state a failed Write this one
 				// retries may have made (see Atomicity in the package doc).
 				seq, ok := s.partial[o.st.Key]
-				o.st.Stale, o.skip = !ok || seq != 0 || state != leaves[o.st.Outcome], true
-			} else if o.st.Outcome == stores.DeadLetter {
+				o.st.Stale, o.skip = !ok || seq != -o.st.Token || state != leaves[o.st.Outcome], true
+			} else if o.st.Outcome == stores.DeadLetter || o.rival && o.st.Outcome != stores.Drop {
 				dead, bodies = append(dead, o), append(bodies, loc(o.ki))
 			}
 			continue

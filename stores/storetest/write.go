@@ -230,6 +230,48 @@ func (s suite) settle(t *testing.T) {
 		}
 	})
 
+	// A drainer that lost its lease while the writer could not write (a
+	// store outage) leaves its outcomes queued; the same process may take
+	// the partition back under a new token, claim the records again and
+	// settle them before the writer catches up: one batch then settles a
+	// key under an old and a new token. Those under the record's token
+	// apply, the others are stale, as each settlement on its own.
+	t.Run("outcomes of one record under an old and a new token in one batch", func(t *testing.T) {
+		fx := s.setup(t)
+		rs := fx.append(fx.recs(5)...)
+		old := fx.lease(0, "o1", t0)
+		fx.claim(0, old, 10)
+		cur := fx.lease(0, "o1", at(time.Hour))
+		fx.claim(0, cur, 4) // takes rs[0:4] over; rs[4] stays old's
+		st := func(r stores.Record, le stores.Lease, o stores.Outcome, reason string) stores.Settlement {
+			return stores.Settlement{Key: r.Key(), Token: le.Token, Outcome: o, Attempts: 1, FirstAttemptAt: t0,
+				NextAttemptAt: at(2 * time.Hour), Reason: reason, At: at(time.Hour)}
+		}
+		b := fx.write(stores.Batch{Settle: []stores.Settlement{
+			st(rs[0], old, stores.Done, ""), st(rs[0], cur, stores.Done, ""),
+			st(rs[1], old, stores.Retry, "503"), st(rs[1], cur, stores.Done, ""),
+			st(rs[2], old, stores.Retry, "503"), st(rs[2], cur, stores.DeadLetter, "http 400"),
+			st(rs[3], cur, stores.Done, ""), st(rs[3], old, stores.Retry, "late"),
+			st(rs[4], old, stores.Retry, "503"), st(rs[4], cur, stores.Done, ""),
+		}})
+		for i, want := range []bool{true, false, true, false, true, false, false, true, false, true} {
+			if b.Settle[i].Stale != want {
+				t.Errorf("settlement %d (record %d, outcome %d, old token %v): stale %v, want %v",
+					i, i/2, b.Settle[i].Outcome, b.Settle[i].Token == old.Token, b.Settle[i].Stale, want)
+			}
+		}
+		got := fx.claim(0, fx.lease(0, "o2", at(3*time.Hour)), 10)
+		if len(got) != 1 || got[0].Envelope.ID != rs[4].Envelope.ID {
+			t.Fatalf("claimable after the batch: %v, want only %s (the one still claimed under the old token)", ids(got), rs[4].Envelope.ID)
+		}
+		if g := got[0]; g.Attempts != 1 || g.LastError != "503" {
+			t.Errorf("record retried under its token: attempts %d, last error %q; want 1, \"503\"", g.Attempts, g.LastError)
+		}
+		if st := fx.sessionStats(); st.Live != 1 || st.Routes[fx.route].Dead != 1 {
+			t.Errorf("live = %d, dead = %d; want 1, 1", st.Live, st.Routes[fx.route].Dead)
+		}
+	})
+
 	t.Run("drop deletes a dead letter and keeps its key", func(t *testing.T) {
 		fx := s.setup(t)
 		d := fx.rec()
