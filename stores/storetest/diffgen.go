@@ -57,7 +57,7 @@ func (d *diff) write(what string) {
 		}
 	}
 	for i := range bm.Append {
-		m, s := bm.Append[i], d.ref(bs.Append[i:i+1])[0]
+		m, s := bm.Append[i], d.ref(bs.Append[i : i+1])[0]
 		if (m.Seq == 0) != (s.Seq == 0) || m.Token != s.Token || m.State != s.State || !m.CreatedAt.Equal(s.CreatedAt) {
 			t.Fatalf("%s: append %d stamped: memory %s, %s %s", what, i, summary(m), e.Name, summary(s))
 		}
