@@ -41,7 +41,7 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err := b.Validate(); err != nil {
 		return err
 	}
-	now := time.Now()
+	now := s.now()
 	ops, err := plan(b, now)
 	if err != nil {
 		return err
