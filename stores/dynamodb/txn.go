@@ -154,6 +154,9 @@ func (t *txn) settle(o *op, now time.Time, ttl int64) {
 		r := decode(o.body, stores.Dead)
 		r.Token, r.DeadReason, r.DeadAt = 0, st.Reason, cmp.Or(st.At, now)
 		r.Attempts, r.FirstAttemptAt, r.LastError = st.Attempts, st.FirstAttemptAt, st.Reason
+		for _, rt := range o.replaced { // Retries of this batch before it: they applied first
+			r.NextAttemptAt = rt.NextAttemptAt
+		}
 		dpk, dsk := deadPK(r.Route), deadSK(&r)
 		t.add(nil, s.tw(encode(&r, dpk, dsk), "put", ""))
 		t.add(ro, s.tw(at, "delete", "#token = :token", ":token", st.Token))

@@ -230,6 +230,28 @@ func (s suite) settle(t *testing.T) {
 		}
 	})
 
+	t.Run("a retry then a dead-lettering of one record in one batch: the dead letter is as the retry left it", func(t *testing.T) {
+		fx := s.setup(t)
+		r := fx.append(fx.rec())[0]
+		le := fx.lease(0, "o1", t0)
+		fx.claim(0, le, 10)
+		b := fx.write(stores.Batch{Settle: []stores.Settlement{
+			{Key: r.Key(), Token: le.Token, Outcome: stores.Retry, Attempts: 1, FirstAttemptAt: t0, NextAttemptAt: at(time.Minute), Reason: "503"},
+			{Key: r.Key(), Token: le.Token, Outcome: stores.DeadLetter, Attempts: 2, FirstAttemptAt: t0, Reason: "400", At: at(2 * time.Minute)},
+		}})
+		if b.Settle[0].Stale || b.Settle[1].Stale {
+			t.Fatalf("stale: %v, %v; want both applied", b.Settle[0].Stale, b.Settle[1].Stale)
+		}
+		got := fx.dead(stores.DeadQuery{})
+		if len(got) != 1 {
+			t.Fatalf("%d dead letters, want 1", len(got))
+		}
+		wantTime(t, "NextAttemptAt (set by the retry, kept by the dead-lettering)", got[0].NextAttemptAt, at(time.Minute))
+		if got[0].Attempts != 2 || got[0].LastError != "400" || got[0].DeadReason != "400" {
+			t.Errorf("dead letter: attempts %d, last error %q, reason %q; want 2, \"400\", \"400\"", got[0].Attempts, got[0].LastError, got[0].DeadReason)
+		}
+	})
+
 	t.Run("drop deletes a dead letter and keeps its key", func(t *testing.T) {
 		fx := s.setup(t)
 		d := fx.rec()
