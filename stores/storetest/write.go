@@ -48,6 +48,17 @@ func (s suite) append(t *testing.T) {
 		}
 	})
 
+	t.Run("a skipped record comes back with Seq and Token 0", func(t *testing.T) {
+		fx := s.setup(t)
+		le := fx.lease(0, "o1", t0)
+		r := fx.rec()
+		r.Token = le.Token
+		fx.append(r)
+		if got := fx.append(r)[0]; got.Seq != 0 || got.Token != 0 {
+			t.Fatalf("appended again under the current token: seq %d token %d, want 0 and 0 (not inserted, not held)", got.Seq, got.Token)
+		}
+	})
+
 	t.Run("a batch with an invalid record writes nothing", func(t *testing.T) {
 		fx := s.setup(t)
 		rs := fx.recs(3)
