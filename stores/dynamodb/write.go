@@ -32,6 +32,7 @@ type op struct {
 
 	// Set by build for the current attempt.
 	absorbed bool  // append: coalesced into a newer unclaimed record
+	gone     bool  // append: replaced by a later append of the transaction (only its key is written, a tombstone)
 	token    int64 // append: the token it is written with
 }
 
