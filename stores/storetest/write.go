@@ -241,6 +241,40 @@ func (s suite) settle(t *testing.T) {
 		}
 	})
 
+	// Each applies as it would alone: a drainer whose lease was taken
+	// again settles, in one batch, a send under the old token and one
+	// under the new token; a dead letter may be dropped in the batch that
+	// makes it.
+	t.Run("of settlements of one record in one batch a stale one does not stop the next", func(t *testing.T) {
+		fx := s.setup(t)
+		rs := fx.append(fx.recs(4)...)
+		old := fx.lease(0, "o1", t0)
+		fx.claim(0, old, 10)
+		le := fx.lease(0, "o1", t0) // taken again: a new token
+		fx.claim(0, le, 10)
+		st := func(r stores.Record, o stores.Outcome, token int64) stores.Settlement {
+			return stores.Settlement{Key: r.Key(), Token: token, Outcome: o, Attempts: 1, FirstAttemptAt: t0, Reason: "503"}
+		}
+		b := fx.write(stores.Batch{Settle: []stores.Settlement{
+			st(rs[0], stores.Done, old.Token), st(rs[0], stores.Done, le.Token),
+			st(rs[1], stores.Retry, old.Token), st(rs[1], stores.Done, le.Token),
+			st(rs[2], stores.Done, le.Token), st(rs[2], stores.Done, le.Token),
+			st(rs[3], stores.DeadLetter, le.Token), {Key: rs[3].Key(), Outcome: stores.Drop},
+		}})
+		for i, want := range []bool{true, false, true, false, false, true, false, false} {
+			if b.Settle[i].Stale != want {
+				t.Errorf("settlement %d (outcome %d): stale %v, want %v", i, b.Settle[i].Outcome, b.Settle[i].Stale, want)
+			}
+		}
+		wantIDs(t, "claimable after the batch", fx.drain(0))
+		if st := fx.sessionStats(); st.Live != 0 || st.Routes[fx.route].Dead != 0 {
+			t.Errorf("live = %d, dead = %d, want none", st.Live, st.Routes[fx.route].Dead)
+		}
+		if fx.append(rs[3])[0].Seq != 0 {
+			t.Error("the dropped dead letter was appended again")
+		}
+	})
+
 	t.Run("a retry then a dead-lettering of one record in one batch: the dead letter is as the retry left it", func(t *testing.T) {
 		fx := s.setup(t)
 		r := fx.append(fx.rec())[0]
