@@ -157,12 +157,13 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 			id := itemID(keyOf(o.st.Key))
 			o.ki, settled[id] = items[id], o
 			s.learn(o.ki)
-			if len(o.chain) > 1 && getS(o.ki, "state") == string(stores.Live) {
-				dead, bodies = append(dead, o), append(bodies, loc(o.ki))
-				continue
-			} else if len(o.chain) > 1 {
-				seq, ok := s.partial[o.st.Key]
-				o.resolve(ok && seq == 0)
+			if len(o.chain) > 1 { // which apply depends on the record's token
+				if getS(o.ki, "state") == string(stores.Live) {
+					dead, bodies = append(dead, o), append(bodies, loc(o.ki))
+				} else {
+					seq, ok := s.partial[o.st.Key]
+					o.resolve(ok && seq == 0)
+				}
 				continue
 			}
 			want := stores.Live
