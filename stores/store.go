@@ -195,7 +195,7 @@ type Batch struct {
 	// Write stamps State, Seq and CreatedAt (when zero) on each record it
 	// inserted. A record whose Key is present in any state (live, dead, or
 	// a tombstone) is skipped, as is one absorbed by coalescing: Write sets
-	// its Seq to 0.
+	// its Seq and Token to 0 (the caller does not hold it).
 	Append []Record
 }
 

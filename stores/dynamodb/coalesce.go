@@ -27,8 +27,9 @@ type group struct {
 // coalesce decides, in batch order, which appends with a coalesce key are
 // absorbed by a newer waiting record and which replace the one waiting
 // (stores.Supersedes at now), as the memory backend does: an append claimed
-// replaces older waiting records but never waits itself. It returns the
-// groups of c.
+// replaces older waiting records but never waits itself, and one replaced
+// by a later append of c is gone (inserted, then replaced: a tombstone). It
+// returns the groups of c.
 func coalesce(c []*op, now time.Time) []*group {
 	var groups []*group
 	for _, o := range c {
@@ -56,7 +57,7 @@ func coalesce(c []*op, now time.Time) []*group {
 			o.absorbed, g.check = true, true
 			continue
 		case g.cur != nil:
-			g.cur.absorbed = true
+			g.cur.gone = true
 		case g.waiting:
 			g.waiting, g.replace = false, true
 		}

@@ -65,11 +65,15 @@ type Options struct {
 	// Client, when set, is used instead of one built from Region and
 	// Endpoint.
 	Client *dynamodb.Client
+	// Now is the store's clock (CreatedAt, DeadAt, coalescing, tombstones'
+	// expiry). Defaults to time.Now. Seqs follow the real clock.
+	Now func() time.Time
 }
 
 // Store is a stores.Store on one DynamoDB table, safe for concurrent use by
 // many goroutines and many processes. Create it with Open.
 type Store struct {
+	now    func() time.Time
 	db     *dynamodb.Client
 	table  *string
 	closed atomic.Bool
@@ -79,7 +83,7 @@ type Store struct {
 	seqs map[string]int64 // under wmu: partition pk → the highest counter this process knows committed
 	// partial, under wmu: what the transactions of failed Writes did or
 	// may have done (see lost), until a Write retries it: appends by key →
-	// their Seq, settlements by key → minus their token (of a Drop, 0).
+	// their Seq, settlements by key → 0.
 	partial map[stores.Key]int64
 
 	cmu        sync.Mutex
@@ -122,7 +126,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := checkLayout(ctx, db, opts.Table); err != nil {
 		return nil, err
 	}
-	return &Store{db: db, table: aws.String(opts.Table), seqs: map[string]int64{}, partial: map[stores.Key]int64{},
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Store{now: opts.Now, db: db, table: aws.String(opts.Table), seqs: map[string]int64{}, partial: map[stores.Key]int64{},
 		unreturned: map[string]untaken{}}, nil
 }
 

@@ -36,6 +36,7 @@ var shared struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	dropDiffTable()
 	if shared.client != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_, _ = shared.client.DeleteTable(ctx, &awsddb.DeleteTableInput{TableName: aws.String(shared.table)})

@@ -61,7 +61,7 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 		}
 	}
 	for _, o := range c {
-		o.absorbed, o.token = false, 0
+		o.absorbed, o.gone, o.token = false, false, 0
 		if o.rec != nil && o.lease && o.r.Token == tokens[o.pk] {
 			o.token = o.r.Token
 		}
@@ -98,6 +98,13 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 		p.n++
 		r.Seq = p.n<<partBits | int64(r.Partition)
 		p.token = max(p.token, o.token)
+		ki := keyOf(r.Key())
+		dup := func(item) { o.skip = true }
+		if o.gone { // inserted and replaced at once
+			ki["state"], ki["ttl"] = av("done"), av(ttl)
+			t.add(dup, s.tw(ki, "put", "attribute_not_exists(pk)"))
+			continue
+		}
 		w := *r
 		w.Token = o.token
 		lpk, lsk := o.at()
@@ -107,9 +114,8 @@ func (s *Store) build(c []*op, now time.Time) *txn {
 			t.count(r.Session, r.Route, 1, r.Size(), 0)
 		}
 		t.add(nil, s.tw(encode(&w, lpk, lsk), "put", ""))
-		ki := keyOf(r.Key())
 		ki["state"], ki["loc_pk"], ki["loc_sk"], ki["size"] = av(string(r.State)), av(lpk), av(lsk), av(r.Size())
-		t.add(func(item) { o.skip = true }, s.tw(ki, "put", "attribute_not_exists(pk)")) // a duplicate
+		t.add(dup, s.tw(ki, "put", "attribute_not_exists(pk)")) // a duplicate
 	}
 	for _, g := range groups {
 		t.pointer(g, ttl)
@@ -154,6 +160,9 @@ func (t *txn) settle(o *op, now time.Time, ttl int64) {
 		r := decode(o.body, stores.Dead)
 		r.Token, r.DeadReason, r.DeadAt = 0, st.Reason, cmp.Or(st.At, now)
 		r.Attempts, r.FirstAttemptAt, r.LastError = st.Attempts, st.FirstAttemptAt, st.Reason
+		for _, rt := range o.replaced { // Retries of this batch before it: they applied first
+			r.NextAttemptAt = rt.NextAttemptAt
+		}
 		dpk, dsk := deadPK(r.Route), deadSK(&r)
 		t.add(nil, s.tw(encode(&r, dpk, dsk), "put", ""))
 		t.add(ro, s.tw(at, "delete", "#token = :token", ":token", st.Token))

@@ -27,12 +27,14 @@ type op struct {
 	lease bool           // append: claimed under r.Token while that lease holds
 	skip  bool           // not applied: a duplicate append, a stale settlement
 	kept  bool           // append: inserted by a failed Write this one retries; r as stored
-	// settlement: the Retries of its key earlier in the batch, which it replaces
-	replaced []*stores.Settlement
-	rival    bool // settlement: the batch also settles its key under another token
+	// settlement: every settlement of its key in the batch, in order; st
+	// is the one whose change the transaction makes, replacing those
+	// applied before it (see resolve)
+	chain, replaced []*stores.Settlement
 
 	// Set by build for the current attempt.
 	absorbed bool  // append: coalesced into a newer unclaimed record
+	gone     bool  // append: replaced by a later append of the transaction (only its key is written, a tombstone)
 	token    int64 // append: the token it is written with
 }
 
@@ -42,7 +44,7 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	if err := b.Validate(); err != nil {
 		return err
 	}
-	now := time.Now()
+	now := s.now()
 	ops, err := plan(b, now)
 	if err != nil {
 		return err
@@ -70,7 +72,7 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 			case o.rec != nil && o.rec.Seq != 0:
 				s.partial[o.rec.Key()] = o.rec.Seq
 			case o.st != nil && !o.st.Stale:
-				s.partial[o.st.Key] = -o.st.Token // which of rival settlements applied
+				s.partial[o.st.Key] = 0
 			}
 		}
 		return fmt.Errorf("dynamodb: write: %w", mapErr(err))
@@ -87,40 +89,18 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 // refusing a record DynamoDB could not hold.
 func plan(b *stores.Batch, now time.Time) ([]*op, error) {
 	var ops []*op
-	type claim struct {
-		stores.Key
-		token int64 // -1: a Drop
-	}
-	last, runs := map[claim]*op{}, map[stores.Key]int{}
+	last := map[stores.Key]*op{}
 	for i := range b.Settle {
-		// A key settled twice under one token in one batch (one
-		// transaction cannot touch an item twice): each applies on its
-		// own, in order, so what follows a Retry replaces it and shares
-		// its fate, and nothing applies after a Done, DeadLetter or Drop.
-		// Under different tokens (a drainer that lost the partition and
-		// took it back before its outcomes were written) they are rivals:
-		// only those under the record's token can apply (see read).
+		// A key settled several times in one batch is one op (one
+		// transaction cannot touch an item twice): read decides which
+		// apply once it knows the record's token (resolve).
 		st := &b.Settle[i]
-		c := claim{st.Key, st.Token}
-		if st.Outcome == stores.Drop {
-			c.token = -1
-		}
-		prev := last[c]
-		if st.Stale = prev != nil && prev.st.Outcome != stores.Retry; st.Stale {
+		if o := last[st.Key]; o != nil {
+			o.chain = append(o.chain, st)
 			continue
 		}
-		o := &op{st: st}
-		if prev != nil {
-			o.replaced = append(prev.replaced, prev.st)
-			ops = slices.DeleteFunc(ops, func(x *op) bool { return x == prev })
-		} else {
-			runs[st.Key]++
-		}
-		last[c] = o
-		ops = append(ops, o)
-	}
-	for _, o := range ops {
-		o.rival = runs[o.st.Key] > 1
+		last[st.Key] = &op{st: st, chain: []*stores.Settlement{st}}
+		ops = append(ops, last[st.Key])
 	}
 	seen, groups := map[stores.Key]bool{}, map[string]*group{}
 	for i := range b.Append {
@@ -170,13 +150,22 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 		return err
 	}
 	settled := map[string]*op{}
-	var dead []*op // dead-lettering settlements (their records are copied) and rivals: their records' tokens are read
+	var dead []*op // dead-lettering settlements (their records are copied) and chains of live records
 	var bodies []item
 	for _, o := range ops { // settlements first, as plan orders them
 		if o.st != nil {
 			id := itemID(keyOf(o.st.Key))
 			o.ki, settled[id] = items[id], o
 			s.learn(o.ki)
+			if len(o.chain) > 1 { // which apply depends on the record's token
+				if getS(o.ki, "state") == string(stores.Live) {
+					dead, bodies = append(dead, o), append(bodies, loc(o.ki))
+				} else {
+					seq, ok := s.partial[o.st.Key]
+					o.resolve(ok && seq == 0)
+				}
+				continue
+			}
 			want := stores.Live
 			if o.st.Outcome == stores.Drop {
 				want = stores.Dead
@@ -185,8 +174,8 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 				// Stale, unless it is the state a failed Write this one
 				// retries may have made (see Atomicity in the package doc).
 				seq, ok := s.partial[o.st.Key]
-				o.st.Stale, o.skip = !ok || seq != -o.st.Token || state != leaves[o.st.Outcome], true
-			} else if o.st.Outcome == stores.DeadLetter || o.rival && o.st.Outcome != stores.Drop {
+				o.st.Stale, o.skip = !ok || seq != 0 || state != leaves[o.st.Outcome], true
+			} else if o.st.Outcome == stores.DeadLetter {
 				dead, bodies = append(dead, o), append(bodies, loc(o.ki))
 			}
 			continue
@@ -219,11 +208,50 @@ func (s *Store) read(ctx context.Context, ops []*op) error {
 		return err
 	}
 	for _, o := range dead {
-		if o.body = got[itemID(loc(o.ki))]; o.body == nil || getN(o.body, "token") != o.st.Token {
+		if o.body = got[itemID(loc(o.ki))]; len(o.chain) > 1 {
+			o.resolve(false)
+		} else if o.body == nil || getN(o.body, "token") != o.st.Token {
 			o.st.Stale, o.skip = true, true
 		}
 	}
 	return nil
+}
+
+// resolve decides which settlements of o's chain apply, in order, as each
+// would on its own on the record as read (its key item, and its body when
+// live), and makes o the change of the last one: it replaces the Retries
+// applied before it (a DeadLetter keeps the last one's NextAttemptAt), and
+// a DeadLetter then a Drop leave the record gone, as a Done does. When
+// none applies but a failed Write this one retries settled the key
+// (retried), the last settlement and the Retries of its token before it
+// are reported applied if the record is in the state it leaves.
+func (o *op) resolve(retried bool) {
+	state, token := getS(o.ki, "state"), getN(o.body, "token")
+	var applied []*stores.Settlement
+	for _, st := range o.chain {
+		ok := state == string(stores.Dead) && st.Outcome == stores.Drop ||
+			state == string(stores.Live) && o.body != nil && st.Outcome != stores.Drop && st.Token == token
+		if st.Stale = !ok; ok {
+			applied, state = append(applied, st), leaves[st.Outcome]
+		}
+	}
+	if len(applied) == 0 && retried && state == leaves[o.chain[len(o.chain)-1].Outcome] {
+		for _, st := range o.chain {
+			if last := o.chain[len(o.chain)-1]; st == last || st.Outcome == stores.Retry && st.Token == last.Token {
+				applied, st.Stale = append(applied, st), false
+			}
+		}
+		o.skip = true
+	}
+	if len(applied) == 0 {
+		o.skip = true
+		return
+	}
+	o.st, o.replaced = applied[len(applied)-1], applied[:len(applied)-1]
+	if n := len(applied); n > 1 && o.st.Outcome == stores.Drop {
+		o.st = &stores.Settlement{Key: o.st.Key, Token: applied[n-2].Token, Outcome: stores.Done}
+		o.replaced = applied
+	}
 }
 
 // leaves is the state each outcome leaves a record's key item in.

@@ -113,7 +113,8 @@ func (s *Store) settle(st *stores.Settlement, now time.Time) {
 }
 
 func (s *Store) append(r *stores.Record, now time.Time) {
-	r.Seq = 0
+	tok := r.Token
+	r.Seq, r.Token = 0, 0 // until inserted, claimed
 	k := r.Key()
 	if s.byKey[k] != nil || s.tombSet[k] {
 		return
@@ -127,7 +128,7 @@ func (s *Store) append(r *stores.Record, now time.Time) {
 		}
 	}
 	s.seq++
-	r.Seq = s.seq
+	r.Seq, r.Token = s.seq, tok
 	r.Stamp(now)
 	if le, ok := s.leases[stores.PartitionLease(r.Session, r.Partition)]; !ok || le.Token != r.Token {
 		r.Token = 0

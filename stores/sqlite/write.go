@@ -92,7 +92,8 @@ func (s *Store) Write(ctx context.Context, b *stores.Batch) error {
 	}
 	for i := range b.Append {
 		r := &b.Append[i]
-		if r.Seq = w.seqs[i]; r.Seq != 0 {
+		r.Seq, r.Token = w.seqs[i], 0 // skipped: not held
+		if r.Seq != 0 {
 			r.Stamp(w.now)
 			r.Token = w.tokens[i]
 		}

@@ -85,4 +85,24 @@ func (s suite) coalesce(t *testing.T) {
 		fx.append(a, other, b)
 		wantIDs(t, "left", fx.drain(0), other.Envelope.ID, b.Envelope.ID)
 	})
+
+	// Appends apply in order: the earlier record is inserted, then
+	// replaced, as if it had come in a batch of its own; its key is
+	// remembered, so that its redelivery after the newer one was sent is
+	// not sent after it.
+	t.Run("within one batch the replaced record was inserted and its key is remembered", func(t *testing.T) {
+		fx := s.setup(t)
+		a, b := keyed(fx, "k", 0), keyed(fx, "k", time.Second)
+		got := fx.append(a, b)
+		if got[0].Seq == 0 || got[0].State != stores.Live || got[1].Seq <= got[0].Seq {
+			t.Errorf("stamped: seq %d state %q, then seq %d; want both inserted, in order", got[0].Seq, got[0].State, got[1].Seq)
+		}
+		le := fx.lease(0, "o1", t0)
+		wantIDs(t, "claimed", ids(fx.claim(0, le, 10)), b.Envelope.ID)
+		fx.settle(stores.Done, le.Token, "", b)
+		if again := fx.append(a)[0]; again.Seq != 0 {
+			t.Error("the replaced record, appended again after the newer one was delivered, was inserted")
+		}
+		wantIDs(t, "left", fx.drain(0))
+	})
 }

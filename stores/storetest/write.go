@@ -48,6 +48,17 @@ func (s suite) append(t *testing.T) {
 		}
 	})
 
+	t.Run("a skipped record comes back with Seq and Token 0", func(t *testing.T) {
+		fx := s.setup(t)
+		le := fx.lease(0, "o1", t0)
+		r := fx.rec()
+		r.Token = le.Token
+		fx.append(r)
+		if got := fx.append(r)[0]; got.Seq != 0 || got.Token != 0 {
+			t.Fatalf("appended again under the current token: seq %d token %d, want 0 and 0 (not inserted, not held)", got.Seq, got.Token)
+		}
+	})
+
 	t.Run("a batch with an invalid record writes nothing", func(t *testing.T) {
 		fx := s.setup(t)
 		rs := fx.recs(3)
@@ -227,6 +238,62 @@ func (s suite) settle(t *testing.T) {
 		}
 		if st := fx.sessionStats(); st.Live != 1 {
 			t.Errorf("live = %d, want 1", st.Live)
+		}
+	})
+
+	// Each applies as it would alone: a drainer whose lease was taken
+	// again settles, in one batch, a send under the old token and one
+	// under the new token; a dead letter may be dropped in the batch that
+	// makes it.
+	t.Run("of settlements of one record in one batch a stale one does not stop the next", func(t *testing.T) {
+		fx := s.setup(t)
+		rs := fx.append(fx.recs(4)...)
+		old := fx.lease(0, "o1", t0)
+		fx.claim(0, old, 10)
+		le := fx.lease(0, "o1", t0) // taken again: a new token
+		fx.claim(0, le, 10)
+		st := func(r stores.Record, o stores.Outcome, token int64) stores.Settlement {
+			return stores.Settlement{Key: r.Key(), Token: token, Outcome: o, Attempts: 1, FirstAttemptAt: t0, Reason: "503"}
+		}
+		b := fx.write(stores.Batch{Settle: []stores.Settlement{
+			st(rs[0], stores.Done, old.Token), st(rs[0], stores.Done, le.Token),
+			st(rs[1], stores.Retry, old.Token), st(rs[1], stores.Done, le.Token),
+			st(rs[2], stores.Done, le.Token), st(rs[2], stores.Done, le.Token),
+			st(rs[3], stores.DeadLetter, le.Token), {Key: rs[3].Key(), Outcome: stores.Drop},
+		}})
+		for i, want := range []bool{true, false, true, false, false, true, false, false} {
+			if b.Settle[i].Stale != want {
+				t.Errorf("settlement %d (outcome %d): stale %v, want %v", i, b.Settle[i].Outcome, b.Settle[i].Stale, want)
+			}
+		}
+		wantIDs(t, "claimable after the batch", fx.drain(0))
+		if st := fx.sessionStats(); st.Live != 0 || st.Routes[fx.route].Dead != 0 {
+			t.Errorf("live = %d, dead = %d, want none", st.Live, st.Routes[fx.route].Dead)
+		}
+		if fx.append(rs[3])[0].Seq != 0 {
+			t.Error("the dropped dead letter was appended again")
+		}
+	})
+
+	t.Run("a retry then a dead-lettering of one record in one batch: the dead letter is as the retry left it", func(t *testing.T) {
+		fx := s.setup(t)
+		r := fx.append(fx.rec())[0]
+		le := fx.lease(0, "o1", t0)
+		fx.claim(0, le, 10)
+		b := fx.write(stores.Batch{Settle: []stores.Settlement{
+			{Key: r.Key(), Token: le.Token, Outcome: stores.Retry, Attempts: 1, FirstAttemptAt: t0, NextAttemptAt: at(time.Minute), Reason: "503"},
+			{Key: r.Key(), Token: le.Token, Outcome: stores.DeadLetter, Attempts: 2, FirstAttemptAt: t0, Reason: "400", At: at(2 * time.Minute)},
+		}})
+		if b.Settle[0].Stale || b.Settle[1].Stale {
+			t.Fatalf("stale: %v, %v; want both applied", b.Settle[0].Stale, b.Settle[1].Stale)
+		}
+		got := fx.dead(stores.DeadQuery{})
+		if len(got) != 1 {
+			t.Fatalf("%d dead letters, want 1", len(got))
+		}
+		wantTime(t, "NextAttemptAt (set by the retry, kept by the dead-lettering)", got[0].NextAttemptAt, at(time.Minute))
+		if got[0].Attempts != 2 || got[0].LastError != "400" || got[0].DeadReason != "400" {
+			t.Errorf("dead letter: attempts %d, last error %q, reason %q; want 2, \"400\", \"400\"", got[0].Attempts, got[0].LastError, got[0].DeadReason)
 		}
 	})
 
