@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,11 +62,22 @@ type lanes struct {
 	inUse prometheus.Gauge // sends in flight, when this route's to report
 
 	mu   sync.Mutex
-	keys map[string][]func() // per key in delivery: the messages waiting behind it
+	keys map[string][]*waiting // per key in delivery: the messages waiting behind it
+}
+
+// waiting is a message queued behind its key. It leaves the queue when the
+// ctx it was started with ends first: its source stopped waiting for it
+// (an http_listener request answered 503, a listener connection closed),
+// gave back the room it held in the receiver's window, and sends it again;
+// kept, it would hold its payload for as long as the key's target is down,
+// one more for every retry.
+type waiting struct {
+	fn   func()
+	stop func() bool // ends the watch on its ctx
 }
 
 func newLanes(r *route, inUse prometheus.Gauge) lanes {
-	return lanes{sem: make(chan struct{}, r.policy.MaxInFlight), idle: make(chan chan func()), inUse: inUse, keys: map[string][]func(){}}
+	return lanes{sem: make(chan struct{}, r.policy.MaxInFlight), idle: make(chan chan func()), inUse: inUse, keys: map[string][]*waiting{}}
 }
 
 // start runs fn once no message of key is ahead of it, in a goroutine
@@ -75,8 +87,10 @@ func (l *lanes) start(ctx context.Context, r *route, key string, fn func()) bool
 	if key != "" {
 		l.mu.Lock()
 		if q, ok := l.keys[key]; ok { // behind a message of its key: no slot
-			l.keys[key] = append(q, fn)
+			w := &waiting{fn: fn}
+			l.keys[key] = append(q, w)
 			r.busy.Add(1)
+			w.stop = context.AfterFunc(ctx, func() { l.leave(r, key, w) })
 			l.mu.Unlock()
 			return true
 		}
@@ -117,6 +131,30 @@ func (l *lanes) acquire(done <-chan struct{}, r *route, key string, fn func()) b
 	return true
 }
 
+// leave takes w out of key's queue, unless it was taken to be sent.
+func (l *lanes) leave(r *route, key string, w *waiting) {
+	l.mu.Lock()
+	q := l.keys[key]
+	i := slices.Index(q, w)
+	if i >= 0 {
+		l.keys[key] = slices.Delete(q, i, i+1)
+	}
+	l.mu.Unlock()
+	if i >= 0 {
+		r.busy.Done() // counted when it queued
+	}
+}
+
+// next takes the first message of key's queue (the caller checked there
+// is one). Called holding mu.
+func (l *lanes) next(key string) func() {
+	q := l.keys[key]
+	w := q[0]
+	l.keys[key] = q[1:]
+	w.stop()
+	return w.fn
+}
+
 // handOff is called when the head message of key gave up its wait for a
 // slot: the messages accepted behind it wait in a goroutine the route owns.
 func (l *lanes) handOff(r *route, key string) {
@@ -127,12 +165,12 @@ func (l *lanes) handOff(r *route, key string) {
 		delete(l.keys, key)
 		return
 	}
-	l.keys[key] = q[1:]
+	fn := l.next(key)
 	r.workers.Add(1)
 	go func() {
 		defer r.workers.Done()
-		defer r.busy.Done() // q[0] was counted when it queued; acquire counts it again
-		if !l.acquire(r.quit, r, key, q[0]) {
+		defer r.busy.Done() // fn was counted when it queued; acquire counts it again
+		if !l.acquire(r.quit, r, key, fn) {
 			l.run(r, key, nil) // quitting: drop the key's messages
 		}
 	}()
@@ -162,7 +200,7 @@ func (l *lanes) run(r *route, key string, fn func()) {
 			l.mu.Unlock()
 			return
 		}
-		fn, l.keys[key] = q[0], q[1:]
+		fn = l.next(key)
 		l.mu.Unlock()
 	}
 }

@@ -118,3 +118,43 @@ func TestLanes_AHeadThatGivesUpHandsItsKeyOn(t *testing.T) {
 		t.Fatalf("left behind: keys %v, in flight %d", l.keys, l.sends.Load())
 	}
 }
+
+// TestDirectHold_AnAnsweredRequestLeavesNothingQueued: a direct_hold route
+// keyed by topic, fed by http_listener, whose target is down. Each request
+// behind the key's retried message is answered 503 at settle_timeout (its
+// window bytes and slot given back), and its producer retries: a message
+// still queued behind the key after its request ended kept its payload for
+// as long as the target was down, one more per retry (RAM without bound,
+// DESIGN.md §1.3). Once its request is answered, nothing of it may remain.
+func TestDirectHold_AnAnsweredRequestLeavesNothingQueued(t *testing.T) {
+	t.Parallel()
+	var sent sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		sent.Store(string(b), true)
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	addr := freeAddr(t)
+	cfg := httpIngestConfig(t, addr, srv.URL, ", settle_timeout: 1s", "")
+	cfg = strings.Replace(cfg, "delivery_mode: shared_outbox", "delivery_mode: direct_hold", 1)
+	cfg = strings.Replace(cfg, "    session: {id: s, drain_strategy: {type: fixed_poll, interval: 50ms}}\n", "", 1)
+	b := startBridge(t, parseConfig(t, cfg))
+	base := "http://" + addr
+	waitFor(t, 10*time.Second, "the http listener", func() bool { _, err := http.Get(base + "/"); return err == nil })
+
+	go publishHTTP(http.DefaultClient, base, "plant/k", "", "head")
+	waitFor(t, 10*time.Second, "the head retried", func() bool { _, ok := sent.Load("head"); return ok })
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Go(func() {
+			a, err := publishHTTP(http.DefaultClient, base, "plant/k", "", fmt.Sprintf("retry%d", i))
+			if err != nil || a.status != http.StatusServiceUnavailable {
+				t.Errorf("a message behind the held key: %+v, %v; want 503", a, err)
+			}
+		})
+	}
+	wg.Wait()
+	lanes := &b.cur.Load().route("r").hold.lanes
+	waitFor(t, 10*time.Second, "the answered messages to leave the key's queue", func() bool { return lanes.queued("plant/k") == 0 })
+}
