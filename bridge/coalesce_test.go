@@ -13,6 +13,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/gobridge/gobridge/routes"
 )
 
 // Coalescing keeps the newest message of a key among the records waiting
@@ -28,18 +30,8 @@ func TestBridge_CoalescedRecordsMeetInOnePartition(t *testing.T) {
 	down := atomic.Bool{}
 	down.Store(true)
 	s.fail = func(string) bool { refused.Add(1); return down.Load() }
-	addr, db := freeAddr(t), filepath.Join(t.TempDir(), "outbox.db")
-	yml := listenerConfig(addr, "", fmt.Sprintf("{type: sqlite, options: {path: %q}}", db),
-		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
-  - id: hb
-    receiver: edge
-    topic: "hb/#"
-    sender: sink
-    delivery_mode: shared_outbox
-    processors: [{type: coalesce, key: "{topic}"}]
-    session: {id: s, partitions: 8}
-    policy: {backoff: {initial_interval: 1s, max_interval: 1s}}`)
-	b := startBridge(t, parseConfig(t, yml))
+	addr := freeAddr(t)
+	b := startBridge(t, heartbeatConfig(t, addr, s.srv.URL, "{id: s, partitions: 8}", "1s"))
 	pub := publisher(t, "tcp://"+addr, "hb")
 	body := func(n int) string { return fmt.Sprintf(`{"n":%d}`, n) }
 	const beats = 40
@@ -95,18 +87,8 @@ func TestBridge_ANewerRecordWaitsForTheSendOfTheOneItReplaces(t *testing.T) {
 	t.Cleanup(srv.Close)
 	unblock := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(unblock)
-	addr, db := freeAddr(t), filepath.Join(t.TempDir(), "outbox.db")
-	yml := listenerConfig(addr, "", fmt.Sprintf("{type: sqlite, options: {path: %q}}", db),
-		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, srv.URL), `
-  - id: hb
-    receiver: edge
-    topic: "hb/#"
-    sender: sink
-    delivery_mode: shared_outbox
-    processors: [{type: coalesce, key: "{topic}"}]
-    session: {id: s}
-    policy: {backoff: {initial_interval: 100ms, max_interval: 100ms}}`)
-	b := startBridge(t, parseConfig(t, yml))
+	addr := freeAddr(t)
+	b := startBridge(t, heartbeatConfig(t, addr, srv.URL, "{id: s}", "100ms"))
 	pub := publisher(t, "tcp://"+addr, "hb")
 	waitTokens(t, []paho.Token{pub.Publish("hb/dev-1", 1, false, "hb-0")}, 30*time.Second)
 	<-sending
@@ -119,4 +101,22 @@ func TestBridge_ANewerRecordWaitsForTheSendOfTheOneItReplaces(t *testing.T) {
 	if !slices.Equal(got, []string{"hb-1"}) {
 		t.Errorf("deliveries %q; want only the newer heartbeat, hb-1 (hb-0 failed while hb-1 waited)", got)
 	}
+}
+
+// heartbeatConfig is a bridge with an embedded listener on addr and a
+// SQLite outbox, whose route coalesces "hb/#" by topic into session (YAML)
+// towards target, retrying every backoff.
+func heartbeatConfig(t *testing.T, addr, target, session, backoff string) *routes.Config {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "outbox.db")
+	return parseConfig(t, listenerConfig(addr, "", fmt.Sprintf("{type: sqlite, options: {path: %q}}", db),
+		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, target), fmt.Sprintf(`
+  - id: hb
+    receiver: edge
+    topic: "hb/#"
+    sender: sink
+    delivery_mode: shared_outbox
+    processors: [{type: coalesce, key: "{topic}"}]
+    session: %s
+    policy: {backoff: {initial_interval: %s, max_interval: %[2]s}}`, session, backoff)))
 }

@@ -43,13 +43,7 @@ func TestDirectHold_AFailingKeyDoesNotTakeEverySlot(t *testing.T) {
 	t.Cleanup(srv.Close)
 	seen := func(body string) int { mu.Lock(); defer mu.Unlock(); return got[body] }
 
-	addr := freeAddr(t)
-	cfg := httpIngestConfig(t, addr, srv.URL, ", settle_timeout: 5s", ", max_in_flight: 2")
-	cfg = strings.Replace(cfg, "delivery_mode: shared_outbox", "delivery_mode: direct_hold", 1)
-	cfg = strings.Replace(cfg, "    session: {id: s, drain_strategy: {type: fixed_poll, interval: 50ms}}\n", "", 1)
-	b := startBridge(t, parseConfig(t, cfg))
-	base := "http://" + addr
-	waitFor(t, 10*time.Second, "the http listener", func() bool { _, err := http.Get(base + "/"); return err == nil })
+	b, base := startDirectHoldIngest(t, srv.URL, ", settle_timeout: 5s", ", max_in_flight: 2")
 
 	// The failing key's messages, each in its own request: the first is
 	// retried, the others queue behind it. Their requests end with the test
@@ -135,13 +129,7 @@ func TestDirectHold_AnAnsweredRequestLeavesNothingQueued(t *testing.T) {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	}))
 	t.Cleanup(srv.Close)
-	addr := freeAddr(t)
-	cfg := httpIngestConfig(t, addr, srv.URL, ", settle_timeout: 1s", "")
-	cfg = strings.Replace(cfg, "delivery_mode: shared_outbox", "delivery_mode: direct_hold", 1)
-	cfg = strings.Replace(cfg, "    session: {id: s, drain_strategy: {type: fixed_poll, interval: 50ms}}\n", "", 1)
-	b := startBridge(t, parseConfig(t, cfg))
-	base := "http://" + addr
-	waitFor(t, 10*time.Second, "the http listener", func() bool { _, err := http.Get(base + "/"); return err == nil })
+	b, base := startDirectHoldIngest(t, srv.URL, ", settle_timeout: 1s", "")
 
 	go publishHTTP(http.DefaultClient, base, "plant/k", "", "head")
 	waitFor(t, 10*time.Second, "the head retried", func() bool { _, ok := sent.Load("head"); return ok })
@@ -157,4 +145,19 @@ func TestDirectHold_AnAnsweredRequestLeavesNothingQueued(t *testing.T) {
 	wg.Wait()
 	lanes := &b.cur.Load().route("r").hold.lanes
 	waitFor(t, 10*time.Second, "the answered messages to leave the key's queue", func() bool { return lanes.queued("plant/k") == 0 })
+}
+
+// startDirectHoldIngest runs a bridge whose http_listener (with
+// receiverOpts) feeds a keyed direct_hold route (with policy) to target,
+// and returns it with the listener's base URL once it answers.
+func startDirectHoldIngest(t *testing.T, target, receiverOpts, policy string) (*Bridge, string) {
+	t.Helper()
+	addr := freeAddr(t)
+	cfg := httpIngestConfig(t, addr, target, receiverOpts, policy)
+	cfg = strings.Replace(cfg, "delivery_mode: shared_outbox", "delivery_mode: direct_hold", 1)
+	cfg = strings.Replace(cfg, "    session: {id: s, drain_strategy: {type: fixed_poll, interval: 50ms}}\n", "", 1)
+	b := startBridge(t, parseConfig(t, cfg))
+	base := "http://" + addr
+	waitFor(t, 10*time.Second, "the http listener", func() bool { _, err := http.Get(base + "/"); return err == nil })
+	return b, base
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/stores/dynamodb"
@@ -53,13 +52,8 @@ func TestBridge_SharedOutboxOnDynamoDB(t *testing.T) {
     delivery_mode: shared_outbox
     session: {id: ddb, partitions: 2}`))
 	startBridge(t, cfg)
-	pub := publisher(t, "tcp://"+addr, "ddb")
 	const n = 20
-	var toks []paho.Token
-	for i := range n {
-		toks = append(toks, pub.Publish(fmt.Sprintf("line/%d", i%4), 1, false, msgID(i)))
-	}
-	waitTokens(t, toks, 30*time.Second)
+	publishRange(t, publisher(t, "tcp://"+addr, "ddb"), "line", 0, n)
 	waitFor(t, 30*time.Second, "every message delivered from DynamoDB", func() bool { return s.distinct() == n })
 }
 
@@ -96,13 +90,8 @@ func TestBridge_RetriedThenDeliveredLeavesNothingOnDynamoDB(t *testing.T) {
     delivery_mode: shared_outbox
     session: {id: ddb}
     policy: {backoff: {initial_interval: 1ms, max_interval: 2ms}}`)))
-	pub := publisher(t, "tcp://"+addr, "ddb-retried")
 	const n = 40
-	var toks []paho.Token
-	for i := range n {
-		toks = append(toks, pub.Publish(fmt.Sprintf("line/%d", i%4), 1, false, msgID(i)))
-	}
-	waitTokens(t, toks, 30*time.Second)
+	publishRange(t, publisher(t, "tcp://"+addr, "ddb-retried"), "line", 0, n)
 	delivered := func() int {
 		mu.Lock()
 		defer mu.Unlock()
