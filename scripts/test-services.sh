@@ -25,6 +25,10 @@ WAIT_SECS=${WAIT_SECS:-60}
 PIDS="$SVC_STATE/services.pids"
 ENVF="$SVC_STATE/services.env"
 mkdir -p "$SVC_STATE" "$SVC_TOOLS"
+# One start at a time: a second run (another shell, a helper's test command) waits here, then
+# finds the services up. Two npm installs into one directory fail with ENOTEMPTY.
+exec 9>"$SVC_STATE/.start.lock"
+command -v flock >/dev/null 2>&1 && flock 9
 
 log() { printf '[start-services %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -135,7 +139,7 @@ start_svc() {
   fi
   port_busy "$port" && die "port $port needed by $name is already in use by another process: $(ss -Hltnp "sport = :$port" | head -1)"
   # (exec ...) keeps $! == the server's own PID
-  ( exec nohup "$@" >"$logf" 2>&1 </dev/null ) &
+  ( exec nohup "$@" >"$logf" 2>&1 </dev/null 9>&- ) &
   pid=$!
   set_pid "$name" "$pid"
   wait_ready "$name" "$pid" "$fn" "$logf"
