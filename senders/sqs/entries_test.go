@@ -96,6 +96,12 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 		"too many attributes": {QueueURL: std, Attributes: ten},
 		"bad attribute value": {QueueURL: std, Attributes: map[string]string{"a": "{nope}"}},
 		"no region derivable": {QueueURL: "http://127.0.0.1:1/0/q", Region: ""},
+		// What SQS refuses in a template's literal text fails every message.
+		"group with a space":       {QueueURL: fifo, MessageGroupID: "line {topic.1}"},
+		"group literal too long":   {QueueURL: fifo, MessageGroupID: strings.Repeat("g", 120) + "-{topic.1}-" + strings.Repeat("g", 10)},
+		"group not ASCII":          {QueueURL: fifo, MessageGroupID: "Linie-Süd"},
+		"empty attribute":          {QueueURL: std, Attributes: map[string]string{"site": ""}},
+		"attribute with a control": {QueueURL: std, Attributes: map[string]string{"site": "{topic.1}\x01"}},
 	} {
 		if name == "no region derivable" {
 			t.Setenv("AWS_REGION", "")
@@ -109,6 +115,7 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 		}
 		t.Log(err)
 	}
+	offlineSender(t, routes.SenderOptions{QueueURL: fifo, MessageGroupID: "line-{topic.1}/{header.x}", Attributes: map[string]string{"a": "{header.x} at {topic}"}})
 	if s := offlineSender(t, routes.SenderOptions{QueueURL: std}); s.BatchSize() != 10 || s.fifo {
 		t.Errorf("defaults: batch %d fifo %v", s.BatchSize(), s.fifo)
 	}

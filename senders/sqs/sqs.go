@@ -72,6 +72,9 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		if err != nil {
 			return fail("message_group_id: %v", err)
 		}
+		if lit := literal(t); lit != "" && !validFIFOID(lit) {
+			return fail("message_group_id %q: every group ID would hold %q, and SQS takes 1..%d ASCII letters, digits and punctuation", o.MessageGroupID, lit, maxFIFOID)
+		}
 		s.group = t
 	}
 	for name, v := range o.Attributes {
@@ -84,6 +87,12 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		t, err := message.ParseTemplate(v)
 		if err != nil {
 			return fail("attribute %s: %v", name, err)
+		}
+		if v == "" {
+			return fail("attribute %s is empty: SQS rejects empty attribute values", name)
+		}
+		if invalidChar([]byte(literal(t))) >= 0 {
+			return fail("attribute %s holds a character SQS does not accept", name)
 		}
 		s.attrs = append(s.attrs, attribute{name: name, value: t})
 	}
@@ -116,6 +125,19 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		}
 	})
 	return s, nil
+}
+
+// literal is the literal text of t, placeholders left out: what every
+// message's rendering holds, so that what SQS would refuse in it fails New
+// (and `gobridge check`) rather than every message.
+func literal(t *message.Template) string {
+	var b strings.Builder
+	for _, p := range t.Split() {
+		if p.IsLiteral() {
+			b.WriteString(p.LiteralPrefix())
+		}
+	}
+	return b.String()
 }
 
 // Close closes the idle connections of the sender's transport. Send must
