@@ -78,7 +78,7 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		s.group = t
 	}
 	for name, v := range o.Attributes {
-		if reason := checkAttributeName(name); reason != "" {
+		if reason := routes.SQSAttributeNameProblem(name); reason != "" {
 			return fail("attribute %q: %s", name, reason)
 		}
 		if name == IDAttribute {
