@@ -38,8 +38,8 @@ type Sender struct {
 }
 
 // New builds a Sender from cfg.Options: queue_url (required; a URL ending
-// in .fifo is a FIFO queue), region (default: the SDK's chain, then the
-// region in an amazonaws.com queue URL), endpoint (an SQS-compatible
+// in .fifo is a FIFO queue), region (default: the region in an
+// amazonaws.com queue URL, then the SDK's chain), endpoint (an SQS-compatible
 // server), message_group_id (a template, FIFO queues only, required there),
 // attributes (name: template) and batch_size (1..10, default 10).
 // Credentials come from the SDK's default chain. The SDK does not retry:
@@ -101,12 +101,20 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 	}
 	slices.SortFunc(s.attrs, func(a, b attribute) int { return strings.Compare(a.name, b.name) })
 
-	// An empty region leaves the SDK's chain to find one.
-	awsCfg, err := config.LoadDefaultConfig(ctx, config.WithRetryMaxAttempts(1), config.WithRegion(o.Region))
+	// The SDK sends to its region's endpoint whatever the queue URL says,
+	// and SQS answers QueueDoesNotExist for a queue of another region: the
+	// region of an AWS queue URL wins over the SDK's chain (AWS_REGION is
+	// the task's own region on ECS and Lambda). An empty region leaves the
+	// chain to find one.
+	region := cmp.Or(o.Region, regionOf(o.QueueURL))
+	if r := regionOf(o.QueueURL); r != "" && region != r && o.Endpoint == "" {
+		return fail("region %s, but the queue %s is in %s: SQS would answer that it does not exist", region, o.QueueURL, r)
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, config.WithRetryMaxAttempts(1), config.WithRegion(region))
 	if err != nil {
 		return fail("load AWS configuration: %v", err)
 	}
-	if awsCfg.Region = cmp.Or(awsCfg.Region, regionOf(o.QueueURL)); awsCfg.Region == "" {
+	if awsCfg.Region == "" {
 		return fail("no region: set options.region or AWS_REGION")
 	}
 	// The SDK's client with its transport (CA bundle and all) owned here:
