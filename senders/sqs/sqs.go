@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	smithy "github.com/aws/smithy-go"
 
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
@@ -33,6 +34,8 @@ type Sender struct {
 	attrs     []attribute
 	batchSize int
 	client    *sqs.Client
+	creds     *aws.CredentialsCache // nil: the SDK found none to wrap
+	chain     *credentials
 	transport *http.Transport // the client's, so that Close can release its connections
 	log       *slog.Logger
 }
@@ -126,6 +129,14 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		s.transport = bc.GetTransport()
 		awsCfg.HTTPClient = &http.Client{Transport: s.transport, Timeout: bc.GetTimeout(),
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if awsCfg.Credentials != nil {
+		s.chain = &credentials{chain: awsCfg.Credentials, load: func(ctx context.Context) (aws.CredentialsProvider, error) {
+			c, err := config.LoadDefaultConfig(ctx, config.WithRegion(awsCfg.Region))
+			return c.Credentials, err
+		}}
+		s.creds = aws.NewCredentialsCache(s.chain)
+		awsCfg.Credentials = s.creds
 	}
 	s.client = sqs.NewFromConfig(awsCfg, func(so *sqs.Options) {
 		if o.Endpoint != "" {
@@ -227,6 +238,10 @@ func (s *Sender) sendBatch(ctx context.Context, batch []entry, errs []error) {
 		byID[*en.req.Id] = en.index
 	}
 	out, err := s.client.SendMessageBatch(ctx, in)
+	if api, ok := errors.AsType[smithy.APIError](err); ok && credentialCodes[errorCode(api.ErrorCode())] && s.creds != nil {
+		s.chain.refused() // a rotated key is read at the next call
+		s.creds.Invalidate()
+	}
 	if err != nil {
 		err = classifyCall(fmt.Errorf("sqs: send batch of %d to %s: %w", len(batch), s.queueURL, err))
 		s.log.Debug("send batch failed", "entries", len(batch), "error", err)
