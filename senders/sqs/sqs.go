@@ -216,7 +216,7 @@ func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 		for _, en := range batch {
 			g := aws.ToString(en.req.MessageGroupId)
 			if class, _ := senders.Classify(errs[en.index]); g != "" && held[g] == nil && class != senders.OK && class != senders.Fatal {
-				held[g] = senders.Capacity(fmt.Errorf("sqs: held behind an earlier message of group %q that failed: %v", g, errs[en.index]), 0)
+				held[g] = senders.Capacity(fmt.Errorf("sqs: %w: group %q: %v", senders.ErrHeld, g, errs[en.index]), 0)
 			}
 		}
 	}
