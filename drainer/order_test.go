@@ -2,6 +2,7 @@ package drainer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/senders"
 	"github.com/gobridge/gobridge/stores"
 )
 
@@ -146,5 +148,36 @@ func TestGroup_APartitionAcquiredDuringAWriteKeepsItsBacklog(t *testing.T) {
 		tokens[2] = g.Reserve(0)
 		commit(t, g, store, batch, tokens, nil)
 		sentInOrder(t, store, snd, stop, "m000", "m001", "m002")
+	})
+}
+
+// TestGroup_AHeldRecordDoesNotHalveTheLimit: a record a sender held unsent
+// behind an earlier one that failed (senders.ErrHeld, an SQS FIFO group) is
+// retried like a capacity error, but the target never asked to slow down:
+// the route's concurrency limit stays.
+func TestGroup_AHeldRecordDoesNotHalveTheLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		recs, _ := records(2, nil)
+		first := recs[0].Envelope.ID
+		snd := newScriptSender(10, func(_ context.Context, e *message.Envelope, n int) error {
+			switch {
+			case n > 1:
+				return nil
+			case e.ID == first:
+				return errors.New("InternalError")
+			}
+			return senders.Capacity(fmt.Errorf("%w: group g", senders.ErrHeld), 0)
+		})
+		j := newJournal()
+		g, w, store := newGroup(t, testOptions(t, snd, testPolicy(), j))
+		w.append(recs...)
+		stop := running(t, g)
+		eventually(t, time.Minute, "delivered", func() bool { return live(t, store) == 0 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if ls := j.limits["r"]; slices.Min(ls) < ls[0] {
+			t.Errorf("limits %v: a held record halved the limit", ls)
+		}
 	})
 }

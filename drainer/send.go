@@ -193,7 +193,7 @@ func (p *partition) handle(res sendResult) {
 			p.settle(it, stores.Done, "", ResultOK, now)
 			p.g.obs.Sent(p.g.opts.Session, now)
 		case senders.Saturated: // no attempt counted
-			anyCap = true
+			anyCap = anyCap || !errors.Is(err, senders.ErrHeld) // held: not the target's signal
 			it.rec.NextAttemptAt = pol.Backoff.Next(now, it.rec.Attempts+1, retryAfter, p.rnd)
 			p.sched.retry(it, it.rec.NextAttemptAt, now)
 			p.g.obs.Delivered(p.outcome(it, ResultCapacity, err.Error(), now))

@@ -260,6 +260,9 @@ func (c *Config) checkSenders(add func(Problem)) {
 			} else if err := checkHTTPURL(o.QueueURL); err != nil {
 				add(c.Errorf(op+".queue_url", "url", "%s.queue_url: %v", op, err))
 			}
+			if err := checkHTTPURL(o.Endpoint); o.Endpoint != "" && err != nil {
+				add(c.Errorf(op+".endpoint", "url", "%s.endpoint: %v", op, err))
+			}
 			fifo := isFIFOQueue(o.QueueURL)
 			switch {
 			case fifo && o.MessageGroupID == "":

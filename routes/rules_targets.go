@@ -3,6 +3,8 @@ package routes
 import (
 	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/gobridge/gobridge/topics"
@@ -10,6 +12,62 @@ import (
 
 // Rules about what a route promises its target: order, duplicates, and
 // what a delivery mode can do at all.
+
+// SQS message attributes (senders/sqs sends every header as one).
+const (
+	// SQSMaxAttributes is the most message attributes SQS takes per message.
+	SQSMaxAttributes = 10
+	// SQSIDAttribute carries the envelope ID on every message.
+	SQSIDAttribute = "gobridge-id"
+)
+
+// SQSAttributeNameProblem returns why SQS would refuse name as a message
+// attribute name, or "".
+func SQSAttributeNameProblem(name string) string {
+	switch {
+	case name == "":
+		return "empty name"
+	case len(name) > 256:
+		return "longer than 256 characters"
+	case strings.HasPrefix(strings.ToLower(name), "aws.") || strings.HasPrefix(strings.ToLower(name), "amazon."):
+		return "names starting with AWS. or Amazon. are reserved"
+	case name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, ".."):
+		return "a name must not start or end with a period or hold two in a row"
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return fmt.Sprintf("character %q (allowed: letters, digits, _ - .)", c)
+		}
+	}
+	return ""
+}
+
+// checkSQSHeaders reports the set_headers of route r (at path) that no
+// message could carry to the SQS sender s, which sends every header as a
+// message attribute: a name SQS refuses, or more attributes than SQS takes,
+// would fail every message.
+func (c *Config) checkSQSHeaders(add func(Problem), path string, r RouteConfig, s *SenderConfig) {
+	names := map[string]bool{SQSIDAttribute: true}
+	for n := range s.Options.Attributes {
+		names[n] = true
+	}
+	for j, p := range r.Processors {
+		if p.Type != "set_headers" {
+			continue
+		}
+		for _, n := range slices.Sorted(maps.Keys(p.Headers)) {
+			if why := SQSAttributeNameProblem(n); why != "" && n != "" {
+				pp := fmt.Sprintf("%s.processors[%d].headers", path, j)
+				add(c.Errorf(pp, "sqs-attributes", "%s: header %q cannot be a message attribute of the sqs sender %q, which sends every header as one: %s", pp, n, s.ID, why))
+			}
+			names[n] = true
+		}
+	}
+	if len(names) > SQSMaxAttributes {
+		add(c.Errorf(path, "sqs-attributes", "%s: route %q sets %d message attributes for the sqs sender %q (its set_headers, the sender's attributes and %s), SQS takes at most %d: every message would fail",
+			path, r.ID, len(names), s.ID, SQSIDAttribute, SQSMaxAttributes))
+	}
+}
 
 // isFIFOQueue reports whether an SQS queue URL names a FIFO queue.
 func isFIFOQueue(url string) bool { return strings.HasSuffix(url, ".fifo") }
@@ -35,6 +93,9 @@ func (c *Config) checkTargets(add func(Problem)) {
 		s := byID(c.Senders, senderID, r.Sender)
 		if s == nil {
 			continue // unknown-sender reports it
+		}
+		if s.Type == SenderSQS {
+			c.checkSQSHeaders(add, path, r, s)
 		}
 		fifo := s.Type == SenderSQS && isFIFOQueue(s.Options.QueueURL)
 		if fifo && r.OrderingKey == "" {

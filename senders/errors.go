@@ -37,6 +37,13 @@ func (e *PermanentError) Error() string { return fmt.Sprintf("permanent: %v", e.
 
 func (e *PermanentError) Unwrap() error { return e.Err }
 
+// ErrHeld marks a message that a sender did not send, so that it does not
+// overtake an earlier one that failed (an SQS FIFO group). Wrapped in a
+// *CapacityError it is retried with no attempt counted; it says nothing
+// about the target, so Health does not count it as a failure and the
+// drainer does not halve its concurrency for it.
+var ErrHeld = errors.New("held behind an earlier message that failed")
+
 // Capacity wraps err as a *CapacityError with the target's retry-after hint
 // (zero for none).
 func Capacity(err error, retryAfter time.Duration) error {

@@ -1,6 +1,7 @@
 package senders
 
 import (
+	"errors"
 	"sync"
 	"time"
 )
@@ -66,13 +67,14 @@ func (h *Health) DeliveredSince(t time.Time) bool {
 }
 
 // Record notes the result of one send of message id, classified by
-// Classify. A permanent failure says nothing about the target: it only ends
-// a probe, so that another message probes at once. backoff gives the wait
+// Classify. A permanent failure, or a message held unsent (ErrHeld), says
+// nothing about the target: it only ends a probe, so that another message
+// probes at once. backoff gives the wait
 // before the n-th probe (1-based) while down.
 func (h *Health) Record(id string, err error, now time.Time, backoff func(n int) time.Duration) {
 	class, _ := Classify(err)
 	h.mu.Lock()
-	if class == Fatal {
+	if class == Fatal || errors.Is(err, ErrHeld) {
 		h.probing = false
 		h.mu.Unlock()
 		return

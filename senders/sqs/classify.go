@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -35,6 +36,13 @@ var messageCodes = map[string]bool{
 	"BatchRequestTooLong":    true,
 }
 
+// errorCode is code without the prefix of SQS's query error codes: AWS
+// names some errors so in its x-amzn-query-error header, and the SDK
+// reports that name (AWS.SimpleQueueService.BatchRequestTooLong).
+func errorCode(code string) string {
+	return strings.TrimPrefix(code, "AWS.SimpleQueueService.")
+}
+
 // classifyCall sorts the error of a whole SendMessageBatch call:
 //
 //	throttling (*types.RequestThrottled, *types.KmsThrottled, a throttling
@@ -55,11 +63,14 @@ func classifyCall(err error) error {
 	}](err); ok {
 		status = re.HTTPStatusCode()
 	}
-	api, isAPI := errors.AsType[smithy.APIError](err)
+	code := ""
+	if api, ok := errors.AsType[smithy.APIError](err); ok {
+		code = errorCode(api.ErrorCode())
+	}
 	switch {
-	case throttled, kmsThrottled, isAPI && throttleCodes[api.ErrorCode()], status == 429:
+	case throttled, kmsThrottled, throttleCodes[code], status == 429:
 		return senders.Capacity(err, 0)
-	case isAPI && messageCodes[api.ErrorCode()]:
+	case messageCodes[code]:
 		return senders.Permanent(err)
 	}
 	return err
@@ -85,10 +96,10 @@ func (e *EntryError) Error() string {
 // message error code is permanent only as a sender fault.
 func classifyEntry(f types.BatchResultErrorEntry) error {
 	e := &EntryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
-	switch {
-	case throttleCodes[e.Code]:
+	switch code := errorCode(e.Code); {
+	case throttleCodes[code]:
 		return senders.Capacity(e, 0)
-	case e.SenderFault && messageCodes[e.Code]:
+	case e.SenderFault && messageCodes[code]:
 		return senders.Permanent(e)
 	}
 	return e

@@ -69,6 +69,11 @@ func TestSender_CallErrorClasses(t *testing.T) {
 		// The message's failures: settled at once.
 		{name: "InvalidMessageContents", status: 400, body: `{"__type":"com.amazonaws.sqs#InvalidMessageContents","message":"bad char"}`, want: senders.Fatal,
 			as: func(err error) bool { _, ok := errors.AsType[*types.InvalidMessageContents](err); return ok }},
+		// AWS names some errors by their query code (x-amzn-query-error),
+		// which the SDK reports as the error code.
+		{name: "BatchRequestTooLong as AWS answers it", status: 400, headers: map[string]string{"X-Amzn-Query-Error": "AWS.SimpleQueueService.BatchRequestTooLong;Sender"},
+			body: `{"__type":"com.amazonaws.sqs#BatchRequestTooLong","message":"Batch requests cannot be longer than 262144 bytes"}`, want: senders.Fatal,
+			as: func(err error) bool { _, ok := errors.AsType[*types.BatchRequestTooLong](err); return ok }},
 		{name: "QueueDoesNotExist", status: 400, headers: map[string]string{"X-Amzn-Query-Error": "AWS.SimpleQueueService.NonExistentQueue;Sender"},
 			body: `{"__type":"com.amazonaws.sqs#QueueDoesNotExist","message":"gone"}`, want: senders.Transient,
 			as: func(err error) bool { _, ok := errors.AsType[*types.QueueDoesNotExist](err); return ok }},
@@ -193,5 +198,43 @@ func TestSender_ACallRefusedForOneMessageFailsOnlyThatMessage(t *testing.T) {
 	}
 	if n := calls.Load(); n > 9 { // 1 + 2 + 2 + 2 + 2 halvings at the most
 		t.Errorf("%d calls for one refused message in a batch of 10", n)
+	}
+}
+
+// TestSender_ABatchOverTheServersLimitIsSplit: a server that takes less per
+// call than gobridge sends refuses the call as AWS does (BatchRequestTooLong,
+// named by its query code); the sender splits it and every message goes
+// through, instead of retrying the whole batch as the target's failure.
+func TestSender_ABatchOverTheServersLimitIsSplit(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Entries []struct{ Id, MessageBody string }
+		}
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+			t.Errorf("decode request: %v", err)
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		var ok []map[string]any
+		total := 0
+		for _, e := range in.Entries {
+			total += len(e.MessageBody)
+			ok = append(ok, map[string]any{"Id": e.Id, "MessageId": "m" + e.Id, "MD5OfMessageBody": fmt.Sprintf("%x", md5.Sum([]byte(e.MessageBody)))})
+		}
+		if total > 150 {
+			w.Header().Set("X-Amzn-Query-Error", "AWS.SimpleQueueService.BatchRequestTooLong;Sender")
+			w.WriteHeader(400)
+			io.WriteString(w, `{"__type":"com.amazonaws.sqs#BatchRequestTooLong","message":"too long"}`)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"Successful": ok, "Failed": []any{}})
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	s := newSender(t, routes.SenderOptions{QueueURL: srv.URL + "/000000000000/q", Endpoint: srv.URL})
+	for i, err := range s.Send(t.Context(), envelopes(4, "a/b", func(int) string { return strings.Repeat("x", 60) })) {
+		if err != nil {
+			t.Errorf("entry %d: %v", i, err)
+		}
 	}
 }

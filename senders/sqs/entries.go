@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/gobridge/gobridge/message"
+	"github.com/gobridge/gobridge/routes"
 )
 
 // SQS limits checked before sending (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html).
@@ -27,11 +27,11 @@ const (
 	MaxBatchBytes = 256 << 10
 	// MaxAttributes is the most message attributes per message, gobridge-id
 	// included.
-	MaxAttributes = 10
+	MaxAttributes = routes.SQSMaxAttributes
 	// MaxBatchSize is the most entries per SendMessageBatch.
 	MaxBatchSize = 10
 	// IDAttribute carries the envelope ID on every message.
-	IDAttribute = "gobridge-id"
+	IDAttribute = routes.SQSIDAttribute
 	// maxFIFOID is the longest MessageGroupId and MessageDeduplicationId.
 	maxFIFOID = 128
 	// stringType is the data type of every attribute gobridge sets.
@@ -92,7 +92,7 @@ func (s *Sender) build(index int, e *message.Envelope) (entry, error) {
 		size += len(name) + len(stringType) + len(value)
 	}
 	for _, name := range slices.Sorted(maps.Keys(e.Headers)) {
-		if reason := checkAttributeName(name); reason != "" {
+		if reason := routes.SQSAttributeNameProblem(name); reason != "" {
 			return fail(nil, "header %q cannot be an SQS attribute: %s", name, reason)
 		}
 		set(name, e.Headers[name])
@@ -180,27 +180,6 @@ func invalidChar(b []byte) int {
 		i += n
 	}
 	return -1
-}
-
-// checkAttributeName returns why SQS would refuse name as a message
-// attribute name, or "".
-func checkAttributeName(name string) string {
-	switch {
-	case name == "":
-		return "empty name"
-	case len(name) > 256:
-		return "longer than 256 characters"
-	case strings.HasPrefix(strings.ToLower(name), "aws.") || strings.HasPrefix(strings.ToLower(name), "amazon."):
-		return "names starting with AWS. or Amazon. are reserved"
-	case name[0] == '.' || name[len(name)-1] == '.' || strings.Contains(name, ".."):
-		return "a name must not start or end with a period or hold two in a row"
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return fmt.Sprintf("character %q (allowed: letters, digits, _ - .)", c)
-		}
-	}
-	return ""
 }
 
 // chunks splits entries, in order, into batches of at most size entries and

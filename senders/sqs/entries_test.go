@@ -96,6 +96,12 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 		"too many attributes": {QueueURL: std, Attributes: ten},
 		"bad attribute value": {QueueURL: std, Attributes: map[string]string{"a": "{nope}"}},
 		"no region derivable": {QueueURL: "http://127.0.0.1:1/0/q", Region: ""},
+		// What SQS refuses in a template's literal text fails every message.
+		"group with a space":       {QueueURL: fifo, MessageGroupID: "line {topic.1}"},
+		"group literal too long":   {QueueURL: fifo, MessageGroupID: strings.Repeat("g", 120) + "-{topic.1}-" + strings.Repeat("g", 10)},
+		"group not ASCII":          {QueueURL: fifo, MessageGroupID: "Linie-Süd"},
+		"empty attribute":          {QueueURL: std, Attributes: map[string]string{"site": ""}},
+		"attribute with a control": {QueueURL: std, Attributes: map[string]string{"site": "{topic.1}\x01"}},
 	} {
 		if name == "no region derivable" {
 			t.Setenv("AWS_REGION", "")
@@ -109,8 +115,32 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 		}
 		t.Log(err)
 	}
+	offlineSender(t, routes.SenderOptions{QueueURL: fifo, MessageGroupID: "line-{topic.1}/{header.x}", Attributes: map[string]string{"a": "{header.x} at {topic}"}})
 	if s := offlineSender(t, routes.SenderOptions{QueueURL: std}); s.BatchSize() != 10 || s.fifo {
 		t.Errorf("defaults: batch %d fifo %v", s.BatchSize(), s.fifo)
+	}
+}
+
+// TestNew_RegionOfAnAWSQueueURL: SDK v2 sends to the endpoint of its
+// region whatever the queue URL says, and SQS answers QueueDoesNotExist
+// for a queue of another region: the URL's region wins over AWS_REGION
+// (set by ECS and Lambda for the task's own region), and an explicit
+// region that contradicts the URL is a config error.
+func TestNew_RegionOfAnAWSQueueURL(t *testing.T) {
+	t.Setenv("AWS_REGION", "eu-west-1")
+	url := "https://sqs.us-east-1.amazonaws.com/123456789012/q"
+	if got := offlineSender(t, routes.SenderOptions{QueueURL: url}).client.Options().Region; got != "us-east-1" {
+		t.Errorf("region %q with AWS_REGION=eu-west-1, want the queue URL's us-east-1", got)
+	}
+	if got := offlineSender(t, routes.SenderOptions{QueueURL: "http://127.0.0.1:1/0/q"}).client.Options().Region; got != "eu-west-1" {
+		t.Errorf("region %q for a URL naming none, want AWS_REGION's eu-west-1", got)
+	}
+	vpce := routes.SenderOptions{QueueURL: url, Region: "us-east-1", Endpoint: "https://vpce-1.sqs.us-east-1.vpce.amazonaws.com"}
+	if got := offlineSender(t, vpce).client.Options().Region; got != "us-east-1" {
+		t.Errorf("region %q through an endpoint, want us-east-1", got)
+	}
+	if _, err := New(t.Context(), routes.SenderConfig{ID: "x", Options: routes.SenderOptions{QueueURL: url, Region: "eu-west-1"}}, nil); err == nil {
+		t.Errorf("New accepted region eu-west-1 for a queue in us-east-1")
 	}
 }
 

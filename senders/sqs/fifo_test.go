@@ -2,12 +2,14 @@ package sqs
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gobridge/gobridge/internal/testservices"
 	"github.com/gobridge/gobridge/message"
@@ -68,5 +70,38 @@ func TestSender_FIFOHoldsAGroupBehindAFailedEntry(t *testing.T) {
 	}
 	if want := []string{"h-1", "h-2"}; !slices.Equal(accepted, want) {
 		t.Errorf("the queue accepted %v, want %v: group g's later messages went ahead of g-1", accepted, want)
+	}
+}
+
+// TestSender_AHeldEntryIsNoFailureOfTheTarget: one failed entry of a FIFO
+// group holds the group's later entries unsent; the sender's health counts
+// the failure, not the held entries, so one failed entry does not mark the
+// sender down (3 failures on distinct messages would).
+func TestSender_AHeldEntryIsNoFailureOfTheTarget(t *testing.T) {
+	testservices.SQSEndpoint(t) // test credentials
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Entries []struct{ Id, MessageBody string }
+		}
+		json.NewDecoder(r.Body).Decode(&in)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		failed := []map[string]any{}
+		for _, e := range in.Entries {
+			failed = append(failed, map[string]any{"Id": e.Id, "Code": "InternalError", "Message": "try again", "SenderFault": false})
+		}
+		json.NewEncoder(w).Encode(map[string]any{"Successful": []any{}, "Failed": failed})
+	}))
+	t.Cleanup(srv.Close)
+	s := newSender(t, routes.SenderOptions{QueueURL: srv.URL + "/000000000000/q.fifo", Endpoint: srv.URL, MessageGroupID: "{topic}"})
+	envs := envelopes(3, "g", func(i int) string { return fmt.Sprint("g-", i) })
+	h := senders.NewHealth()
+	for i, err := range s.Send(t.Context(), envs) {
+		if held := errors.Is(err, senders.ErrHeld); held != (i > 0) {
+			t.Errorf("envelope %d: %v, held %v", i, err, held)
+		}
+		h.Record(envs[i].ID, err, time.Now(), func(int) time.Duration { return time.Second })
+	}
+	if !h.Up() {
+		t.Errorf("one failed entry and two held behind it marked the sender down: %s", h.LastError())
 	}
 }

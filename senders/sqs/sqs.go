@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	smithy "github.com/aws/smithy-go"
 
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
@@ -33,13 +34,15 @@ type Sender struct {
 	attrs     []attribute
 	batchSize int
 	client    *sqs.Client
+	creds     *aws.CredentialsCache // nil: the SDK found none to wrap
+	chain     *credentials
 	transport *http.Transport // the client's, so that Close can release its connections
 	log       *slog.Logger
 }
 
 // New builds a Sender from cfg.Options: queue_url (required; a URL ending
-// in .fifo is a FIFO queue), region (default: the SDK's chain, then the
-// region in an amazonaws.com queue URL), endpoint (an SQS-compatible
+// in .fifo is a FIFO queue), region (default: the region in an
+// amazonaws.com queue URL, then the SDK's chain), endpoint (an SQS-compatible
 // server), message_group_id (a template, FIFO queues only, required there),
 // attributes (name: template) and batch_size (1..10, default 10).
 // Credentials come from the SDK's default chain. The SDK does not retry:
@@ -72,10 +75,13 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		if err != nil {
 			return fail("message_group_id: %v", err)
 		}
+		if lit := literal(t); lit != "" && !validFIFOID(lit) {
+			return fail("message_group_id %q: every group ID would hold %q, and SQS takes 1..%d ASCII letters, digits and punctuation", o.MessageGroupID, lit, maxFIFOID)
+		}
 		s.group = t
 	}
 	for name, v := range o.Attributes {
-		if reason := checkAttributeName(name); reason != "" {
+		if reason := routes.SQSAttributeNameProblem(name); reason != "" {
 			return fail("attribute %q: %s", name, reason)
 		}
 		if name == IDAttribute {
@@ -85,6 +91,12 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		if err != nil {
 			return fail("attribute %s: %v", name, err)
 		}
+		if v == "" {
+			return fail("attribute %s is empty: SQS rejects empty attribute values", name)
+		}
+		if invalidChar([]byte(literal(t))) >= 0 {
+			return fail("attribute %s holds a character SQS does not accept", name)
+		}
 		s.attrs = append(s.attrs, attribute{name: name, value: t})
 	}
 	if n := len(s.attrs) + 1; n > MaxAttributes {
@@ -92,12 +104,20 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 	}
 	slices.SortFunc(s.attrs, func(a, b attribute) int { return strings.Compare(a.name, b.name) })
 
-	// An empty region leaves the SDK's chain to find one.
-	awsCfg, err := config.LoadDefaultConfig(ctx, config.WithRetryMaxAttempts(1), config.WithRegion(o.Region))
+	// The SDK sends to its region's endpoint whatever the queue URL says,
+	// and SQS answers QueueDoesNotExist for a queue of another region: the
+	// region of an AWS queue URL wins over the SDK's chain (AWS_REGION is
+	// the task's own region on ECS and Lambda). An empty region leaves the
+	// chain to find one.
+	region := cmp.Or(o.Region, regionOf(o.QueueURL))
+	if r := regionOf(o.QueueURL); r != "" && region != r && o.Endpoint == "" {
+		return fail("region %s, but the queue %s is in %s: SQS would answer that it does not exist", region, o.QueueURL, r)
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, config.WithRetryMaxAttempts(1), config.WithRegion(region))
 	if err != nil {
 		return fail("load AWS configuration: %v", err)
 	}
-	if awsCfg.Region = cmp.Or(awsCfg.Region, regionOf(o.QueueURL)); awsCfg.Region == "" {
+	if awsCfg.Region == "" {
 		return fail("no region: set options.region or AWS_REGION")
 	}
 	// The SDK's client with its transport (CA bundle and all) owned here:
@@ -110,12 +130,33 @@ func New(ctx context.Context, cfg routes.SenderConfig, logger *slog.Logger) (*Se
 		awsCfg.HTTPClient = &http.Client{Transport: s.transport, Timeout: bc.GetTimeout(),
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
+	if awsCfg.Credentials != nil {
+		s.chain = &credentials{chain: awsCfg.Credentials, load: func(ctx context.Context) (aws.CredentialsProvider, error) {
+			c, err := config.LoadDefaultConfig(ctx, config.WithRegion(awsCfg.Region))
+			return c.Credentials, err
+		}}
+		s.creds = aws.NewCredentialsCache(s.chain)
+		awsCfg.Credentials = s.creds
+	}
 	s.client = sqs.NewFromConfig(awsCfg, func(so *sqs.Options) {
 		if o.Endpoint != "" {
 			so.BaseEndpoint = aws.String(o.Endpoint)
 		}
 	})
 	return s, nil
+}
+
+// literal is the literal text of t, placeholders left out: what every
+// message's rendering holds, so that what SQS would refuse in it fails New
+// (and `gobridge check`) rather than every message.
+func literal(t *message.Template) string {
+	var b strings.Builder
+	for _, p := range t.Split() {
+		if p.IsLiteral() {
+			b.WriteString(p.LiteralPrefix())
+		}
+	}
+	return b.String()
 }
 
 // Close closes the idle connections of the sender's transport. Send must
@@ -175,7 +216,7 @@ func (s *Sender) Send(ctx context.Context, envs []*message.Envelope) []error {
 		for _, en := range batch {
 			g := aws.ToString(en.req.MessageGroupId)
 			if class, _ := senders.Classify(errs[en.index]); g != "" && held[g] == nil && class != senders.OK && class != senders.Fatal {
-				held[g] = senders.Capacity(fmt.Errorf("sqs: held behind an earlier message of group %q that failed: %v", g, errs[en.index]), 0)
+				held[g] = senders.Capacity(fmt.Errorf("sqs: %w: group %q: %v", senders.ErrHeld, g, errs[en.index]), 0)
 			}
 		}
 	}
@@ -197,6 +238,10 @@ func (s *Sender) sendBatch(ctx context.Context, batch []entry, errs []error) {
 		byID[*en.req.Id] = en.index
 	}
 	out, err := s.client.SendMessageBatch(ctx, in)
+	if api, ok := errors.AsType[smithy.APIError](err); ok && credentialCodes[errorCode(api.ErrorCode())] && s.creds != nil {
+		s.chain.refused() // a rotated key is read at the next call
+		s.creds.Invalidate()
+	}
 	if err != nil {
 		err = classifyCall(fmt.Errorf("sqs: send batch of %d to %s: %w", len(batch), s.queueURL, err))
 		s.log.Debug("send batch failed", "entries", len(batch), "error", err)
