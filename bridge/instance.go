@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gobridge/gobridge/stores"
@@ -79,24 +80,34 @@ func (b *Bridge) keepInstance(ctx context.Context, le stores.Lease, fail func(er
 	}
 }
 
-// ErrOrphans is returned by Run when the outbox holds live records of a
-// route the configuration neither has nor had (routes[].previous_ids).
-var ErrOrphans = errors.New("bridge: the outbox holds records of routes this configuration does not have")
+// ErrOrphans is returned by Run when the outbox holds live records that
+// no drainer of the configuration would deliver: of a route it neither has
+// nor had (routes[].previous_ids), or in a partition beyond its session's
+// partitions.
+var ErrOrphans = errors.New("bridge: the outbox holds records this configuration would not deliver")
+
+// errBeyondPartitions marks the orphans of a session's partitions.
+var errBeyondPartitions = errors.New("beyond its partitions")
 
 // checkOrphans refuses to start while the outbox holds live records of a
-// route that was renamed or removed (DESIGN.md §11.5), which no drainer
-// would deliver. Dead letters are left to `gobridge dlq requeue --to-route`.
+// route that was renamed or removed (DESIGN.md §11.5), or in a partition a
+// lower session.partitions dropped, which no drainer would deliver. Dead
+// letters are left to `gobridge dlq requeue --to-route`.
 func (b *Bridge) checkOrphans(ctx context.Context, sessions map[string]*session) error {
 	orphans, err := b.orphans(ctx, sessions, nil)
 	if err != nil || len(orphans) == 0 {
 		return err
 	}
-	return fmt.Errorf("%w: %w; if the route was renamed, add its old id to the new route's previous_ids "+
-		"(in the same session), or put the route back; `gobridge outbox stats` lists them", ErrOrphans, errors.Join(orphans...))
+	advice := "; `gobridge outbox stats` lists them"
+	if slices.ContainsFunc(orphans, func(err error) bool { return !errors.Is(err, errBeyondPartitions) }) {
+		advice = "; if the route was renamed, add its old id to the new route's previous_ids (in the same session), or put the route back" + advice
+	}
+	return fmt.Errorf("%w: %w%s", ErrOrphans, errors.Join(orphans...), advice)
 }
 
 // orphans lists the routes, but for skip, whose live records the outbox
-// holds in a session where sessions have no drainer for them.
+// holds in a session where sessions have no drainer for them, and the
+// sessions holding live records in a partition beyond their partitions.
 func (b *Bridge) orphans(ctx context.Context, sessions map[string]*session, skip map[string]*route) ([]error, error) {
 	all, err := b.store.Stats(ctx)
 	if err != nil {
@@ -104,6 +115,11 @@ func (b *Bridge) orphans(ctx context.Context, sessions map[string]*session, skip
 	}
 	var orphans []error
 	for _, st := range all {
+		if s := sessions[st.Session]; s != nil && st.Partitions > s.partitions {
+			orphans = append(orphans, fmt.Errorf("session %s holds records in partition %d, %w (%d): "+
+				"set partitions back to what it was (%d or more) until the session's outbox is empty, then change it",
+				st.Session, st.Partitions-1, errBeyondPartitions, s.partitions, st.Partitions))
+		}
 		for route, c := range st.Routes {
 			if s := sessions[st.Session]; c.Live == 0 || (s != nil && s.members[route] != nil) || skip[route] != nil {
 				continue

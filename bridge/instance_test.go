@@ -64,6 +64,50 @@ func TestBridge_RefusesOrphanedRecordsUntilARouteTakesThemOver(t *testing.T) {
 	waitFor(t, 10*time.Second, "the renamed route delivering the old route's records", func() bool { return s.distinct() == 5 })
 }
 
+// A restart with fewer session.partitions would leave the records of the
+// partitions it drops undelivered for good (no drainer takes a partition
+// beyond the count): it is refused, naming the partition, and the old
+// count delivers them.
+func TestBridge_RefusesFewerPartitionsWhileTheirRecordsWait(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "outbox.db")
+	st, err := sqlite.Open(db, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := make([]stores.Record, 8)
+	for i := range recs {
+		recs[i] = stores.Record{Session: "s1", Partition: i % 4, Route: "r", Envelope: message.Envelope{ID: message.NewID(), Topic: "a/1", Payload: []byte(msgID(i))}}
+	}
+	if err := st.Write(t.Context(), &stores.Batch{Append: recs}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t)
+	config := func(partitions int) string {
+		return listenerConfig(freeAddr(t), "", fmt.Sprintf("{type: sqlite, options: {path: %q}}", db),
+			fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), fmt.Sprintf(`
+  - {id: r, receiver: edge, topic: "#", sender: sink, delivery_mode: shared_outbox, session: {id: s1, partitions: %d}}`, partitions))
+	}
+	b, err := New(parseConfig(t, config(2)), Options{Logger: testLogger(t), Stdout: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err = b.Run(ctx)
+	if !errors.Is(err, ErrOrphans) || !strings.Contains(err.Error(), "session s1 holds records in partition 3") || strings.Contains(err.Error(), "previous_ids") {
+		t.Fatalf("Run with records in partitions 2 and 3 and partitions: 2 = %v, want ErrOrphans naming partition 3", err)
+	}
+	if s.distinct() != 0 {
+		t.Fatal("records were sent by a process that refused to start")
+	}
+	runStoppable(t, parseConfig(t, config(4)))
+	waitFor(t, 10*time.Second, "every record delivered with the old count", func() bool { return s.distinct() == 8 })
+}
+
 // Two live processes with one bridge.id on a shared (DynamoDB) store would
 // take each other's leases: the second is refused at start, naming it,
 // once the first has kept its instance lease for a whole TTL; a holder that

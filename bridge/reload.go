@@ -137,7 +137,7 @@ func (b *Bridge) refusals(ctx context.Context, old, p *parts, leaving map[string
 	changed("stores (the outbox store)", was.Stores, is.Stores)
 	for id, s := range p.sessions {
 		if o := old.sessions[id]; o != nil && o.partitions != s.partitions {
-			errs = append(errs, fmt.Errorf("session %s: partitions changed from %d to %d (records are placed by them)", id, o.partitions, s.partitions))
+			errs = append(errs, fmt.Errorf("session %s: partitions changed from %d to %d (records are placed by them: change it while the session's outbox is empty)", id, o.partitions, s.partitions))
 		}
 	}
 	if b.store != nil {
@@ -148,7 +148,10 @@ func (b *Bridge) refusals(ctx context.Context, old, p *parts, leaving map[string
 			return err
 		}
 		for _, o := range orphans {
-			errs = append(errs, fmt.Errorf("%w, which the new configuration does not deliver: keep the route until they are delivered", o))
+			if !errors.Is(o, errBeyondPartitions) { // another instance's partitions: its own advice
+				o = fmt.Errorf("%w, which the new configuration does not deliver: keep the route until they are delivered", o)
+			}
+			errs = append(errs, o)
 		}
 	}
 	if len(errs) == 0 {

@@ -242,6 +242,9 @@ type SessionStats struct {
 	Bytes int64
 	// Oldest is the CreatedAt of the oldest live record; zero when none.
 	Oldest time.Time
+	// Partitions is one more than the highest Partition of a live record
+	// (0 when none): a drainer of fewer partitions leaves some undelivered.
+	Partitions int
 	// Routes breaks the counts down by route (only routes with live
 	// records or dead letters).
 	Routes map[string]RouteCounts

@@ -151,6 +151,7 @@ func (s *Store) oldest(ctx context.Context, st *stores.SessionStats, p int) erro
 		if c := getT(it, "created_at"); st.Oldest.IsZero() || c.Before(st.Oldest) {
 			st.Oldest = c
 		}
+		st.Partitions = max(st.Partitions, p+1)
 		seen++
 		return seen < oldestWindow
 	})

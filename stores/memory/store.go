@@ -250,6 +250,7 @@ func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
 			if st.Oldest.IsZero() || r.CreatedAt.Before(st.Oldest) {
 				st.Oldest = r.CreatedAt
 			}
+			st.Partitions = max(st.Partitions, r.Partition+1)
 		}
 		st.Routes[r.Route] = rc
 	}

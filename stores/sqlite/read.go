@@ -16,8 +16,11 @@ const (
 	// partition (?3) after Seq ?4 that are not claimed under ?1.
 	claimQuery = `UPDATE outbox SET token=?1 WHERE seq IN (SELECT seq FROM outbox
 		WHERE session=?2 AND part=?3 AND state=0 AND seq>?4 AND token<>?1 ORDER BY seq LIMIT ?5) RETURNING ` + columns
-	// oldestQuery is the CreatedAt of a session's oldest live record.
-	oldestQuery = `SELECT min(created_at) FROM outbox WHERE session=? AND state=0`
+	// oldestQuery is the CreatedAt of a session's oldest live record and
+	// the highest partition of its live records (one search of an index
+	// each).
+	oldestQuery = `SELECT (SELECT min(created_at) FROM outbox WHERE session=?1 AND state=0),
+		(SELECT max(part) FROM outbox WHERE session=?1 AND state=0)`
 )
 
 // deadList lists dead letters after a cursor (dead_at, seq), and
@@ -122,9 +125,9 @@ func (s *Store) Stats(ctx context.Context) ([]stores.SessionStats, error) {
 		})
 	for i := 0; err == nil && i < len(out); i++ {
 		if out[i].Live > 0 {
-			var oldest sql.NullInt64 // NULL only if the counts and the rows ever disagreed
-			if _, err = s.queryRow(ctx, oldestQuery, []any{out[i].Session}, &oldest); oldest.Valid {
-				out[i].Oldest = fromNanos(oldest.Int64)
+			var oldest, part sql.NullInt64 // NULL only if the counts and the rows ever disagreed
+			if _, err = s.queryRow(ctx, oldestQuery, []any{out[i].Session}, &oldest, &part); oldest.Valid {
+				out[i].Oldest, out[i].Partitions = fromNanos(oldest.Int64), int(part.Int64)+1
 			}
 		}
 	}

@@ -13,7 +13,7 @@ import (
 func (s suite) stats(t *testing.T) {
 	t.Run("counts live records, bytes and dead letters by route", func(t *testing.T) {
 		fx := s.setup(t)
-		if st := fx.sessionStats(); st.Live != 0 || st.Bytes != 0 || !st.Oldest.IsZero() {
+		if st := fx.sessionStats(); st.Live != 0 || st.Bytes != 0 || !st.Oldest.IsZero() || st.Partitions != 0 {
 			t.Fatalf("empty session stats = %+v", st)
 		}
 		rs := fx.recs(3)
@@ -28,8 +28,8 @@ func (s suite) stats(t *testing.T) {
 		for _, r := range rs {
 			bytes += r.Size()
 		}
-		if st.Live != 3 || st.Bytes != bytes {
-			t.Errorf("live %d bytes %d, want 3 and %d", st.Live, st.Bytes, bytes)
+		if st.Live != 3 || st.Bytes != bytes || st.Partitions != 4 {
+			t.Errorf("live %d bytes %d partitions %d, want 3, %d and 4", st.Live, st.Bytes, st.Partitions, bytes)
 		}
 		wantTime(t, "Oldest", st.Oldest, at(-time.Second))
 		if st.Routes[fx.route] != (stores.RouteCounts{Live: 3}) || st.Routes[fx.route+"-2"] != (stores.RouteCounts{Dead: 1}) {
@@ -40,8 +40,13 @@ func (s suite) stats(t *testing.T) {
 		fx.settle(stores.Done, le.Token, "", got[0])
 		fx.settle(stores.DeadLetter, le.Token, "x", got[1])
 		st = fx.sessionStats()
-		if st.Live != 1 || st.Bytes != rs[2].Size() || st.Routes[fx.route] != (stores.RouteCounts{Live: 1, Dead: 1}) {
+		if st.Live != 1 || st.Bytes != rs[2].Size() || st.Routes[fx.route] != (stores.RouteCounts{Live: 1, Dead: 1}) || st.Partitions != 4 {
 			t.Errorf("after settling: %+v", st)
+		}
+		le3 := fx.lease(3, "o1", t0)
+		fx.settle(stores.Done, le3.Token, "", fx.claim(3, le3, 10)...)
+		if st = fx.sessionStats(); st.Live != 0 || st.Partitions != 0 {
+			t.Errorf("with no live record: %+v", st)
 		}
 	})
 }
