@@ -231,6 +231,13 @@ func (b *Bridge) apply(old, p *parts) {
 	}
 	if b.writer != nil {
 		b.writer.setGroups(p.sessions)
+		// A write begun with the old groups appends unclaimed records that
+		// no new group counts as pending: it must commit before a new
+		// group's first claim, or the records the new group then takes on
+		// the hot path overtake them (per-key order).
+		if err := b.writer.Flush(b.ingestCtx); err != nil {
+			b.log.Warn("reload: flush the outbox writer before the new drainers start", "error", err)
+		}
 	}
 	for _, s := range p.sessions {
 		if s.run == nil {
