@@ -142,9 +142,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A path the router would redirect to its clean form is refused: a
 	// client that follows the redirect could land on another action (POST
-	// /api/dead-letters//requeue, an empty ID, on the bulk requeue).
-	if p := r.URL.Path; p != "/" && path.Clean(p) != strings.TrimSuffix(p, "/") {
-		writeError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+p)
+	// /api/dead-letters//requeue, an empty ID, on the bulk requeue). The
+	// router cleans the escaped path: an ID's own slashes are %2F.
+	if p := r.URL.EscapedPath(); p != "/" && path.Clean(p) != strings.TrimSuffix(p, "/") {
+		writeError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+r.URL.Path)
 		return
 	}
 	if _, pattern := h.mux.Handler(r); pattern == consolePattern || pattern == consolePattern+"/" {

@@ -21,9 +21,9 @@ import (
 
 // runOwner writes a blueprint with a SQLite outbox and the admin listener
 // at adminAddr ("" disables it), runs a bridge on it until the test ends,
-// and adds one dead letter of route alarms; it returns the blueprint's path
-// and the letter's ID.
-func runOwner(t *testing.T, adminAddr string, stdout io.Writer, logs io.Writer) (string, string) {
+// and adds one dead letter of route alarms, and one with each of more as
+// its ID; it returns the blueprint's path and the first letter's ID.
+func runOwner(t *testing.T, adminAddr string, stdout io.Writer, logs io.Writer, more ...string) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "bridge.yaml")
@@ -59,12 +59,38 @@ routes:
 		}
 	})
 	id := message.NewID()
-	dl := stores.Record{Session: "plant", Route: "alarms", State: stores.Dead, DeadReason: "http 422",
-		Envelope: message.Envelope{ID: id, Topic: "a/1", Payload: []byte("fixed-upstream"), QoS: 1}}
-	if err := b.Store().Write(t.Context(), &stores.Batch{Append: []stores.Record{dl}}); err != nil {
+	var dead []stores.Record
+	for _, id := range append([]string{id}, more...) {
+		dead = append(dead, stores.Record{Session: "plant", Route: "alarms", State: stores.Dead, DeadReason: "http 422",
+			Envelope: message.Envelope{ID: id, Topic: "a/1", Payload: []byte("fixed-upstream"), QoS: 1}})
+	}
+	if err := b.Store().Write(t.Context(), &stores.Batch{Append: dead}); err != nil {
 		t.Fatal(err)
 	}
 	return cfgPath, id
+}
+
+// TestDLQ_IDsThatLookLikePathsReachTheOwner: an envelope ID is data (an
+// idempotency_key template may make it "." or hold "//"); requeue and drop
+// through the owner's admin API act on that one letter. `dlq requeue
+// --to-route alarms .` sent POST /api/dead-letters/./requeue?route=alarms,
+// which the bridge redirected to the bulk requeue of route alarms (every
+// letter of it requeued, "requeued . as  (route )" printed, exit 0); ".."
+// and "plant//7" were "not found: no such admin endpoint".
+func TestDLQ_IDsThatLookLikePathsReachTheOwner(t *testing.T) {
+	cfgPath, other := runOwner(t, testservices.FreeAddr(t), io.Discard, io.Discard, ".", "..", "plant//7")
+	for _, args := range [][]string{{"requeue", "--to-route", "alarms", "."}, {"drop", ".."}, {"drop", "plant//7"}} {
+		code, out, errOut := gobridge(t, append([]string{"dlq", args[0], "-c", cfgPath}, args[1:]...)...)
+		id := args[len(args)-1]
+		if want := "dropped " + id + "\n"; code != exitOK || !strings.HasPrefix(out, "requeued "+id+" as ") && out != want ||
+			args[0] == "requeue" && !strings.Contains(out, "(route alarms)") {
+			t.Errorf("dlq %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath)
+	if code != exitOK || !strings.Contains(list, other) || strings.Count(list, "\n") != 2 {
+		t.Errorf("after acting on three letters, the fourth should be the only one left: exit %d\n%s%s", code, list, errOut)
+	}
 }
 
 // TestDLQ_RequeueGoesThroughTheBridgeThatOwnsTheFile: with a bridge running

@@ -117,14 +117,21 @@ func (o owned) Requeue(ctx context.Context, id, of, to string) (stores.Record, e
 		Route   string `json:"route"`
 		Session string `json:"session"`
 	}
-	err := o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/requeue?"+url.Values{"of": {of}, "route": {to}}.Encode(), &out)
+	err := o.post(ctx, "/api/dead-letters/"+idSegment(id)+"/requeue?"+url.Values{"of": {of}, "route": {to}}.Encode(), &out)
 	r := stores.Record{Route: out.Route, Session: out.Session}
 	r.Envelope.ID = out.ID
 	return r, err
 }
 
 func (o owned) Drop(ctx context.Context, id, of string) error {
-	return o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/drop?"+url.Values{"of": {of}}.Encode(), new(any))
+	return o.post(ctx, "/api/dead-letters/"+idSegment(id)+"/drop?"+url.Values{"of": {of}}.Encode(), new(any))
+}
+
+// idSegment is id as one path segment: its slashes and dots escaped, so
+// that an ID such as "." or ".." is not a dot segment, which the admin API
+// refuses (a router would take it for a step up the path).
+func idSegment(id string) string {
+	return strings.ReplaceAll(url.PathEscape(id), ".", "%2E")
 }
 
 // post sends a mutation and decodes the answer into out.
