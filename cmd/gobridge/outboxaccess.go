@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -58,6 +59,10 @@ func openOutbox(ctx context.Context, fs *flag.FlagSet, path string, write bool) 
 	case "memory":
 		return nil, nil, errMemoryStore
 	case "sqlite":
+		if _, err := os.Stat(sc.Options.Path); errors.Is(err, os.ErrNotExist) { // never created here
+			return nil, nil, fmt.Errorf("the SQLite outbox %s does not exist (stores.outbox.options.path in %s; a relative path is "+
+				"relative to the working directory), so there is nothing to read or change", sc.Options.Path, path)
+		}
 		opts := bridge.SQLiteOptions(*sc)
 		opts.ReadOnly = !write
 		st, err = sqlite.Open(sc.Options.Path, opts)
