@@ -87,6 +87,14 @@ func TestDLQ_IDsThatLookLikePathsReachTheOwner(t *testing.T) {
 			t.Errorf("dlq %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
 		}
 	}
+	// One not found is said once, as without a bridge ("stores: not found:
+	// stores: not found" before).
+	for _, args := range [][]string{{"requeue", "nope"}, {"drop", "--route", "alarms", "nope"}} {
+		code, out, errOut := gobridge(t, append([]string{"dlq", args[0], "-c", cfgPath}, args[1:]...)...)
+		if code != exitFailure || strings.Count(errOut, "not found") != 1 {
+			t.Errorf("dlq %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+	}
 	code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath)
 	if code != exitOK || !strings.Contains(list, other) || strings.Count(list, "\n") != 2 {
 		t.Errorf("after acting on three letters, the fourth should be the only one left: exit %d\n%s%s", code, list, errOut)

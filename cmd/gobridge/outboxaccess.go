@@ -140,7 +140,8 @@ func idSegment(id string) string {
 }
 
 // post sends a mutation and decodes the answer into out.
-// Admin API errors come back with their message; a 404 is ErrNotFound.
+// Admin API errors come back with their message; a dead letter not found
+// is ErrNotFound.
 func (o owned) post(ctx context.Context, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.base+path, http.NoBody)
 	if err != nil {
@@ -161,8 +162,8 @@ func (o owned) post(ctx context.Context, path string, out any) error {
 			Error string `json:"error"`
 		}
 		_ = dec.Decode(&e)
-		if resp.StatusCode == http.StatusNotFound {
-			return fmt.Errorf("%w: %s", stores.ErrNotFound, e.Error)
+		if msg, ok := strings.CutPrefix(e.Error, stores.ErrNotFound.Error()); ok && resp.StatusCode == http.StatusNotFound {
+			return fmt.Errorf("%w%s", stores.ErrNotFound, msg) // as the store says it (no endpoint is another 404)
 		}
 		return fmt.Errorf("admin API: %s: %s", resp.Status, e.Error)
 	}
