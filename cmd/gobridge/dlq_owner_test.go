@@ -157,5 +157,13 @@ func TestDLQ_RequeueRefusedWhenTheOwnerHasNoAdminAPI(t *testing.T) {
 		if code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath); code != exitOK || !strings.Contains(list, id) {
 			t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
 		}
+		// --all without --yes changes nothing: it reads, as list does. It
+		// opened the file to write, so it failed here like a change.
+		for _, verb := range []string{"requeue", "drop"} {
+			code, out, errOut := gobridge(t, "dlq", verb, "-c", cfgPath, "--all")
+			if code != exitOK || !strings.Contains(out, id) || !strings.Contains(out, "nothing changed") {
+				t.Errorf("%s --all (a dry run) while an owner (admin listen %q) runs: exit %d\n%s%s", verb, listen, code, out, errOut)
+			}
+		}
 	}
 }
