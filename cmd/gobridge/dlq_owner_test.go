@@ -6,9 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +24,7 @@ import (
 )
 
 // runOwner writes a blueprint with a SQLite outbox and the admin listener
-// at adminAddr ("" disables it), runs a bridge on it until the test ends,
+// at adminAddr ("" disables it; token s3cret), runs a bridge on it until the test ends,
 // and adds one dead letter of route alarms, and one with each of more as
 // its ID; it returns the blueprint's path and the first letter's ID.
 func runOwner(t *testing.T, adminAddr string, stdout io.Writer, logs io.Writer, more ...string) (string, string) {
@@ -28,7 +32,7 @@ func runOwner(t *testing.T, adminAddr string, stdout io.Writer, logs io.Writer, 
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "bridge.yaml")
 	yaml := fmt.Sprintf(`version: 1
-bridge: {id: owned, admin: {listen: %q}}
+bridge: {id: owned, admin: {listen: %q, token: s3cret}}
 stores:
   outbox: {type: sqlite, options: {path: %q}}
 receivers:
@@ -165,5 +169,33 @@ func TestDLQ_RequeueRefusedWhenTheOwnerHasNoAdminAPI(t *testing.T) {
 				t.Errorf("%s --all (a dry run) while an owner (admin listen %q) runs: exit %d\n%s%s", verb, listen, code, out, errOut)
 			}
 		}
+	}
+}
+
+// TestDLQ_TheOwnersAdminAPIIsReachedWithoutAProxy: the bridge that owns the
+// file runs on this host, so the CLI connects to its admin API directly,
+// whatever HTTP_PROXY says. It went through the proxy for an admin listen
+// that is not loopback (0.0.0.0:PORT, a host name), sending the admin token
+// to the proxy, and failed with the proxy's answer (502 here). The command
+// runs in a process of its own: net/http reads the proxy variables once per
+// process.
+func TestDLQ_TheOwnersAdminAPIIsReachedWithoutAProxy(t *testing.T) {
+	if cfg := os.Getenv("GOBRIDGE_TEST_OWNER_CFG"); cfg != "" { // the child process
+		os.Exit(run(context.Background(), []string{"dlq", "requeue", "-c", cfg, os.Getenv("GOBRIDGE_TEST_OWNER_ID")}, os.Stdout, os.Stderr))
+	}
+	var proxied atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxied.Add(1)
+		http.Error(w, "the proxy cannot reach it", http.StatusBadGateway)
+	}))
+	defer proxy.Close()
+	_, port, _ := net.SplitHostPort(testservices.FreeAddr(t))
+	cfgPath, id := runOwner(t, "0.0.0.0:"+port, io.Discard, io.Discard)
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestDLQ_TheOwnersAdminAPIIsReachedWithoutAProxy$")
+	cmd.Env = append(os.Environ(), "GOBRIDGE_TEST_OWNER_CFG="+cfgPath, "GOBRIDGE_TEST_OWNER_ID="+id,
+		"HTTP_PROXY="+proxy.URL, "http_proxy="+proxy.URL, "NO_PROXY=", "no_proxy=")
+	out, err := cmd.CombinedOutput()
+	if err != nil || proxied.Load() != 0 || !strings.Contains(string(out), "requeued "+id) {
+		t.Fatalf("requeue with HTTP_PROXY set: %v, %d requests to the proxy\n%s", err, proxied.Load(), out)
 	}
 }

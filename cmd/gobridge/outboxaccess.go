@@ -151,7 +151,9 @@ func (o owned) post(ctx context.Context, path string, out any) error {
 	if o.token != "" {
 		req.Header.Set("Authorization", "Bearer "+o.token)
 	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	// The owner runs on this host (the lock is local): never through a
+	// proxy, which would get the token.
+	resp, err := (&http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}).Do(req)
 	if err != nil {
 		return fmt.Errorf("the store is owned by a running bridge, whose admin API did not answer: %w", err)
 	}
