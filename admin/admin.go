@@ -71,6 +71,10 @@ type Options struct {
 	AllowedHosts []string
 	// Logger defaults to a discarding logger. Mutations are logged at info.
 	Logger *slog.Logger
+	// OutboxFile is the SQLite outbox the bridge owns (absolute), shown
+	// in /api/overview as "outbox_file": the CLI acts through this API
+	// only when it is the file it was asked about.
+	OutboxFile string
 }
 
 // SessionInfo is one outbox session as the console shows it.
@@ -186,6 +190,9 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		"routes":         h.journal.Routes(),
 		"senders":        h.journal.Senders(),
 		"bucket_seconds": Bucket.Seconds(),
+	}
+	if h.opts.OutboxFile != "" {
+		out["outbox_file"] = h.opts.OutboxFile
 	}
 	h.addSessions(r.Context(), out)
 	writeJSON(w, http.StatusOK, out)

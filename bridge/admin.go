@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/redact"
 	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
 // openAdmin builds the admin handler: /healthz, /readyz and /metrics (open,
@@ -31,6 +33,9 @@ func (b *Bridge) openAdmin(gather prometheus.Gatherer) error {
 	opts := admin.Options{Journal: b.journal, Token: a.Token.Reveal(), AllowedHosts: a.AllowedHosts, Logger: b.base, Listen: *a.Listen}
 	if b.store != nil {
 		opts.Store = (*Outbox)(b)
+	}
+	if s, ok := b.store.(*sqlite.Store); ok {
+		opts.OutboxFile, _ = filepath.Abs(s.Path())
 	}
 	b.ops = admin.New(opts)
 	b.mux = http.NewServeMux()

@@ -199,3 +199,32 @@ func TestDLQ_TheOwnersAdminAPIIsReachedWithoutAProxy(t *testing.T) {
 		t.Fatalf("requeue with HTTP_PROXY set: %v, %d requests to the proxy\n%s", err, proxied.Load(), out)
 	}
 }
+
+// TestDLQ_ChangesGoOnlyToTheBridgeThatOwnsTheFile: the admin address comes
+// from FILE, which may not be what the owner runs with (the file edited
+// since, a ${VAR} the service's environment sets and the shell does not);
+// it may then be another bridge's. The CLI checks that the admin API
+// answers for the process holding the file's lock, and refuses otherwise.
+// It dropped the other bridge's dead letter with the same ID ("dropped
+// shared", exit 0), leaving the owner's.
+func TestDLQ_ChangesGoOnlyToTheBridgeThatOwnsTheFile(t *testing.T) {
+	addrA, addrB := testservices.FreeAddr(t), testservices.FreeAddr(t)
+	cfgA, _ := runOwner(t, addrA, io.Discard, io.Discard, "shared")
+	cfgB, _ := runOwner(t, addrB, io.Discard, io.Discard, "shared")
+	b, err := os.ReadFile(cfgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgB, []byte(strings.Replace(string(b), addrB, addrA, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := gobridge(t, "dlq", "drop", "-c", cfgB, "shared")
+	if code != exitFailure || !strings.Contains(errOut, "http://"+addrA) || !strings.Contains(errOut, "not the bridge that owns") {
+		t.Errorf("drop through another bridge's admin API: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, cfg := range []string{cfgA, cfgB} {
+		if code, out, errOut := gobridge(t, "dlq", "show", "-c", cfg, "shared"); code != exitOK {
+			t.Errorf("the letter of %s is gone: exit %d\n%s%s", cfg, code, out, errOut)
+		}
+	}
+}

@@ -90,6 +90,10 @@ func openOutbox(ctx context.Context, fs *flag.FlagSet, path string, write bool) 
 			"set bridge.admin.listen to a fixed address (and restart it), or stop it and run this again", locked, why)
 	default:
 		api := owned{off, "http://" + listen, cfg.Bridge.Admin.Token.Reveal()}
+		if err := api.owns(ctx, sc.Options.Path); err != nil {
+			st.Close()
+			return nil, nil, fmt.Errorf("%w; %w (bridge.admin.listen in %s may not be what it runs with): nothing changed", locked, err, path)
+		}
 		ob.Outbox, ob.via = api, fmt.Sprintf("the outbox is owned by a running bridge (pid %d): acting through its admin API at %s", locked.PID, api.base)
 	}
 	return cfg, ob, nil
@@ -132,6 +136,23 @@ func (o owned) Drop(ctx context.Context, id, of string) error {
 	return o.post(ctx, "/api/dead-letters/"+idSegment(id)+"/drop?"+url.Values{"of": {of}}.Encode(), new(any))
 }
 
+// owns checks that the bridge answering at base owns file, as its
+// /api/overview says (a bridge that does not say is taken at its word).
+func (o owned) owns(ctx context.Context, file string) error {
+	var ov struct {
+		File string `json:"outbox_file"`
+	}
+	if err := o.call(ctx, http.MethodGet, "/api/overview", &ov); err != nil || ov.File == "" {
+		return err
+	}
+	a, errA := os.Stat(file)
+	b, errB := os.Stat(ov.File)
+	if errA != nil || errB != nil || !os.SameFile(a, b) {
+		return fmt.Errorf("the admin API at %s is not the bridge that owns it: it owns %s", o.base, ov.File)
+	}
+	return nil
+}
+
 // idSegment is id as one path segment: its slashes and dots escaped, so
 // that an ID such as "." or ".." is not a dot segment, which the admin API
 // refuses (a router would take it for a step up the path).
@@ -143,7 +164,12 @@ func idSegment(id string) string {
 // Admin API errors come back with their message; a dead letter not found
 // is ErrNotFound.
 func (o owned) post(ctx context.Context, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.base+path, http.NoBody)
+	return o.call(ctx, http.MethodPost, path, out)
+}
+
+// call sends a request to the admin API and decodes the answer into out.
+func (o owned) call(ctx context.Context, method, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, o.base+path, http.NoBody)
 	if err != nil {
 		return err
 	}
