@@ -49,8 +49,9 @@ names the one meant.
 
 They work whether or not a bridge runs on the store. On a SQLite file, list,
 show and --all without --yes read through a read-only connection (a bridge
-may start meanwhile); requeue and drop take the file when no bridge owns it, and otherwise go to
-the owner's admin API (bridge.admin.listen and token from FILE).
+may start meanwhile); requeue and drop take the file when no bridge owns
+it, and otherwise go to the owner's admin API (bridge.admin.listen and
+token from FILE), once it says it owns the file.
 A memory outbox lives only inside the bridge: use its console or admin API.
 
 Exit status: 0 done, 1 failure (an ID not found, a store error, an invalid

@@ -126,14 +126,14 @@ func (o owned) Requeue(ctx context.Context, id, of, to string) (stores.Record, e
 		Route   string `json:"route"`
 		Session string `json:"session"`
 	}
-	err := o.post(ctx, "/api/dead-letters/"+idSegment(id)+"/requeue?"+url.Values{"of": {of}, "route": {to}}.Encode(), &out)
+	err := o.call(ctx, http.MethodPost, "/api/dead-letters/"+idSegment(id)+"/requeue?"+url.Values{"of": {of}, "route": {to}}.Encode(), &out)
 	r := stores.Record{Route: out.Route, Session: out.Session}
 	r.Envelope.ID = out.ID
 	return r, err
 }
 
 func (o owned) Drop(ctx context.Context, id, of string) error {
-	return o.post(ctx, "/api/dead-letters/"+idSegment(id)+"/drop?"+url.Values{"of": {of}}.Encode(), new(any))
+	return o.call(ctx, http.MethodPost, "/api/dead-letters/"+idSegment(id)+"/drop?"+url.Values{"of": {of}}.Encode(), new(any))
 }
 
 // owns checks that the bridge answering at base owns file, as its
@@ -160,14 +160,9 @@ func idSegment(id string) string {
 	return strings.ReplaceAll(url.PathEscape(id), ".", "%2E")
 }
 
-// post sends a mutation and decodes the answer into out.
+// call sends a request to the admin API and decodes the answer into out.
 // Admin API errors come back with their message; a dead letter not found
 // is ErrNotFound.
-func (o owned) post(ctx context.Context, path string, out any) error {
-	return o.call(ctx, http.MethodPost, path, out)
-}
-
-// call sends a request to the admin API and decodes the answer into out.
 func (o owned) call(ctx context.Context, method, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, o.base+path, http.NoBody)
 	if err != nil {
