@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -90,18 +91,43 @@ func unreadable(data []byte) yaml.Node {
 	return yaml.Node{}
 }
 
+var unknownAnchor = regexp.MustCompile(`^yaml: unknown anchor '(.*)' referenced$`)
+
+// unplaced is where the error yaml.v3 reports without a line is: the first
+// character it cannot read (unreadable), or the first alias of an unknown
+// anchor outside comments; the zero Node when neither is found.
+func unplaced(data []byte, err error) yaml.Node {
+	m := unknownAnchor.FindStringSubmatch(err.Error())
+	if m == nil {
+		return unreadable(data)
+	}
+	for i, line := range strings.Split(string(data), "\n") {
+		if c := strings.Index(" "+line, " #"); c >= 0 {
+			line = line[:c]
+		}
+		for j := 0; j < len(line); j++ {
+			end := j + 1 + len(m[1])
+			if strings.HasPrefix(line[j:], "*"+m[1]) && (j == 0 || strings.ContainsRune(" \t[{,", rune(line[j-1]))) &&
+				(end == len(line) || strings.ContainsRune(" \t,]}", rune(line[end]))) {
+				return yaml.Node{Line: i + 1, Column: utf8.RuneCountInString(line[:j]) + 1}
+			}
+		}
+	}
+	return yaml.Node{}
+}
+
 func decode(data []byte, file string, lookup func(string) (string, bool)) (*Config, Problems) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc, extra yaml.Node
 	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
 		return nil, yamlProblem(file, yaml.Node{}, errors.New("the file is empty"))
 	} else if err != nil {
-		return nil, yamlProblem(file, unreadable(data), err)
+		return nil, yamlProblem(file, unplaced(data, err), err)
 	}
 	if err := dec.Decode(&extra); err == nil {
 		return nil, yamlProblem(file, extra, errors.New("more than one YAML document; a config is a single document"))
 	} else if !errors.Is(err, io.EOF) {
-		return nil, yamlProblem(file, unreadable(data), err)
+		return nil, yamlProblem(file, unplaced(data, err), err)
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
