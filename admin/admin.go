@@ -71,6 +71,10 @@ type Options struct {
 	AllowedHosts []string
 	// Logger defaults to a discarding logger. Mutations are logged at info.
 	Logger *slog.Logger
+	// OutboxFile is the SQLite outbox the bridge owns (absolute), shown
+	// in /api/overview as "outbox_file": the CLI acts through this API
+	// only when it is the file it was asked about.
+	OutboxFile string
 }
 
 // SessionInfo is one outbox session as the console shows it.
@@ -142,9 +146,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A path the router would redirect to its clean form is refused: a
 	// client that follows the redirect could land on another action (POST
-	// /api/dead-letters//requeue, an empty ID, on the bulk requeue).
-	if p := r.URL.Path; p != "/" && path.Clean(p) != strings.TrimSuffix(p, "/") {
-		writeError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+p)
+	// /api/dead-letters//requeue, an empty ID, on the bulk requeue). The
+	// router cleans the escaped path: an ID's own slashes are %2F.
+	if p := r.URL.EscapedPath(); p != "/" && path.Clean(p) != strings.TrimSuffix(p, "/") {
+		writeError(w, http.StatusNotFound, "no such admin endpoint: "+r.Method+" "+r.URL.Path)
 		return
 	}
 	if _, pattern := h.mux.Handler(r); pattern == consolePattern || pattern == consolePattern+"/" {
@@ -185,6 +190,9 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		"routes":         h.journal.Routes(),
 		"senders":        h.journal.Senders(),
 		"bucket_seconds": Bucket.Seconds(),
+	}
+	if h.opts.OutboxFile != "" {
+		out["outbox_file"] = h.opts.OutboxFile
 	}
 	h.addSessions(r.Context(), out)
 	writeJSON(w, http.StatusOK, out)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -196,6 +197,33 @@ func TestHandler_RefusesPathsThatAreNotClean(t *testing.T) {
 	}
 	if code, _ := fx.do(t, "GET", "/console/", local); code != http.StatusOK {
 		t.Errorf("GET /console/: %d, want 200", code)
+	}
+}
+
+// An ID is one path segment, with its slashes escaped (%2F): an ID from an
+// idempotency_key template ("{topic}" with an empty level, a path) that
+// holds "//" or a dot segment is still a clean path, and is served. The
+// check read the unescaped path, so such a letter could not be shown,
+// requeued or dropped through the API (the console, `gobridge dlq` next to
+// a running bridge): 404 "no such admin endpoint".
+func TestHandler_IDsWithSlashesAndDotsAreServed(t *testing.T) {
+	fx := setup(t, "")
+	for _, id := range []string{"plant//7", "a/./b", "a/..", "../x"} {
+		dl := stores.Record{Session: "plant", Route: "alarms", CreatedAt: t0, State: stores.Dead, DeadReason: "422", DeadAt: t0,
+			Envelope: message.Envelope{ID: id, Topic: "line/7", Payload: []byte("x")}}
+		if err := fx.st.Write(t.Context(), &stores.Batch{Append: []stores.Record{dl}}); err != nil {
+			t.Fatal(err)
+		}
+		p := "/api/dead-letters/" + url.PathEscape(id)
+		if code, body := fx.do(t, "GET", p, local); code != http.StatusOK {
+			t.Errorf("GET %s: %d %s, want 200", p, code, body)
+		}
+		if code, body := fx.do(t, "POST", p+"/drop", local, "X-Requested-By", "test"); code != http.StatusOK {
+			t.Errorf("POST %s/drop: %d %s, want 200", p, code, body)
+		}
+	}
+	if left, _, err := fx.st.Dead(t.Context(), stores.DeadQuery{}); err != nil || len(left) != 0 {
+		t.Errorf("%d dead letters left (%v), want none", len(left), err)
 	}
 }
 

@@ -1,13 +1,10 @@
 package admin_test
 
 import (
-	"context"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/gobridge/gobridge/admin"
@@ -23,27 +20,9 @@ func TestConsole_TokenBeyondASCII(t *testing.T) {
 	j := admin.NewJournal(0)
 	j.Register("plant", "telemetry")
 	srv := httptest.NewServer(admin.New(admin.Options{Journal: j, Token: token}))
-	defer srv.Close()
+	t.Cleanup(srv.Close) // after the browser's cleanup
 
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	defer cancel()
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(exe), chromedp.UserDataDir(t.TempDir()),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true))
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	dialogs := chromedp.Events(bctx, page.JavascriptDialogOpening)
-	dialogDone := make(chan struct{})
-	go func() { // answers every prompt with the token
-		defer close(dialogDone)
-		for _, err := range dialogs {
-			if err != nil {
-				return
-			}
-			_, _ = chromedp.Call(bctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true, PromptText: token})
-		}
-	}()
-	defer func() { cancelBrowser(); <-dialogDone }()
+	bctx := browser(t, exe, token)
 	// The first round ends with the dead letters table: an error, or (no
 	// store here) the note that there is none.
 	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/console")); err != nil {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +21,7 @@ import (
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/redact"
 	"github.com/gobridge/gobridge/stores"
+	"github.com/gobridge/gobridge/stores/sqlite"
 )
 
 // openAdmin builds the admin handler: /healthz, /readyz and /metrics (open,
@@ -31,6 +34,9 @@ func (b *Bridge) openAdmin(gather prometheus.Gatherer) error {
 	if b.store != nil {
 		opts.Store = (*Outbox)(b)
 	}
+	if s, ok := b.store.(*sqlite.Store); ok {
+		opts.OutboxFile, _ = filepath.Abs(s.Path())
+	}
 	b.ops = admin.New(opts)
 	b.mux = http.NewServeMux()
 	b.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -39,9 +45,6 @@ func (b *Bridge) openAdmin(gather prometheus.Gatherer) error {
 	})
 	b.mux.HandleFunc("GET /readyz", b.readyz)
 	b.mux.Handle("GET /metrics", promhttp.HandlerFor(gather, promhttp.HandlerOpts{DisableCompression: true}))
-	b.mux.Handle("/api/", b.ops)
-	b.mux.Handle("/console", b.ops)
-	b.mux.Handle("/console/", b.ops)
 	if opts.Listen == "" {
 		return nil
 	}
@@ -86,7 +89,19 @@ func (b *Bridge) AdminAddr() string {
 
 // Handler returns the admin HTTP handler (also when the admin listener is
 // disabled), for tests and for embedding.
-func (b *Bridge) Handler() http.Handler { return b.mux }
+func (b *Bridge) Handler() http.Handler { return http.HandlerFunc(b.serve) }
+
+// serve hands /api/ and /console requests to the admin handler as they
+// came: a ServeMux would first redirect a path that is not clean to its
+// clean form, which can be another action (POST /api/dead-letters//requeue
+// is the bulk requeue once cleaned); the admin handler refuses it.
+func (b *Bridge) serve(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; strings.HasPrefix(p, "/api/") || p == "/console" || strings.HasPrefix(p, "/console/") {
+		b.ops.ServeHTTP(w, r)
+		return
+	}
+	b.mux.ServeHTTP(w, r)
+}
 
 // serveAdmin serves the admin listener until ctx is done, then shuts the
 // server down.
@@ -100,7 +115,7 @@ func (b *Bridge) serveAdmin(ctx context.Context) error {
 		if token != "" && bearer.Match(r, token) {
 			receivers.Admit(r)
 		}
-		b.mux.ServeHTTP(w, r)
+		b.serve(w, r)
 	}), cmp.Or(b.adminTimeouts, admin.DefaultTimeouts))
 	srv.ConnContext = receivers.PendingConnContext
 	errc := make(chan error, 1)
@@ -125,12 +140,11 @@ func (b *Bridge) serveAdmin(ctx context.Context) error {
 }
 
 // HandleMutating registers an admin endpoint that changes state (pattern
-// as for http.ServeMux) behind the admin API's Host check and token
+// as for http.ServeMux, under /api/) behind the admin API's Host check and token
 // (package admin); without bridge.admin.token it is allowed only from
 // loopback clients with the X-Requested-By header. Call it before Run.
 func (b *Bridge) HandleMutating(pattern string, h http.Handler) {
 	b.ops.HandleMutating(pattern, h)
-	b.mux.Handle(pattern, b.ops)
 }
 
 // Store returns the outbox store (nil when the config has none), for admin

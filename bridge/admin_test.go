@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/gobridge/gobridge/admin"
+	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/routes"
+	"github.com/gobridge/gobridge/stores"
 )
 
 // TestAdmin_RegisteredEndpointsAreGuarded: endpoints other parts register
@@ -58,6 +60,45 @@ func TestAdmin_RegisteredEndpointsAreGuarded(t *testing.T) {
 		if rec.Code != tc.want {
 			t.Errorf("%s %s (auth %q): %d, want %d", tc.method, tc.path, tc.auth, rec.Code, tc.want)
 		}
+	}
+}
+
+// TestAdmin_APIPathsAreNotRedirectedToAnotherAction: a path that is not
+// clean reaches the admin API as sent, which refuses it (404). The bridge's
+// mux redirected it (307, which a client repeats as a POST) to its clean
+// form, another action: POST /api/dead-letters//requeue?route=r, an empty
+// ID, is the bulk requeue of r once cleaned, and `gobridge dlq requeue
+// --to-route r .` sent /api/dead-letters/./requeue?route=r.
+func TestAdmin_APIPathsAreNotRedirectedToAnotherAction(t *testing.T) {
+	t.Parallel()
+	s := newSink(t)
+	cfg := parseConfig(t, listenerConfig(freeAddr(t), "127.0.0.1:0", "{type: memory}",
+		fmt.Sprintf(`  - {id: sink, type: http, options: {url: %q}}`, s.srv.URL), `
+  - {id: r, receiver: edge, topic: "#", sender: sink, delivery_mode: shared_outbox, session: {id: plant}}`))
+	rt, err := New(cfg, Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rt.closeAll)
+	dead := []stores.Record{
+		{Session: "plant", Route: "r", State: stores.Dead, DeadReason: "422", Envelope: message.Envelope{ID: "one", Topic: "a"}},
+		{Session: "plant", Route: "r", State: stores.Dead, DeadReason: "422", Envelope: message.Envelope{ID: "two", Topic: "a"}},
+	}
+	if err := rt.Store().Write(t.Context(), &stores.Batch{Append: dead}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/api/dead-letters//requeue?route=r", "/api/dead-letters/./requeue?route=r",
+		"/api/dead-letters//drop?route=r", "/api/x/../dead-letters/requeue?route=r"} {
+		req := httptest.NewRequest("POST", "http://127.0.0.1:9090"+p, nil)
+		req.Header.Set("X-Requested-By", "test")
+		rec := httptest.NewRecorder()
+		rt.Handler().ServeHTTP(rec, req)
+		if rec.Code != http.StatusNotFound {
+			t.Errorf("POST %s: %d (Location %q), want 404", p, rec.Code, rec.Header().Get("Location"))
+		}
+	}
+	if left, _, err := rt.Store().Dead(t.Context(), stores.DeadQuery{}); err != nil || len(left) != 2 {
+		t.Errorf("%d dead letters left (%v), want both", len(left), err)
 	}
 }
 

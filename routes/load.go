@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -56,15 +58,62 @@ func ParseWithEnv(r io.Reader, file string, lookup func(string) (string, bool)) 
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// yamlProblem is a problem of the document as a whole. yaml.v3 reports
-// only a line, in the error text; the column is 1.
+// yamlProblem is a problem of the document as a whole, at n. yaml.v3
+// reports only a line, in the error text; the column is then 1.
 func yamlProblem(file string, n yaml.Node, err error) Problems {
 	p := Problem{File: file, Line: max(n.Line, 1), Column: max(n.Column, 1), Rule: "yaml-syntax", Severity: SeverityError, Message: err.Error()}
 	if m := yamlLine.FindStringSubmatch(p.Message); m != nil {
 		p.Line, _ = strconv.Atoi(m[1])
-		p.Message = m[2]
+		p.Column, p.Message = 1, m[2]
 	}
 	return Problems{p}
+}
+
+// unreadable is the position of the first character yaml.v3 refuses to
+// read (a byte that is not UTF-8, such as a Latin-1 "ü"; a control
+// character YAML does not allow), which it reports without a line; the
+// zero Node when there is none.
+func unreadable(data []byte) yaml.Node {
+	n := yaml.Node{Line: 1, Column: 1}
+	for b := bytes.TrimPrefix(data, []byte("\uFEFF")); len(b) > 0; {
+		r, size := utf8.DecodeRune(b)
+		b = b[size:]
+		switch {
+		case r == utf8.RuneError && size == 1, r < 0x20 && r != '\t' && r != '\n' && r != '\r', r >= 0x7f && r < 0xa0 && r != 0x85,
+			r >= 0xd800 && r < 0xe000, r == 0xfffe, r == 0xffff:
+			return n
+		case r == '\n':
+			n.Line, n.Column = n.Line+1, 1
+		default:
+			n.Column++
+		}
+	}
+	return yaml.Node{}
+}
+
+var unknownAnchor = regexp.MustCompile(`^yaml: unknown anchor '(.*)' referenced$`)
+
+// unplaced is where the error yaml.v3 reports without a line is: the first
+// character it cannot read (unreadable), or the first alias of an unknown
+// anchor outside comments; the zero Node when neither is found.
+func unplaced(data []byte, err error) yaml.Node {
+	m := unknownAnchor.FindStringSubmatch(err.Error())
+	if m == nil {
+		return unreadable(data)
+	}
+	for i, line := range strings.Split(string(data), "\n") {
+		if c := strings.Index(" "+line, " #"); c >= 0 {
+			line = line[:c]
+		}
+		for j := 0; j < len(line); j++ {
+			end := j + 1 + len(m[1])
+			if strings.HasPrefix(line[j:], "*"+m[1]) && (j == 0 || strings.ContainsRune(" \t[{,", rune(line[j-1]))) &&
+				(end == len(line) || strings.ContainsRune(" \t,]}", rune(line[end]))) {
+				return yaml.Node{Line: i + 1, Column: utf8.RuneCountInString(line[:j]) + 1}
+			}
+		}
+	}
+	return yaml.Node{}
 }
 
 func decode(data []byte, file string, lookup func(string) (string, bool)) (*Config, Problems) {
@@ -73,12 +122,12 @@ func decode(data []byte, file string, lookup func(string) (string, bool)) (*Conf
 	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
 		return nil, yamlProblem(file, yaml.Node{}, errors.New("the file is empty"))
 	} else if err != nil {
-		return nil, yamlProblem(file, yaml.Node{}, err)
+		return nil, yamlProblem(file, unplaced(data, err), err)
 	}
 	if err := dec.Decode(&extra); err == nil {
 		return nil, yamlProblem(file, extra, errors.New("more than one YAML document; a config is a single document"))
 	} else if !errors.Is(err, io.EOF) {
-		return nil, yamlProblem(file, yaml.Node{}, err)
+		return nil, yamlProblem(file, unplaced(data, err), err)
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {

@@ -47,10 +47,11 @@ that two routes dead-lettered leaves a letter on each, with the same ID;
 then an ID alone is refused (the error names the routes) and --route R
 names the one meant.
 
-They work whether or not a bridge runs on the store. On a SQLite file, list
-and show read through a read-only connection (a bridge may start meanwhile);
-requeue and drop take the file when no bridge owns it, and otherwise go to
-the owner's admin API (bridge.admin.listen and token from FILE).
+They work whether or not a bridge runs on the store. On a SQLite file, list,
+show and --all without --yes read through a read-only connection (a bridge
+may start meanwhile); requeue and drop take the file when no bridge owns
+it, and otherwise go to the owner's admin API (bridge.admin.listen and
+token from FILE), once it says it owns the file.
 A memory outbox lives only inside the bridge: use its console or admin API.
 
 Exit status: 0 done, 1 failure (an ID not found, a store error, an invalid
@@ -239,7 +240,7 @@ func (c *DLQCommand) act(ctx context.Context, verb string, args []string) error 
 	case slices.Contains(ids, ""): // a store takes an empty ID for no ID at all
 		return usageErr(fs, "dlq %s: an ID must not be empty", verb)
 	}
-	_, st, err := openOutbox(ctx, fs, *path, true)
+	_, st, err := openOutbox(ctx, fs, *path, !*all || *yes) // --all without --yes only reads
 	if err != nil {
 		return err
 	}

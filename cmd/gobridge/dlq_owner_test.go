@@ -6,9 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,15 +24,15 @@ import (
 )
 
 // runOwner writes a blueprint with a SQLite outbox and the admin listener
-// at adminAddr ("" disables it), runs a bridge on it until the test ends,
-// and adds one dead letter of route alarms; it returns the blueprint's path
-// and the letter's ID.
-func runOwner(t *testing.T, adminAddr string, stdout io.Writer, logs io.Writer) (string, string) {
+// at adminAddr ("" disables it; token s3cret), runs a bridge on it until the test ends,
+// and adds one dead letter of route alarms, and one with each of more as
+// its ID; it returns the blueprint's path and the first letter's ID.
+func runOwner(t *testing.T, adminAddr string, stdout io.Writer, logs io.Writer, more ...string) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "bridge.yaml")
 	yaml := fmt.Sprintf(`version: 1
-bridge: {id: owned, admin: {listen: %q}}
+bridge: {id: owned, admin: {listen: %q, token: s3cret}}
 stores:
   outbox: {type: sqlite, options: {path: %q}}
 receivers:
@@ -59,12 +63,46 @@ routes:
 		}
 	})
 	id := message.NewID()
-	dl := stores.Record{Session: "plant", Route: "alarms", State: stores.Dead, DeadReason: "http 422",
-		Envelope: message.Envelope{ID: id, Topic: "a/1", Payload: []byte("fixed-upstream"), QoS: 1}}
-	if err := b.Store().Write(t.Context(), &stores.Batch{Append: []stores.Record{dl}}); err != nil {
+	var dead []stores.Record
+	for _, id := range append([]string{id}, more...) {
+		dead = append(dead, stores.Record{Session: "plant", Route: "alarms", State: stores.Dead, DeadReason: "http 422",
+			Envelope: message.Envelope{ID: id, Topic: "a/1", Payload: []byte("fixed-upstream"), QoS: 1}})
+	}
+	if err := b.Store().Write(t.Context(), &stores.Batch{Append: dead}); err != nil {
 		t.Fatal(err)
 	}
 	return cfgPath, id
+}
+
+// TestDLQ_IDsThatLookLikePathsReachTheOwner: an envelope ID is data (an
+// idempotency_key template may make it "." or hold "//"); requeue and drop
+// through the owner's admin API act on that one letter. `dlq requeue
+// --to-route alarms .` sent POST /api/dead-letters/./requeue?route=alarms,
+// which the bridge redirected to the bulk requeue of route alarms (every
+// letter of it requeued, "requeued . as  (route )" printed, exit 0); ".."
+// and "plant//7" were "not found: no such admin endpoint".
+func TestDLQ_IDsThatLookLikePathsReachTheOwner(t *testing.T) {
+	cfgPath, other := runOwner(t, testservices.FreeAddr(t), io.Discard, io.Discard, ".", "..", "plant//7")
+	for _, args := range [][]string{{"requeue", "--to-route", "alarms", "."}, {"drop", ".."}, {"drop", "plant//7"}} {
+		code, out, errOut := gobridge(t, append([]string{"dlq", args[0], "-c", cfgPath}, args[1:]...)...)
+		id := args[len(args)-1]
+		if want := "dropped " + id + "\n"; code != exitOK || !strings.HasPrefix(out, "requeued "+id+" as ") && out != want ||
+			args[0] == "requeue" && !strings.Contains(out, "(route alarms)") {
+			t.Errorf("dlq %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	// One not found is said once, as without a bridge ("stores: not found:
+	// stores: not found" before).
+	for _, args := range [][]string{{"requeue", "nope"}, {"drop", "--route", "alarms", "nope"}} {
+		code, out, errOut := gobridge(t, append([]string{"dlq", args[0], "-c", cfgPath}, args[1:]...)...)
+		if code != exitFailure || strings.Count(errOut, "not found") != 1 {
+			t.Errorf("dlq %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath)
+	if code != exitOK || !strings.Contains(list, other) || strings.Count(list, "\n") != 2 {
+		t.Errorf("after acting on three letters, the fourth should be the only one left: exit %d\n%s%s", code, list, errOut)
+	}
 }
 
 // TestDLQ_RequeueGoesThroughTheBridgeThatOwnsTheFile: with a bridge running
@@ -122,6 +160,71 @@ func TestDLQ_RequeueRefusedWhenTheOwnerHasNoAdminAPI(t *testing.T) {
 		}
 		if code, list, errOut := gobridge(t, "dlq", "list", "-c", cfgPath); code != exitOK || !strings.Contains(list, id) {
 			t.Fatalf("list while the bridge owns the file: exit %d\n%s%s", code, list, errOut)
+		}
+		// --all without --yes changes nothing: it reads, as list does. It
+		// opened the file to write, so it failed here like a change.
+		for _, verb := range []string{"requeue", "drop"} {
+			code, out, errOut := gobridge(t, "dlq", verb, "-c", cfgPath, "--all")
+			if code != exitOK || !strings.Contains(out, id) || !strings.Contains(out, "nothing changed") {
+				t.Errorf("%s --all (a dry run) while an owner (admin listen %q) runs: exit %d\n%s%s", verb, listen, code, out, errOut)
+			}
+		}
+	}
+}
+
+// TestDLQ_TheOwnersAdminAPIIsReachedWithoutAProxy: the bridge that owns the
+// file runs on this host, so the CLI connects to its admin API directly,
+// whatever HTTP_PROXY says. It went through the proxy for an admin listen
+// that is not loopback (0.0.0.0:PORT, a host name), sending the admin token
+// to the proxy, and failed with the proxy's answer (502 here). The command
+// runs in a process of its own: net/http reads the proxy variables once per
+// process.
+func TestDLQ_TheOwnersAdminAPIIsReachedWithoutAProxy(t *testing.T) {
+	if cfg := os.Getenv("GOBRIDGE_TEST_OWNER_CFG"); cfg != "" { // the child process
+		os.Exit(run(context.Background(), []string{"dlq", "requeue", "-c", cfg, os.Getenv("GOBRIDGE_TEST_OWNER_ID")}, os.Stdout, os.Stderr))
+	}
+	var proxied atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxied.Add(1)
+		http.Error(w, "the proxy cannot reach it", http.StatusBadGateway)
+	}))
+	defer proxy.Close()
+	_, port, _ := net.SplitHostPort(testservices.FreeAddr(t))
+	cfgPath, id := runOwner(t, "0.0.0.0:"+port, io.Discard, io.Discard)
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestDLQ_TheOwnersAdminAPIIsReachedWithoutAProxy$")
+	cmd.Env = append(os.Environ(), "GOBRIDGE_TEST_OWNER_CFG="+cfgPath, "GOBRIDGE_TEST_OWNER_ID="+id,
+		"HTTP_PROXY="+proxy.URL, "http_proxy="+proxy.URL, "NO_PROXY=", "no_proxy=")
+	out, err := cmd.CombinedOutput()
+	if err != nil || proxied.Load() != 0 || !strings.Contains(string(out), "requeued "+id) {
+		t.Fatalf("requeue with HTTP_PROXY set: %v, %d requests to the proxy\n%s", err, proxied.Load(), out)
+	}
+}
+
+// TestDLQ_ChangesGoOnlyToTheBridgeThatOwnsTheFile: the admin address comes
+// from FILE, which may not be what the owner runs with (the file edited
+// since, a ${VAR} the service's environment sets and the shell does not);
+// it may then be another bridge's. The CLI checks that the admin API
+// answers for the process holding the file's lock, and refuses otherwise.
+// It dropped the other bridge's dead letter with the same ID ("dropped
+// shared", exit 0), leaving the owner's.
+func TestDLQ_ChangesGoOnlyToTheBridgeThatOwnsTheFile(t *testing.T) {
+	addrA, addrB := testservices.FreeAddr(t), testservices.FreeAddr(t)
+	cfgA, _ := runOwner(t, addrA, io.Discard, io.Discard, "shared")
+	cfgB, _ := runOwner(t, addrB, io.Discard, io.Discard, "shared")
+	b, err := os.ReadFile(cfgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgB, []byte(strings.Replace(string(b), addrB, addrA, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := gobridge(t, "dlq", "drop", "-c", cfgB, "shared")
+	if code != exitFailure || !strings.Contains(errOut, "http://"+addrA) || !strings.Contains(errOut, "not the bridge that owns") {
+		t.Errorf("drop through another bridge's admin API: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, cfg := range []string{cfgA, cfgB} {
+		if code, out, errOut := gobridge(t, "dlq", "show", "-c", cfg, "shared"); code != exitOK {
+			t.Errorf("the letter of %s is gone: exit %d\n%s%s", cfg, code, out, errOut)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io/fs"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -199,6 +201,27 @@ func TestDLQ_EmptyIDTouchesNothing(t *testing.T) {
 	}
 	if left := fx.listDead(t, ""); len(left) != 2 {
 		t.Errorf("%d dead letters left, want both", len(left))
+	}
+}
+
+// TestDLQ_AMissingOutboxFileIsNeverCreated: a SQLite outbox that does not
+// exist (a wrong path, a relative path from another directory) is an error
+// naming it, for every command. requeue and drop created an empty outbox
+// there (and its lock file), then answered "stores: not found" (or, with
+// --all, "0 dead letters", exit 0), as if the ID were wrong.
+func TestDLQ_AMissingOutboxFileIsNeverCreated(t *testing.T) {
+	fx := newStoreFixture(t, "sqlite")
+	for _, args := range [][]string{{"dlq", "list"}, {"dlq", "show", "x"}, {"dlq", "requeue", "x"}, {"dlq", "drop", "x"},
+		{"dlq", "requeue", "--all"}, {"dlq", "drop", "--all", "--yes"}, {"outbox", "stats", "--sample", "0"}} {
+		code, out, errOut := gobridge(t, append(args, "-c", fx.cfg)...)
+		if code != exitFailure || !strings.Contains(errOut, fx.db) || !strings.Contains(errOut, "does not exist") {
+			t.Errorf("%v: exit %d, want %d and the missing file named\n%s%s", args, code, exitFailure, out, errOut)
+		}
+		for _, f := range []string{fx.db, fx.db + ".lock"} {
+			if _, err := os.Stat(f); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("%v made %s (%v)", args, f, err)
+			}
+		}
 	}
 }
 

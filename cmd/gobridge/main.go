@@ -80,8 +80,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	case errors.Is(err, errInvalid):
 		return exitFailure
-	default:
-		fmt.Fprintf(stderr, "gobridge: %v\n", err)
+	default: // an error may quote a dead letter's ID, which a publisher chose
+		fmt.Fprintf(stderr, "gobridge: %s\n", safeBlock(err.Error()))
 		return exitFailure
 	}
 }

@@ -49,6 +49,9 @@ func (c *OutboxCommand) Run(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
+	if *sample < 0 {
+		return usageErr(fs, "outbox stats: --sample must not be negative")
+	}
 	cfg, st, err := openOutbox(ctx, fs, *path, false)
 	if err != nil {
 		return err

@@ -46,6 +46,11 @@ func TestOutbox_StatsPerRoute(t *testing.T) {
 	if f := strings.Fields(lines[1]); len(f) != 7 || f[2] != "3" || f[4] != "2" {
 		t.Errorf("alarms row = %q", lines[1])
 	}
+	// A negative --sample is a mistake, as a negative dlq list --since is;
+	// it was taken for 0 (one read, no rate), exit 0.
+	if code, out, errOut := gobridge(t, "outbox", "stats", "-c", fx.cfg, "--sample", "-2s"); code != exitUsage || !strings.Contains(errOut, "--sample") {
+		t.Errorf("--sample -2s: exit %d, want %d\n%s%s", code, exitUsage, out, errOut)
+	}
 }
 
 // fillStats gives route "alarms" of session "plant" four records (one of

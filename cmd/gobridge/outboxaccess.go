@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -58,6 +59,10 @@ func openOutbox(ctx context.Context, fs *flag.FlagSet, path string, write bool) 
 	case "memory":
 		return nil, nil, errMemoryStore
 	case "sqlite":
+		if _, err := os.Stat(sc.Options.Path); errors.Is(err, os.ErrNotExist) { // never created here
+			return nil, nil, fmt.Errorf("the SQLite outbox %s does not exist (stores.outbox.options.path in %s; a relative path is "+
+				"relative to the working directory), so there is nothing to read or change", sc.Options.Path, path)
+		}
 		opts := bridge.SQLiteOptions(*sc)
 		opts.ReadOnly = !write
 		st, err = sqlite.Open(sc.Options.Path, opts)
@@ -85,6 +90,10 @@ func openOutbox(ctx context.Context, fs *flag.FlagSet, path string, write bool) 
 			"set bridge.admin.listen to a fixed address (and restart it), or stop it and run this again", locked, why)
 	default:
 		api := owned{off, "http://" + listen, cfg.Bridge.Admin.Token.Reveal()}
+		if err := api.owns(ctx, sc.Options.Path); err != nil {
+			st.Close()
+			return nil, nil, fmt.Errorf("%w; %w (bridge.admin.listen in %s may not be what it runs with): nothing changed", locked, err, path)
+		}
 		ob.Outbox, ob.via = api, fmt.Sprintf("the outbox is owned by a running bridge (pid %d): acting through its admin API at %s", locked.PID, api.base)
 	}
 	return cfg, ob, nil
@@ -117,20 +126,45 @@ func (o owned) Requeue(ctx context.Context, id, of, to string) (stores.Record, e
 		Route   string `json:"route"`
 		Session string `json:"session"`
 	}
-	err := o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/requeue?"+url.Values{"of": {of}, "route": {to}}.Encode(), &out)
+	err := o.call(ctx, http.MethodPost, "/api/dead-letters/"+idSegment(id)+"/requeue?"+url.Values{"of": {of}, "route": {to}}.Encode(), &out)
 	r := stores.Record{Route: out.Route, Session: out.Session}
 	r.Envelope.ID = out.ID
 	return r, err
 }
 
 func (o owned) Drop(ctx context.Context, id, of string) error {
-	return o.post(ctx, "/api/dead-letters/"+url.PathEscape(id)+"/drop?"+url.Values{"of": {of}}.Encode(), new(any))
+	return o.call(ctx, http.MethodPost, "/api/dead-letters/"+idSegment(id)+"/drop?"+url.Values{"of": {of}}.Encode(), new(any))
 }
 
-// post sends a mutation and decodes the answer into out.
-// Admin API errors come back with their message; a 404 is ErrNotFound.
-func (o owned) post(ctx context.Context, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.base+path, http.NoBody)
+// owns checks that the bridge answering at base owns file, as its
+// /api/overview says (a bridge that does not say is taken at its word).
+func (o owned) owns(ctx context.Context, file string) error {
+	var ov struct {
+		File string `json:"outbox_file"`
+	}
+	if err := o.call(ctx, http.MethodGet, "/api/overview", &ov); err != nil || ov.File == "" {
+		return err
+	}
+	a, errA := os.Stat(file)
+	b, errB := os.Stat(ov.File)
+	if errA != nil || errB != nil || !os.SameFile(a, b) {
+		return fmt.Errorf("the admin API at %s is not the bridge that owns it: it owns %s", o.base, ov.File)
+	}
+	return nil
+}
+
+// idSegment is id as one path segment: its slashes and dots escaped, so
+// that an ID such as "." or ".." is not a dot segment, which the admin API
+// refuses (a router would take it for a step up the path).
+func idSegment(id string) string {
+	return strings.ReplaceAll(url.PathEscape(id), ".", "%2E")
+}
+
+// call sends a request to the admin API and decodes the answer into out.
+// Admin API errors come back with their message; a dead letter not found
+// is ErrNotFound.
+func (o owned) call(ctx context.Context, method, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, o.base+path, http.NoBody)
 	if err != nil {
 		return err
 	}
@@ -138,7 +172,9 @@ func (o owned) post(ctx context.Context, path string, out any) error {
 	if o.token != "" {
 		req.Header.Set("Authorization", "Bearer "+o.token)
 	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	// The owner runs on this host (the lock is local): never through a
+	// proxy, which would get the token.
+	resp, err := (&http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}).Do(req)
 	if err != nil {
 		return fmt.Errorf("the store is owned by a running bridge, whose admin API did not answer: %w", err)
 	}
@@ -149,8 +185,8 @@ func (o owned) post(ctx context.Context, path string, out any) error {
 			Error string `json:"error"`
 		}
 		_ = dec.Decode(&e)
-		if resp.StatusCode == http.StatusNotFound {
-			return fmt.Errorf("%w: %s", stores.ErrNotFound, e.Error)
+		if msg, ok := strings.CutPrefix(e.Error, stores.ErrNotFound.Error()); ok && resp.StatusCode == http.StatusNotFound {
+			return fmt.Errorf("%w%s", stores.ErrNotFound, msg) // as the store says it (no endpoint is another 404)
 		}
 		return fmt.Errorf("admin API: %s: %s", resp.Status, e.Error)
 	}

@@ -73,6 +73,30 @@ func TestDLQ_EscapesWhatPublishersWrote(t *testing.T) {
 	}
 }
 
+// TestDLQ_ErrorsEscapeWhatPublishersWrote: an error names the dead letter
+// (a requeue refused because its route is no longer in the config, a
+// letter gone meanwhile), and its ID may come from a payload: the error
+// line is escaped too. It was printed raw.
+func TestDLQ_ErrorsEscapeWhatPublishersWrote(t *testing.T) {
+	fx := newStoreFixture(t, "sqlite")
+	rec := stores.Record{Session: "plant", Route: "gone", State: stores.Dead, DeadReason: "400",
+		Envelope: message.Envelope{ID: "id-" + hostile, Topic: "a/1", QoS: 1}}
+	fx.with(t, func(st stores.Store) {
+		if err := st.Write(t.Context(), &stores.Batch{Append: []stores.Record{rec}}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	code, out, errOut := gobridge(t, "dlq", "requeue", "-c", fx.cfg, "--all", "--yes")
+	for _, bad := range []string{"\x1b", "\x07", "\r", "\u009b", "\u202e", "\xff"} {
+		if strings.Contains(out+errOut, bad) {
+			t.Errorf("printed %q raw:\n%q", bad, out+errOut)
+		}
+	}
+	if code != exitFailure || !strings.Contains(errOut, `id-ok\x1b[2J\x1b]0;pwned\x07\u009b31m\u202etxt.exe\rhidden\xff`) {
+		t.Errorf("exit %d, want %d and the ID escaped in the error:\n%s%s", code, exitFailure, out, errOut)
+	}
+}
+
 func TestSafe(t *testing.T) {
 	for in, want := range map[string]string{
 		"plain text, ünïcødé ✓": "plain text, ünïcødé ✓",
