@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -29,19 +30,25 @@ import (
 // its ID; it returns the blueprint's path and the first letter's ID.
 func runOwner(t *testing.T, adminAddr string, stdout io.Writer, logs io.Writer, more ...string) (string, string) {
 	t.Helper()
+	return runBridge(t, adminAddr, "{type: sqlite, options: {path: PATH}}", stdout, logs, more...)
+}
+
+// runBridge is runOwner with the outbox store (PATH: a file in a new directory).
+func runBridge(t *testing.T, adminAddr, store string, stdout io.Writer, logs io.Writer, more ...string) (string, string) {
+	t.Helper()
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "bridge.yaml")
 	yaml := fmt.Sprintf(`version: 1
 bridge: {id: owned, admin: {listen: %q, token: s3cret}}
 stores:
-  outbox: {type: sqlite, options: {path: %q}}
+  outbox: %s
 receivers:
   - {id: edge, type: mqtt_listener, options: {listen: "127.0.0.1:0"}, topics: [{topic: "a/#", qos: 1}]}
 senders:
   - {id: out, type: stdout}
 routes:
   - {id: alarms, receiver: edge, topic: "a/#", sender: out, delivery_mode: shared_outbox, session: {id: plant}}
-`, adminAddr, filepath.Join(dir, "outbox.db"))
+`, adminAddr, strings.ReplaceAll(store, "PATH", strconv.Quote(filepath.Join(dir, "outbox.db"))))
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +228,16 @@ func TestDLQ_ChangesGoOnlyToTheBridgeThatOwnsTheFile(t *testing.T) {
 	code, out, errOut := gobridge(t, "dlq", "drop", "-c", cfgB, "shared")
 	if code != exitFailure || !strings.Contains(errOut, "http://"+addrA) || !strings.Contains(errOut, "not the bridge that owns") {
 		t.Errorf("drop through another bridge's admin API: exit %d\n%s%s", code, out, errOut)
+	}
+	// A bridge without a SQLite outbox names no file: it owns none.
+	addrM := testservices.FreeAddr(t)
+	runBridge(t, addrM, "{type: memory}", io.Discard, io.Discard, "shared")
+	if err := os.WriteFile(cfgB, []byte(strings.Replace(string(b), addrB, addrM, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = gobridge(t, "dlq", "drop", "-c", cfgB, "shared")
+	if code != exitFailure || !strings.Contains(errOut, "no SQLite outbox") {
+		t.Errorf("drop through the admin API of a bridge without a SQLite outbox: exit %d\n%s%s", code, out, errOut)
 	}
 	for _, cfg := range []string{cfgA, cfgB} {
 		if code, out, errOut := gobridge(t, "dlq", "show", "-c", cfg, "shared"); code != exitOK {

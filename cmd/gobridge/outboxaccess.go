@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -137,18 +138,18 @@ func (o owned) Drop(ctx context.Context, id, of string) error {
 }
 
 // owns checks that the bridge answering at base owns file, as its
-// /api/overview says (a bridge that does not say is taken at its word).
+// /api/overview says (one that names no file has no SQLite outbox).
 func (o owned) owns(ctx context.Context, file string) error {
 	var ov struct {
 		File string `json:"outbox_file"`
 	}
-	if err := o.call(ctx, http.MethodGet, "/api/overview", &ov); err != nil || ov.File == "" {
+	if err := o.call(ctx, http.MethodGet, "/api/overview", &ov); err != nil {
 		return err
 	}
 	a, errA := os.Stat(file)
 	b, errB := os.Stat(ov.File)
 	if errA != nil || errB != nil || !os.SameFile(a, b) {
-		return fmt.Errorf("the admin API at %s is not the bridge that owns it: it owns %s", o.base, ov.File)
+		return fmt.Errorf("the admin API at %s is not the bridge that owns it: it owns %s", o.base, cmp.Or(ov.File, "no SQLite outbox"))
 	}
 	return nil
 }
