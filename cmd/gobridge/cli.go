@@ -147,7 +147,7 @@ func loadValid(fs *flag.FlagSet, path string) (*routes.Config, error) {
 	}
 	if errs := probs.Errors(); len(errs) > 0 {
 		_ = errs.WriteText(fs.Output())
-		fmt.Fprintf(fs.Output(), "config invalid: %d errors\n", len(errs))
+		fmt.Fprintf(fs.Output(), "config invalid: %s\n", count(len(errs), "error"))
 		return nil, errInvalid
 	}
 	return cfg, nil

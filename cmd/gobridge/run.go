@@ -58,7 +58,7 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 	}
 	if probs.HasErrors() {
 		_ = probs.WriteText(c.Stderr)
-		fmt.Fprintf(c.Stderr, "run: config invalid: %d errors; not starting\n", len(probs.Errors()))
+		fmt.Fprintf(c.Stderr, "run: config invalid: %s; not starting\n", count(len(probs.Errors()), "error"))
 		return errInvalid
 	}
 	level := new(slog.LevelVar)
