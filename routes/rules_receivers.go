@@ -259,6 +259,8 @@ func (c *Config) checkSenders(add func(Problem)) {
 				add(c.Errorf(op+".queue_url", "required", "%s.queue_url is required for an sqs sender", op))
 			} else if err := checkHTTPURL(o.QueueURL); err != nil {
 				add(c.Errorf(op+".queue_url", "url", "%s.queue_url: %v", op, err))
+			} else if strings.HasSuffix(o.QueueURL, "/") { // q.fifo/ would be taken for a standard queue
+				add(c.Errorf(op+".queue_url", "url", "%s.queue_url ends in '/': give it as AWS shows it, .../ACCOUNT/QUEUE", op))
 			}
 			if err := checkHTTPURL(o.Endpoint); o.Endpoint != "" && err != nil {
 				add(c.Errorf(op+".endpoint", "url", "%s.endpoint: %v", op, err))

@@ -70,7 +70,7 @@ func (c *Config) checkSQSHeaders(add func(Problem), path string, r RouteConfig, 
 }
 
 // isFIFOQueue reports whether an SQS queue URL names a FIFO queue.
-func isFIFOQueue(url string) bool { return strings.HasSuffix(url, ".fifo") }
+func isFIFOQueue(url string) bool { return strings.HasSuffix(strings.TrimSuffix(url, "/"), ".fifo") }
 
 // checkTargets runs the rules of this file.
 func (c *Config) checkTargets(add func(Problem)) {
