@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -200,6 +201,9 @@ func checkBrokerURL(s string) error {
 	if !slices.Contains(brokerSchemes, u.Scheme) {
 		return fmt.Errorf("%q: scheme must be one of %s", redact.URL(s), strings.Join(brokerSchemes, ", "))
 	}
+	if err := PortProblem(u); err != nil {
+		return fmt.Errorf("%q: %w", redact.URL(s), err)
+	}
 	return nil
 }
 
@@ -207,6 +211,20 @@ func checkHTTPURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return fmt.Errorf("%q is not an http:// or https:// URL", redact.URL(s))
+	}
+	if err := PortProblem(u); err != nil {
+		return fmt.Errorf("%q: %w", redact.URL(s), err)
+	}
+	return nil
+}
+
+// PortProblem says why no connection can be made to the port of URL u
+// (url.Parse takes any digits): it is not 1..65535. No port is none.
+func PortProblem(u *url.URL) error {
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %s is not 1..65535", p)
+		}
 	}
 	return nil
 }
