@@ -111,9 +111,33 @@ func (c *Config) checkStores(add func(Problem)) {
 	if err := sqlitePathProblem(s.Options.Path); s.Type == "sqlite" && err != nil {
 		add(c.Errorf("stores.outbox.options.path", "sqlite-path", "stores.outbox.options.path: %v", err))
 	}
+	if s.Type == "dynamodb" {
+		c.checkDynamoDB(add, "stores.outbox.options", s.Options)
+	}
 	if s.Type == "sqlite" && s.Options.Sync == "normal" {
 		add(c.Warnf("stores.outbox.options.sync", "sqlite-sync",
 			"stores.outbox.options.sync is normal: an OS crash or power loss may lose the last acknowledged batches; use full to survive them"))
+	}
+}
+
+// checkDynamoDB reports a DynamoDB table name, region or endpoint that
+// the store cannot open: DynamoDB refuses the name, the SDK the region (a
+// host label) or the endpoint (a URL with a scheme), so run would refuse
+// to start.
+func (c *Config) checkDynamoDB(add func(Problem), path string, o StoreOptions) {
+	other := func(allowed string) func(rune) bool {
+		return func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(allowed, r))
+		}
+	}
+	if t := o.Table; len(t) < 3 || len(t) > 255 || strings.ContainsFunc(t, other("_-.")) {
+		add(c.Errorf(path+".table", "dynamodb", "%s.table %q is not a DynamoDB table name (3 to 255 letters, digits, _ - .)", path, t))
+	}
+	if r := o.Region; r != "" && (len(r) > 63 || strings.ContainsFunc(r, other("-"))) {
+		add(c.Errorf(path+".region", "dynamodb", "%s.region %q is not an AWS region (such as eu-west-1)", path, r))
+	}
+	if err := checkHTTPURL(o.Endpoint); o.Endpoint != "" && err != nil {
+		add(c.Errorf(path+".endpoint", "url", "%s.endpoint: %v", path, err))
 	}
 }
 
