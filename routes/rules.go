@@ -228,6 +228,10 @@ func checkBrokerURL(s string) error {
 	if err := PortProblem(u); err != nil {
 		return fmt.Errorf("%q: %w", redact.URL(s), err)
 	}
+	if u.Port() == "" && u.Scheme != "ws" && u.Scheme != "wss" {
+		// The client dials the host as it is: "missing port in address".
+		return fmt.Errorf("%q has no port (the MQTT ports are 1883, and 8883 for TLS)", redact.URL(s))
+	}
 	return nil
 }
 
