@@ -182,6 +182,18 @@ func (t *Template) MaxTopicSegment() int {
 	return n
 }
 
+// HeaderNames returns the NAMEs of the template's {header.NAME}
+// placeholders, in order.
+func (t *Template) HeaderNames() []string {
+	var names []string
+	for _, p := range t.parts {
+		if p.kind == partHeader {
+			names = append(names, p.text)
+		}
+	}
+	return names
+}
+
 // Split returns the parts of t in order, each a Template of its own (with
 // no source text): literal text (IsLiteral; LiteralPrefix is the text) or
 // one placeholder.

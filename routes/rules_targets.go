@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/topics"
 )
 
@@ -92,7 +91,7 @@ func (c *Config) checkTargets(add func(Problem)) {
 			}
 		}
 		s := byID(c.Senders, senderID, r.Sender)
-		c.checkTopicSegments(add, i, r, s)
+		c.checkPlaceholders(add, i, r, s)
 		if s == nil {
 			continue // unknown-sender reports it
 		}
@@ -145,49 +144,4 @@ func (c *Config) checkFIFOFanOut(add func(Problem)) {
 			}
 		}
 	}
-}
-
-// checkTopicSegments reports a {topic.N} placeholder, in a template of
-// route r (routes[i]) or of its sender s (nil: none), that no topic of the
-// route has: without a '#', the route's topic filter fixes how many levels
-// its topics have, so the placeholder would fail every message.
-func (c *Config) checkTopicSegments(add func(Problem), i int, r RouteConfig, s *SenderConfig) {
-	filter := r.Topic
-	if strings.HasPrefix(filter, "$share/") {
-		_, filter, _ = strings.Cut(strings.TrimPrefix(filter, "$share/"), "/")
-	}
-	levels := strings.Count(filter, "/") + 1
-	if r.Topic == "" || strings.HasSuffix(filter, "#") || topics.ValidateFilter(r.Topic) != nil {
-		return
-	}
-	route := fmt.Sprintf("routes[%d]", i)
-	check := func(path, tmpl, whose string) {
-		t, err := message.ParseTemplate(tmpl)
-		if err != nil || t.MaxTopicSegment() < levels {
-			return // checkTemplate reports a bad template
-		}
-		add(c.Errorf(path, "topic-segment", "%s: {topic.%d}%s can never be filled: the topics of route %q (%q) have %d levels, {topic.0} to {topic.%d}, so every message would fail",
-			path, t.MaxTopicSegment(), whose, r.ID, r.Topic, levels, levels-1))
-	}
-	each := func(path string, m map[string]string, whose string) {
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			check(path+"."+k, m[k], whose)
-		}
-	}
-	check(route+".ordering_key", r.OrderingKey, "")
-	for j, p := range r.Processors {
-		pp := fmt.Sprintf("%s.processors[%d]", route, j)
-		check(pp+".from", p.From, "")
-		check(pp+".key", p.Key, "")
-		each(pp+".headers", p.Headers, "")
-	}
-	if s == nil {
-		return
-	}
-	sp := fmt.Sprintf("senders[%d].options", slices.IndexFunc(c.Senders, func(x SenderConfig) bool { return x.ID == s.ID }))
-	whose := fmt.Sprintf(" (sender %q)", s.ID)
-	check(sp+".url", s.Options.URL, whose)
-	check(sp+".message_group_id", s.Options.MessageGroupID, whose)
-	each(sp+".headers", s.Options.Headers, whose)
-	each(sp+".attributes", s.Options.Attributes, whose)
 }
