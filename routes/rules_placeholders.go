@@ -70,6 +70,13 @@ func (c *Config) checkPlaceholders(add func(Problem), i int, r RouteConfig, s *S
 	if r.Topic != "" && !strings.HasSuffix(filter, "#") && topics.ValidateFilter(r.Topic) == nil {
 		levels = strings.Count(filter, "/") + 1
 	}
+	for j, p := range r.Processors {
+		if p.Type == "idempotency_key" && p.From != "" && constantFor(p.From, filter) {
+			path := fmt.Sprintf("routes[%d].processors[%d].from", i, j)
+			add(c.Errorf(path, "idempotency-constant", "%s: %q gives every message of route %q (topic %q) the same ID, so the outbox, and a target that deduplicates on it (HTTP Idempotency-Key, SQS FIFO), drop each one after the first as a duplicate; use a field that differs per message, such as {payload.msg_id}, or hash: true",
+				path, p.From, r.ID, r.Topic))
+		}
+	}
 	rcv := byID(c.Receivers, receiverID, r.Receiver)
 	for _, rt := range c.routeTemplates(i, r, s) {
 		if n := rt.t.MaxTopicSegment(); levels >= 0 && n >= levels {
@@ -109,4 +116,32 @@ func receiverHeaders(rcv ReceiverConfig) string {
 		return fmt.Sprintf("receiver %q (%s) brings no headers", rcv.ID, rcv.Type)
 	}
 	return fmt.Sprintf("receiver %q brings only Content-Type and the headers of its options.headers", rcv.ID)
+}
+
+// constantFor reports whether template tmpl renders one value for every
+// message whose topic matches filter (no $share prefix): it fills in only
+// literal text and topic levels the filter fixes. It renders tmpl for two
+// messages that differ in every wildcard level and in their ID, headers
+// and payload.
+func constantFor(tmpl, filter string) bool {
+	t, err := message.ParseTemplate(tmpl)
+	if err != nil || topics.ValidateFilter(filter) != nil {
+		return false
+	}
+	var got []string
+	for _, v := range []string{"a", "b"} {
+		levels := strings.Split(filter, "/")
+		for k, l := range levels {
+			if l == "+" || l == "#" {
+				levels[k] = v
+			}
+		}
+		e := &message.Envelope{ID: v, Topic: strings.Join(levels, "/"), Payload: []byte(v)}
+		out, err := t.Render(e, nil)
+		if err != nil {
+			return false
+		}
+		got = append(got, out)
+	}
+	return got[0] == got[1]
 }
