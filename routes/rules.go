@@ -282,11 +282,25 @@ func (c *Config) checkHostHeader(add func(Problem), path string, headers map[str
 		if !httpguts.ValidHeaderFieldName(k) {
 			add(c.Errorf(path+"."+k, "option", "%s: %q is not an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", path, k))
 		}
+		t, err := message.ParseTemplate(headers[k])
+		if err == nil && HeaderValueProblem(t) {
+			add(c.Errorf(path+"."+k, "option", "%s.%s: the value holds a control character other than tab, which no HTTP request can carry", path, k))
+		}
 		if !strings.EqualFold(k, "Host") {
 			continue
 		}
-		if t, err := message.ParseTemplate(headers[k]); err == nil && !t.IsLiteral() {
+		if err == nil && !t.IsLiteral() {
 			add(c.Errorf(path+"."+k, "host-header", "%s.%s: the Host header cannot come from a placeholder (a literal value is allowed)", path, k))
 		}
 	}
+}
+
+// HeaderValueProblem reports whether the literal text of header value
+// template t, around its placeholders, holds a byte net/http refuses in a
+// header value (a control character other than tab): every request would
+// fail.
+func HeaderValueProblem(t *message.Template) bool {
+	return slices.ContainsFunc(t.Split(), func(p *message.Template) bool {
+		return p.IsLiteral() && !httpguts.ValidHeaderFieldValue(p.LiteralPrefix())
+	})
 }

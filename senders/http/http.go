@@ -101,10 +101,8 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 		if !httpguts.ValidHeaderFieldName(name) {
 			return nil, fmt.Errorf("http sender %q: header %q: not a valid header name (letters, digits and !#$%%&'*+-.^_`|~)", cfg.ID, name)
 		}
-		for _, part := range t.Split() { // the literal text around placeholders too
-			if part.IsLiteral() && !httpguts.ValidHeaderFieldValue(part.LiteralPrefix()) {
-				return nil, fmt.Errorf("http sender %q: header %s: the value holds a control character other than tab", cfg.ID, name)
-			}
+		if routes.HeaderValueProblem(t) {
+			return nil, fmt.Errorf("http sender %q: header %s: the value holds a control character other than tab", cfg.ID, name)
 		}
 		name = nethttp.CanonicalHeaderKey(name)
 		if name == "Host" && !t.IsLiteral() {
