@@ -62,14 +62,7 @@ func (c *Config) routeTemplates(i int, r RouteConfig, s *SenderConfig) []routeTe
 // http_listener only those of its options.headers (and Content-Type), and
 // set_headers processors only to the processors after them.
 func (c *Config) checkPlaceholders(add func(Problem), i int, r RouteConfig, s *SenderConfig) {
-	filter := r.Topic
-	if strings.HasPrefix(filter, "$share/") {
-		_, filter, _ = strings.Cut(strings.TrimPrefix(filter, "$share/"), "/")
-	}
-	levels := -1 // unknown: no limit
-	if r.Topic != "" && !strings.HasSuffix(filter, "#") && topics.ValidateFilter(r.Topic) == nil {
-		levels = strings.Count(filter, "/") + 1
-	}
+	filter, levels := TopicLevels(r.Topic)
 	for j, p := range r.Processors {
 		if p.Type == "idempotency_key" && p.From != "" && constantFor(p.From, filter) {
 			path := fmt.Sprintf("routes[%d].processors[%d].from", i, j)
@@ -94,6 +87,20 @@ func (c *Config) checkPlaceholders(add func(Problem), i int, r RouteConfig, s *S
 			}
 		}
 	}
+}
+
+// TopicLevels returns route topic filter without a $share/GROUP/ prefix,
+// and how many levels every topic it matches has: -1 when that is not
+// fixed (a '#', or a filter that is not valid).
+func TopicLevels(filter string) (string, int) {
+	valid := filter != "" && topics.ValidateFilter(filter) == nil
+	if strings.HasPrefix(filter, "$share/") {
+		_, filter, _ = strings.Cut(strings.TrimPrefix(filter, "$share/"), "/")
+	}
+	if !valid || strings.HasSuffix(filter, "#") {
+		return filter, -1
+	}
+	return filter, strings.Count(filter, "/") + 1
 }
 
 // headerCarried reports whether a message of receiver rcv can carry header
