@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -281,6 +282,12 @@ func (c *Config) checkHostHeader(add func(Problem), path string, headers map[str
 	for _, k := range slices.Sorted(maps.Keys(headers)) {
 		if !httpguts.ValidHeaderFieldName(k) {
 			add(c.Errorf(path+"."+k, "option", "%s: %q is not an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", path, k))
+		}
+		switch http.CanonicalHeaderKey(k) {
+		case "Idempotency-Key":
+			add(c.Errorf(path+"."+k, "option", "%s.%s: the sender sets Idempotency-Key to each message's envelope ID, replacing this value; set the ID with an idempotency_key processor", path, k))
+		case "Content-Length", "Transfer-Encoding", "Trailer":
+			add(c.Errorf(path+"."+k, "option", "%s.%s: net/http writes %s itself and ignores this value; remove it", path, k, http.CanonicalHeaderKey(k)))
 		}
 		t, err := message.ParseTemplate(headers[k])
 		if err == nil && HeaderValueProblem(t) {
