@@ -320,3 +320,38 @@ routes:
 		}
 	}
 }
+
+// TestCheck_ReportsADynamoDBStoreWithoutRegion: a DynamoDB outbox in AWS
+// (no endpoint) with no region in the options or the environment passed
+// check, and run then refused to start ("Missing Region"). check makes the
+// store's client as run does, in its own environment.
+func TestCheck_ReportsADynamoDBStoreWithoutRegion(t *testing.T) {
+	inRoot(t)
+	for _, v := range []string{"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	path := filepath.Join(t.TempDir(), "dynamodb.yaml")
+	cfg := `version: 1
+bridge: {id: test}
+stores:
+  outbox: {type: dynamodb, options: {table: gobridge_outbox}}
+receivers:
+  - {id: edge, type: mqtt_listener, options: {allow_anonymous: true}, topics: [{topic: "a"}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: a, receiver: edge, topic: "a", sender: out, delivery_mode: shared_outbox, session: {id: s}}
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := path + ":4:11: store: stores.outbox: dynamodb: no region: set options.region or AWS_REGION\n"
+	if code, out, _ := gobridge(t, "check", path); code != exitFailure || !strings.Contains(out, want) {
+		t.Errorf("exit %d, want %s in the output:\n%s", code, want, out)
+	}
+	t.Setenv("AWS_REGION", "eu-west-1")
+	if code, out, _ := gobridge(t, "check", path); code != exitOK {
+		t.Errorf("with AWS_REGION: exit %d:\n%s", code, out)
+	}
+}
