@@ -63,8 +63,11 @@ func (c *Config) routeTemplates(i int, r RouteConfig, s *SenderConfig) []routeTe
 // set_headers processors only to the processors after them.
 func (c *Config) checkPlaceholders(add func(Problem), i int, r RouteConfig, s *SenderConfig) {
 	filter, levels := TopicLevels(r.Topic)
+	// The outbox appends idempotently on the ID; so do HTTP targets
+	// (Idempotency-Key) and SQS FIFO queues.
+	dedup := r.UsesOutbox() || s != nil && (s.Type == SenderHTTP || s.Type == SenderSQS && isFIFOQueue(s.Options.QueueURL))
 	for j, p := range r.Processors {
-		if p.Type == "idempotency_key" && p.From != "" && constantFor(p.From, filter) {
+		if p.Type == "idempotency_key" && p.From != "" && dedup && constantFor(p.From, filter) {
 			path := fmt.Sprintf("routes[%d].processors[%d].from", i, j)
 			add(c.Errorf(path, "idempotency-constant", "%s: %q gives every message of route %q (topic %q) the same ID, so the outbox, and a target that deduplicates on it (HTTP Idempotency-Key, SQS FIFO), drop each one after the first as a duplicate; use a field that differs per message, such as {payload.msg_id}, or hash: true",
 				path, p.From, r.ID, r.Topic))
