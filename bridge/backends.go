@@ -71,6 +71,17 @@ func CheckSender(c routes.SenderConfig) error {
 	return err
 }
 
+// CheckStore makes the client of the outbox store c names, connecting to
+// nothing, so that `gobridge check` reports what the AWS configuration
+// lacks (a DynamoDB region) in its own environment, as it does for senders.
+func CheckStore(c *routes.StoreConfig) error {
+	if c == nil || c.Type != "dynamodb" {
+		return nil
+	}
+	_, err := dynamodb.NewClient(context.Background(), dynamodb.Options{Table: c.Options.Table, Region: c.Options.Region, Endpoint: c.Options.Endpoint})
+	return err
+}
+
 // mqttOptions maps an mqtt receiver's config to its Options.
 func mqttOptions(c routes.ReceiverConfig, tc *tls.Config) mqtt.Options {
 	o := c.Options

@@ -170,6 +170,30 @@ func (t *Template) LiteralPrefix() string {
 	return ""
 }
 
+// MaxTopicSegment returns the highest N of the template's {topic.N}
+// placeholders, -1 when it has none.
+func (t *Template) MaxTopicSegment() int {
+	n := -1
+	for _, p := range t.parts {
+		if p.kind == partTopicSegment {
+			n = max(n, p.n)
+		}
+	}
+	return n
+}
+
+// HeaderNames returns the NAMEs of the template's {header.NAME}
+// placeholders, in order.
+func (t *Template) HeaderNames() []string {
+	var names []string
+	for _, p := range t.parts {
+		if p.kind == partHeader {
+			names = append(names, p.text)
+		}
+	}
+	return names
+}
+
 // Split returns the parts of t in order, each a Template of its own (with
 // no source text): literal text (IsLiteral; LiteralPrefix is the text) or
 // one placeholder.

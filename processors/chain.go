@@ -88,8 +88,12 @@ func (es CompileErrors) Unwrap() []error {
 func Compile(route routes.RouteConfig, maxPayloadBytes int) (*Chain, error) {
 	c := &Chain{}
 	var errs CompileErrors
+	_, levels := routes.TopicLevels(route.Topic)
 	for i, pc := range route.Processors {
 		st, perr := compileProcessor(i, pc, maxPayloadBytes)
+		if len(perr) == 0 && (pc.Type == TypeFilter || pc.Type == TypeTransform) {
+			perr = segmentProblems(i, pc.Expr, levels)
+		}
 		if len(perr) > 0 {
 			errs = append(errs, perr...)
 			continue

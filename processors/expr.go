@@ -100,6 +100,51 @@ func usedVars(prog *vm.Program) []string {
 	return v.uses
 }
 
+// segmentProblems reports each topic_segments[N] in expression src
+// (processor i) that is out of range for every topic of a route whose
+// topics have levels levels (-1: not fixed), unless the expression reads
+// len(topic_segments) to guard it: it would fail every message.
+func segmentProblems(i int, src string, levels int) CompileErrors {
+	prog, err := expr.Compile(src, expr.Env(envTypes))
+	if levels < 0 || err != nil {
+		return nil
+	}
+	v := &segmentVisitor{}
+	node := prog.Node()
+	ast.Walk(&node, v)
+	var errs CompileErrors
+	for _, m := range v.index {
+		n := m.Property.(*ast.IntegerNode).Value
+		if !v.guarded && (n >= levels || n < -levels) {
+			errs = append(errs, &CompileError{Index: i, Field: "expr", Offset: runeToByteOffset(src, m.Location().From),
+				Err: fmt.Errorf("topic_segments[%d] is out of range for every topic of this route, which have %d levels: every message would fail (column %d)", n, levels, m.Location().From+1)})
+		}
+	}
+	return errs
+}
+
+// segmentVisitor finds topic_segments[N] with a constant N, and whether
+// len(topic_segments) is read.
+type segmentVisitor struct {
+	index   []*ast.MemberNode
+	guarded bool
+}
+
+func (v *segmentVisitor) Visit(node *ast.Node) {
+	segments := func(n ast.Node) bool {
+		id, ok := n.(*ast.IdentifierNode)
+		return ok && id.Value == "topic_segments"
+	}
+	switch n := (*node).(type) {
+	case *ast.MemberNode:
+		if _, ok := n.Property.(*ast.IntegerNode); ok && segments(n.Node) {
+			v.index = append(v.index, n)
+		}
+	case *ast.BuiltinNode:
+		v.guarded = v.guarded || n.Name == "len" && len(n.Arguments) == 1 && segments(n.Arguments[0])
+	}
+}
+
 func (s *state) run(p *program) (any, error) {
 	for _, name := range p.uses {
 		s.env[name] = envVars[name](s)

@@ -198,3 +198,38 @@ func TestTransform_OutputOverMaxPayloadBytesFails(t *testing.T) {
 		t.Fatal("the message was changed")
 	}
 }
+
+// On a route whose topic has a fixed number of levels, topic_segments[N]
+// beyond them fails every message at run time ("index out of range"), so
+// it is a compile error at the index; unless the expression reads
+// len(topic_segments), or the topic ends in '#'.
+func TestCompile_TopicSegmentsOutOfRange(t *testing.T) {
+	t.Parallel()
+	fixed := func(expr string) routes.RouteConfig {
+		return routes.RouteConfig{ID: "r", Topic: "$share/g/factory/+/data", Processors: []routes.ProcessorConfig{{Type: TypeTransform, Expr: expr}}}
+	}
+	for expr, offset := range map[string]int{
+		"{'line': topic_segments[1], 'cell': topic_segments[3]}":  50,
+		"{'line': topic_segments[1], 'cell': topic_segments[-4]}": 50,
+	} {
+		_, err := Compile(fixed(expr), 0)
+		ce, ok := errors.AsType[*CompileError](err)
+		if !ok || ce.Field != "expr" || ce.Offset != offset {
+			t.Errorf("%s: %v, want a CompileError at expr offset %d", expr, err, offset)
+		}
+	}
+	for _, expr := range []string{"{'a': topic_segments[2], 'b': topic_segments[-3]}", "{'c': len(topic_segments) > 3 ? topic_segments[3] : ''}"} {
+		if _, err := Compile(fixed(expr), 0); err != nil {
+			t.Errorf("%s: %v", expr, err)
+		}
+	}
+	// Where the levels are not fixed it compiles, and a topic too short
+	// for it fails at run time, permanently.
+	open := routes.RouteConfig{ID: "r", Topic: "factory/#", Processors: []routes.ProcessorConfig{{Type: TypeFilter, Expr: "topic_segments[3] == 'x'"}}}
+	ch, err := Compile(open, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ch.Process(&message.Envelope{ID: "1", Topic: "factory/line-1/data", Payload: []byte("{}")})
+	permanent(t, err)
+}

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,9 +112,33 @@ func (c *Config) checkStores(add func(Problem)) {
 	if err := sqlitePathProblem(s.Options.Path); s.Type == "sqlite" && err != nil {
 		add(c.Errorf("stores.outbox.options.path", "sqlite-path", "stores.outbox.options.path: %v", err))
 	}
+	if s.Type == "dynamodb" {
+		c.checkDynamoDB(add, "stores.outbox.options", s.Options)
+	}
 	if s.Type == "sqlite" && s.Options.Sync == "normal" {
 		add(c.Warnf("stores.outbox.options.sync", "sqlite-sync",
 			"stores.outbox.options.sync is normal: an OS crash or power loss may lose the last acknowledged batches; use full to survive them"))
+	}
+}
+
+// checkDynamoDB reports a DynamoDB table name, region or endpoint that
+// the store cannot open: DynamoDB refuses the name, the SDK the region (a
+// host label) or the endpoint (a URL with a scheme), so run would refuse
+// to start.
+func (c *Config) checkDynamoDB(add func(Problem), path string, o StoreOptions) {
+	other := func(allowed string) func(rune) bool {
+		return func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(allowed, r))
+		}
+	}
+	if t := o.Table; len(t) < 3 || len(t) > 255 || strings.ContainsFunc(t, other("_-.")) {
+		add(c.Errorf(path+".table", "dynamodb", "%s.table %q is not a DynamoDB table name (3 to 255 letters, digits, _ - .)", path, t))
+	}
+	if r := o.Region; r != "" && (len(r) > 63 || strings.ContainsFunc(r, other("-"))) {
+		add(c.Errorf(path+".region", "dynamodb", "%s.region %q is not an AWS region (such as eu-west-1)", path, r))
+	}
+	if err := checkHTTPURL(o.Endpoint); o.Endpoint != "" && err != nil {
+		add(c.Errorf(path+".endpoint", "url", "%s.endpoint: %v", path, err))
 	}
 }
 
@@ -200,6 +226,13 @@ func checkBrokerURL(s string) error {
 	if !slices.Contains(brokerSchemes, u.Scheme) {
 		return fmt.Errorf("%q: scheme must be one of %s", redact.URL(s), strings.Join(brokerSchemes, ", "))
 	}
+	if err := PortProblem(u); err != nil {
+		return fmt.Errorf("%q: %w", redact.URL(s), err)
+	}
+	if u.Port() == "" && u.Scheme != "ws" && u.Scheme != "wss" {
+		// The client dials the host as it is: "missing port in address".
+		return fmt.Errorf("%q has no port (the MQTT ports are 1883, and 8883 for TLS)", redact.URL(s))
+	}
 	return nil
 }
 
@@ -207,6 +240,20 @@ func checkHTTPURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return fmt.Errorf("%q is not an http:// or https:// URL", redact.URL(s))
+	}
+	if err := PortProblem(u); err != nil {
+		return fmt.Errorf("%q: %w", redact.URL(s), err)
+	}
+	return nil
+}
+
+// PortProblem says why no connection can be made to the port of URL u
+// (url.Parse takes any digits): it is not 1..65535. No port is none.
+func PortProblem(u *url.URL) error {
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %s is not 1..65535", p)
+		}
 	}
 	return nil
 }
@@ -236,11 +283,31 @@ func (c *Config) checkHostHeader(add func(Problem), path string, headers map[str
 		if !httpguts.ValidHeaderFieldName(k) {
 			add(c.Errorf(path+"."+k, "option", "%s: %q is not an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~)", path, k))
 		}
+		switch http.CanonicalHeaderKey(k) {
+		case "Idempotency-Key":
+			add(c.Errorf(path+"."+k, "option", "%s.%s: the sender sets Idempotency-Key to each message's envelope ID, replacing this value; set the ID with an idempotency_key processor", path, k))
+		case "Content-Length", "Transfer-Encoding", "Trailer":
+			add(c.Errorf(path+"."+k, "option", "%s.%s: net/http writes %s itself and ignores this value; remove it", path, k, http.CanonicalHeaderKey(k)))
+		}
+		t, err := message.ParseTemplate(headers[k])
+		if err == nil && HeaderValueProblem(t) {
+			add(c.Errorf(path+"."+k, "option", "%s.%s: the value holds a control character other than tab, which no HTTP request can carry", path, k))
+		}
 		if !strings.EqualFold(k, "Host") {
 			continue
 		}
-		if t, err := message.ParseTemplate(headers[k]); err == nil && !t.IsLiteral() {
+		if err == nil && !t.IsLiteral() {
 			add(c.Errorf(path+"."+k, "host-header", "%s.%s: the Host header cannot come from a placeholder (a literal value is allowed)", path, k))
 		}
 	}
+}
+
+// HeaderValueProblem reports whether the literal text of header value
+// template t, around its placeholders, holds a byte net/http refuses in a
+// header value (a control character other than tab): every request would
+// fail.
+func HeaderValueProblem(t *message.Template) bool {
+	return slices.ContainsFunc(t.Split(), func(p *message.Template) bool {
+		return p.IsLiteral() && !httpguts.ValidHeaderFieldValue(p.LiteralPrefix())
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -43,6 +44,13 @@ func (c *Config) checkReceivers(add func(Problem)) {
 				if err := checkBrokerURL(u); err != nil {
 					add(c.Errorf(fmt.Sprintf("%s.options.broker_urls[%d]", path, j), "broker-url", "%s.options.broker_urls[%d]: %v", path, j, err))
 				}
+			}
+			plain := func(raw string) bool {
+				u, err := url.Parse(raw)
+				return err == nil && slices.Contains([]string{"tcp", "mqtt", "ws"}, u.Scheme)
+			}
+			if o := r.Options; o.TLS != (TLS{}) && len(o.BrokerURLs) > 0 && !slices.ContainsFunc(o.BrokerURLs, func(u string) bool { return !plain(u) }) {
+				add(c.Errorf(path+".options.tls", "option", "%s.options.tls applies to ssl://, tls://, mqtts:// and wss:// brokers, and every broker URL is plain (tcp://, mqtt://, ws://): the connection would not use TLS", path))
 			}
 		case ReceiverMQTTListener:
 			c.checkListenerAccess(add, path+".options", r.Options)

@@ -91,6 +91,7 @@ func (c *Config) checkTargets(add func(Problem)) {
 			}
 		}
 		s := byID(c.Senders, senderID, r.Sender)
+		c.checkPlaceholders(add, i, r, s)
 		if s == nil {
 			continue // unknown-sender reports it
 		}

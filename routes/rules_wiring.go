@@ -2,7 +2,9 @@ package routes
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
+	"strings"
 
 	"github.com/gobridge/gobridge/topics"
 )
@@ -102,4 +104,38 @@ func (c *Config) checkDirectHoldNeighbours(add func(Problem)) {
 			"%s: direct_hold route %q shares receiver %q with route(s) %s: acknowledgements go back in arrival order on each connection, so while %q holds a message for an unreachable target, the messages of the other routes that arrived after it stay unacknowledged too; give %q a receiver of its own (an mqtt receiver with its own client_id)",
 			p, r.ID, r.Receiver, idList(others), r.ID, r.ID))
 	}
+}
+
+// checkClientIDs reports two mqtt receivers with one client_id (set, or the
+// default gobridge-BRIDGE_ID) and a broker address in common: the broker
+// closes the older connection whenever the other connects (MQTT 3.1.1
+// §3.1.4), so both reconnect for ever and messages go to the wrong
+// receiver or are lost.
+func (c *Config) checkClientIDs(add func(Problem)) {
+	for j, b := range c.Receivers {
+		for _, a := range c.Receivers[:j] {
+			if a.Type != ReceiverMQTT || b.Type != ReceiverMQTT || a.Options.ClientID != b.Options.ClientID {
+				continue
+			}
+			if h := commonBroker(a.Options.BrokerURLs, b.Options.BrokerURLs); h != "" {
+				path := fmt.Sprintf("receivers[%d].options.client_id", j)
+				add(c.Errorf(path, "client-id", "%s: receivers %q and %q both connect to %s as client %q: the broker closes one connection whenever the other connects, so neither stays up; give each its own client_id",
+					path, a.ID, b.ID, h, b.Options.ClientID))
+				break
+			}
+		}
+	}
+}
+
+// commonBroker returns a host:port that broker URL lists a and b share, or "".
+func commonBroker(a, b []string) string {
+	for _, x := range a {
+		ux, err := url.Parse(x)
+		for _, y := range b {
+			if uy, err2 := url.Parse(y); err == nil && err2 == nil && ux.Host != "" && strings.EqualFold(ux.Host, uy.Host) {
+				return ux.Host
+			}
+		}
+	}
+	return ""
 }

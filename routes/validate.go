@@ -27,6 +27,7 @@ func (c *Config) Validate() Problems {
 	c.checkDiskSpace(add)
 	c.checkReceivers(add)
 	c.checkListenConflicts(add)
+	c.checkClientIDs(add)
 	c.checkSenders(add)
 	c.checkRoutes(add)
 	c.checkDivergentSessions(add)

@@ -162,6 +162,9 @@ func compileProblems(cfg *routes.Config, known routes.Problems) routes.Problems 
 		}
 	}
 	var out routes.Problems
+	if err := bridge.CheckStore(cfg.Stores.Outbox); err != nil && !known.ErrorUnder("stores.outbox") {
+		out = append(out, cfg.Errorf("stores.outbox", "store", "stores.outbox: %v", err))
+	}
 	for i, sc := range cfg.Senders {
 		path := fmt.Sprintf("senders[%d]", i)
 		if err := bridge.CheckSender(sc); err != nil && !known.ErrorUnder(path) {

@@ -282,8 +282,9 @@ routes:
 
 // TestCheck_ReportsWhatASenderRefuses checks that check builds each sender
 // as run does and reports, at the sender, what its constructor refuses and
-// no routes rule saw: an SQS attribute name SQS refuses, a header value
-// with a control character, an SQS queue with no region to be found.
+// no routes rule saw: an SQS attribute name SQS refuses, an SQS queue with
+// no region to be found; and header values with a control character, each
+// at its value.
 func TestCheck_ReportsWhatASenderRefuses(t *testing.T) {
 	inRoot(t)
 	t.Setenv("AWS_REGION", "")
@@ -296,7 +297,7 @@ receivers:
   - {id: edge, type: mqtt_listener, options: {allow_anonymous: true}, topics: [{topic: "#"}]}
 senders:
   - {id: q, type: sqs, options: {queue_url: "http://127.0.0.1:1/000000000000/q", region: eu-west-1, attributes: {"AWS.site": x}}}
-  - {id: h, type: http, options: {url: "http://127.0.0.1:1/in", headers: {X-A: "a\u0001b"}}}
+  - {id: h, type: http, options: {url: "http://127.0.0.1:1/in", headers: {X-A: "a\u0001b", X-B: "b\n{topic}"}}}
   - {id: r, type: sqs, options: {queue_url: "http://127.0.0.1:1/000000000000/r"}}
 routes:
   - {id: a, receiver: edge, topic: "a", sender: q, processors: [{type: idempotency_key, hash: true}], policy: {on_expired: drop, on_permanent_failure: drop}}
@@ -309,11 +310,48 @@ routes:
 	code, out, _ := gobridge(t, "check", path)
 	for _, want := range []string{
 		path + `:6:5: sender: senders[0]: sqs sender "q": attribute "AWS.site": names starting with AWS. or Amazon. are reserved`,
-		path + `:7:5: sender: senders[1]: http sender "h": header X-A: the value holds a control character other than tab`,
+		// Both headers, each at its value (the sender stopped at the first).
+		path + `:7:80: option: senders[1].options.headers.X-A: the value holds a control character other than tab, which no HTTP request can carry`,
+		path + `:7:97: option: senders[1].options.headers.X-B: the value holds a control character other than tab, which no HTTP request can carry`,
 		path + `:8:5: sender: senders[2]: sqs sender "r": no region: set options.region or AWS_REGION`,
 	} {
 		if code != exitFailure || !strings.Contains(out, want+"\n") {
 			t.Errorf("exit %d, want %s in the output:\n%s", code, want, out)
 		}
+	}
+}
+
+// TestCheck_ReportsADynamoDBStoreWithoutRegion: a DynamoDB outbox in AWS
+// (no endpoint) with no region in the options or the environment passed
+// check, and run then refused to start ("Missing Region"). check makes the
+// store's client as run does, in its own environment.
+func TestCheck_ReportsADynamoDBStoreWithoutRegion(t *testing.T) {
+	inRoot(t)
+	for _, v := range []string{"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	path := filepath.Join(t.TempDir(), "dynamodb.yaml")
+	cfg := `version: 1
+bridge: {id: test}
+stores:
+  outbox: {type: dynamodb, options: {table: gobridge_outbox}}
+receivers:
+  - {id: edge, type: mqtt_listener, options: {allow_anonymous: true}, topics: [{topic: "a"}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: a, receiver: edge, topic: "a", sender: out, delivery_mode: shared_outbox, session: {id: s}}
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := path + ":4:11: store: stores.outbox: dynamodb: no region: set options.region or AWS_REGION\n"
+	if code, out, _ := gobridge(t, "check", path); code != exitFailure || !strings.Contains(out, want) {
+		t.Errorf("exit %d, want %s in the output:\n%s", code, want, out)
+	}
+	t.Setenv("AWS_REGION", "eu-west-1")
+	if code, out, _ := gobridge(t, "check", path); code != exitOK {
+		t.Errorf("with AWS_REGION: exit %d:\n%s", code, out)
 	}
 }

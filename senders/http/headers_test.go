@@ -91,3 +91,22 @@ func TestSender_HeaderFieldsTooLarge(t *testing.T) {
 func reading(n int) *message.Envelope {
 	return envelope(`{"r":"` + strings.Repeat("a", n) + `"}`)
 }
+
+// A header value whose literal text around a placeholder holds a control
+// character, and a url whose port no connection can use, fail every
+// message (the first permanently, the second by retrying for ever): New
+// refuses them, so `gobridge check` reports them.
+func TestNew_RefusesWhatFailsEveryMessage(t *testing.T) {
+	for name, o := range map[string]routes.SenderOptions{
+		"newline before a placeholder": {URL: "http://127.0.0.1:1/in", Headers: map[string]string{"X-Line": "line\n{topic.1}"}},
+		"NUL after a placeholder":      {URL: "http://127.0.0.1:1/in", Headers: map[string]string{"X-Line": "{topic}\x00"}},
+		"port out of range":            {URL: "http://127.0.0.1:99999/in/{topic.1}"},
+		"port 0":                       {URL: "http://127.0.0.1:0/in"},
+	} {
+		if _, err := New(routes.SenderConfig{ID: "test", Type: routes.SenderHTTP, Options: o}, 1, nil); err == nil {
+			t.Errorf("%s: New accepted %+v", name, o)
+		}
+	}
+	// Tab is allowed, with or without a placeholder.
+	newSender(t, routes.SenderOptions{URL: "http://127.0.0.1:65535/in", Headers: map[string]string{"X-A": "a\t{topic}"}})
+}

@@ -101,7 +101,7 @@ func New(cfg routes.SenderConfig, maxInFlight int, logger *slog.Logger) (*Sender
 		if !httpguts.ValidHeaderFieldName(name) {
 			return nil, fmt.Errorf("http sender %q: header %q: not a valid header name (letters, digits and !#$%%&'*+-.^_`|~)", cfg.ID, name)
 		}
-		if t.IsLiteral() && !httpguts.ValidHeaderFieldValue(v) {
+		if routes.HeaderValueProblem(t) {
 			return nil, fmt.Errorf("http sender %q: header %s: the value holds a control character other than tab", cfg.ID, name)
 		}
 		name = nethttp.CanonicalHeaderKey(name)
@@ -249,6 +249,9 @@ func parseURL(raw string) (*url.URL, error) {
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("%w %q: want http:// or https:// with a host", errBadURL, redact.URL(raw))
+	}
+	if err := routes.PortProblem(u); err != nil {
+		return nil, fmt.Errorf("%w %q: %w", errBadURL, redact.URL(raw), err)
 	}
 	return u, nil
 }

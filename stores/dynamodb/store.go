@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -96,6 +97,10 @@ func NewClient(ctx context.Context, opts Options) (*dynamodb.Client, error) {
 	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(opts.Region))
 	if err != nil {
 		return nil, fmt.Errorf("dynamodb: load aws config: %w", err)
+	}
+	emulator := opts.Endpoint != "" || os.Getenv("AWS_ENDPOINT_URL_DYNAMODB") != "" || os.Getenv("AWS_ENDPOINT_URL") != ""
+	if cfg.Region == "" && !emulator { // an emulator takes any
+		return nil, errors.New("dynamodb: no region: set options.region or AWS_REGION")
 	}
 	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 		if opts.Endpoint != "" {
