@@ -62,6 +62,38 @@ func TestLease_ClockSkewBetweenInstances(t *testing.T) {
 	}
 }
 
+// slowAnswers delivers DynamoDB's answers late, with their Date as sent.
+type slowAnswers struct{ delay time.Duration }
+
+func (l slowAnswers) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := http.DefaultTransport.RoundTrip(r)
+	time.Sleep(l.delay) // the answer in flight (a loaded machine or network)
+	return res, err
+}
+
+// Answers that arrive late are no clock skew: A's clock is DynamoDB's,
+// but its answers take 2.5 s. Its lease must end, by B's clock (also
+// DynamoDB's), when A's does: the lease was stored 2.5 s short, and B took
+// it while A still drained under it.
+func TestLease_SlowAnswersAreNoClockSkew(t *testing.T) {
+	t.Parallel()
+	const ttl = 30 * time.Second
+	a, err := dynamodb.Open(t.Context(), dynamodb.Options{Table: sharedTable(t),
+		Client: newClient(t, nil, func(o *awsddb.Options) { o.HTTPClient = &http.Client{Transport: slowAnswers{2500 * time.Millisecond}} })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := open(t, nil)
+	name := stores.PartitionLease(uniqueName("slow-"), 0)
+	start := time.Now()
+	if _, err := a.Acquire(t.Context(), name, "a", ttl, start); err != nil {
+		t.Fatal(err)
+	}
+	if le, err := b.Acquire(t.Context(), name, "b", ttl, start.Add(ttl-time.Second)); !errors.Is(err, stores.ErrLeaseHeld) {
+		t.Fatalf("B's Acquire a second before A's lease ends = %+v, %v; want ErrLeaseHeld", le, err)
+	}
+}
+
 // A box booted without a real-time clock (its clock 56 years behind) writes
 // the tombstone of a delivered record. Its expiry ("ttl", which DynamoDB
 // deletes by its own clock) is done_retention ahead in DynamoDB's clock, not

@@ -286,6 +286,7 @@ func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) e
 func (s *Store) updateItem(ctx context.Context, k item, upd, cond string, kv ...any) (item, error) {
 	u := s.tw(k, upd, cond, kv...).Update
 	var out *dynamodb.UpdateItemOutput
+	sent := time.Now()
 	err := retry(ctx, func() (err error) {
 		out, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: s.table, Key: k,
 			UpdateExpression: u.UpdateExpression, ConditionExpression: u.ConditionExpression,
@@ -298,18 +299,25 @@ func (s *Store) updateItem(ctx context.Context, k item, upd, cond string, kv ...
 	}
 	if at, ok := awsmiddleware.GetServerTime(out.ResultMetadata); ok {
 		local, _ := awsmiddleware.GetResponseAt(out.ResultMetadata)
-		s.observe(at.Sub(local))
+		s.observe(at.Sub(local), at.Add(time.Second).Sub(sent))
 	}
 	return out.Attributes, nil
 }
 
-// observe notes how far DynamoDB's clock (its Date header, whole seconds)
-// is ahead of this process's: lease items hold times in DynamoDB's clock,
-// so that instances whose clocks disagree agree on when a lease ends. Under
-// maxSkew the clocks count as one.
-func (s *Store) observe(d time.Duration) {
-	if d.Abs() < maxSkew {
-		d = 0
+// observe notes how far DynamoDB's clock is ahead of this process's: lease
+// items hold times in DynamoDB's clock, so that instances whose clocks
+// disagree agree on when a lease ends. An answer's Date (whole seconds)
+// and its time in flight put the difference between lo and hi; the clocks
+// count as one unless all of it is beyond maxSkew. (A slow answer, not a
+// clock, must not move the leases this process writes: they would end
+// early by other instances' clocks.)
+func (s *Store) observe(lo, hi time.Duration) {
+	var d time.Duration
+	switch {
+	case lo > maxSkew:
+		d = lo
+	case hi < -maxSkew:
+		d = hi
 	}
 	s.skew.Store(int64(d))
 }
