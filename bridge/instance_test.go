@@ -22,21 +22,7 @@ import (
 // route delivers them.
 func TestBridge_RefusesOrphanedRecordsUntilARouteTakesThemOver(t *testing.T) {
 	t.Parallel()
-	db := filepath.Join(t.TempDir(), "outbox.db")
-	st, err := sqlite.Open(db, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs := make([]stores.Record, 5)
-	for i := range recs {
-		recs[i] = stores.Record{Session: "s1", Route: "old", Envelope: message.Envelope{ID: message.NewID(), Topic: "a/1", Payload: []byte(msgID(i))}}
-	}
-	if err := st.Write(t.Context(), &stores.Batch{Append: recs}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	db := seedOutbox(t, 5, func(i int, r *stores.Record) { r.Route = "old" })
 	s := newSink(t)
 	config := func(previous string) string {
 		return listenerConfig(freeAddr(t), "", fmt.Sprintf("{type: sqlite, options: {path: %q}}", db),
@@ -70,21 +56,7 @@ func TestBridge_RefusesOrphanedRecordsUntilARouteTakesThemOver(t *testing.T) {
 // count delivers them.
 func TestBridge_RefusesFewerPartitionsWhileTheirRecordsWait(t *testing.T) {
 	t.Parallel()
-	db := filepath.Join(t.TempDir(), "outbox.db")
-	st, err := sqlite.Open(db, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs := make([]stores.Record, 8)
-	for i := range recs {
-		recs[i] = stores.Record{Session: "s1", Partition: i % 4, Route: "r", Envelope: message.Envelope{ID: message.NewID(), Topic: "a/1", Payload: []byte(msgID(i))}}
-	}
-	if err := st.Write(t.Context(), &stores.Batch{Append: recs}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
+	db := seedOutbox(t, 8, func(i int, r *stores.Record) { r.Route, r.Partition = "r", i%4 })
 	s := newSink(t)
 	config := func(partitions int) string {
 		return listenerConfig(freeAddr(t), "", fmt.Sprintf("{type: sqlite, options: {path: %q}}", db),
@@ -177,4 +149,26 @@ func TestBridge_StopsWhenAnotherInstanceTakesItsLease(t *testing.T) {
 	case <-time.After(30 * time.Second): // ten renewal periods
 		t.Fatal("the bridge ran on after another process took its instance lease")
 	}
+}
+
+// seedOutbox writes n live records of session s1 (topic a/1, payload
+// msgID(i), shaped by set) to a new SQLite outbox, as a process stopped
+// before delivering them left it, and returns its path.
+func seedOutbox(t *testing.T, n int, set func(i int, r *stores.Record)) string {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "outbox.db")
+	st, err := sqlite.Open(db, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	recs := make([]stores.Record, n)
+	for i := range recs {
+		recs[i] = stores.Record{Session: "s1", Envelope: message.Envelope{ID: message.NewID(), Topic: "a/1", Payload: []byte(msgID(i))}}
+		set(i, &recs[i])
+	}
+	if err := st.Write(t.Context(), &stores.Batch{Append: recs}); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
