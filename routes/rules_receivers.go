@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -178,6 +179,12 @@ func (c *Config) checkACL(add func(Problem), path string, publish, subscribe []s
 // oversized message cannot be dead-lettered (http_listener answers 413).
 func (c *Config) checkReceiverLimits(add func(Problem), path string, r ReceiverConfig) {
 	o := r.Options
+	// MQTT sends the keep-alive as whole seconds in 16 bits (paho truncates
+	// and wraps): below 1s, or at 65536s, it reaches the broker as 0 (off).
+	if ka := o.KeepAlive.D(); ka > 0 && (ka < time.Second || ka > 65535*time.Second) {
+		add(c.Errorf(path+".keep_alive", "range", "%s.keep_alive %s is outside 1s..65535s (18h12m15s): MQTT carries it as whole seconds in 16 bits, so the broker would get %ds (0 turns keep-alive off)",
+			path, ka, uint16(ka/time.Second)))
+	}
 	if o.MaxPayloadBytes <= 256<<20 && o.MaxInflightBytes > 0 && o.MaxInflightBytes < o.MaxPayloadBytes {
 		add(c.Errorf(path+".max_inflight_bytes", "range", "%s.max_inflight_bytes (%d) must be at least max_payload_bytes (%d)",
 			path, o.MaxInflightBytes, o.MaxPayloadBytes))

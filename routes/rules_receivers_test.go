@@ -79,3 +79,37 @@ func TestCheck_ListenConflicts(t *testing.T) {
 		}
 	}
 }
+
+const keepAliveDoc = `version: 1
+bridge: {id: test}
+receivers:
+  - {id: plant, type: mqtt, options: {broker_urls: ["tcp://127.0.0.1:1883"], keep_alive: "%s"}, topics: [{topic: a}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: a, receiver: plant, topic: a, sender: out, delivery_mode: direct_hold, policy: {on_expired: drop, on_permanent_failure: drop}}
+`
+
+// TestCheck_KeepAliveFitsMQTT: MQTT carries the keep-alive as whole
+// seconds in 16 bits, and paho truncates and wraps: 500ms and 65536s
+// reached Mosquitto as k0 (keep-alive off, which check refuses when written
+// as 0s) and 24h as k20864. check reports them at the option.
+func TestCheck_KeepAliveFitsMQTT(t *testing.T) {
+	for _, ka := range []string{"500ms", "999ms", "65536s", "24h"} {
+		_, probs := load(t, fmt.Sprintf(keepAliveDoc, ka), nil)
+		var got []string
+		for _, p := range probs {
+			if strings.Contains(p.String(), "keep_alive") {
+				got = append(got, p.String())
+			}
+		}
+		if len(got) != 1 || !strings.Contains(got[0], "receivers[0].options.keep_alive") || !probs.HasErrors() {
+			t.Errorf("keep_alive %s: problems %q, want one error at receivers[0].options.keep_alive", ka, got)
+		}
+	}
+	for _, ka := range []string{"1s", "30s", "1500ms", "65535s"} {
+		if _, probs := load(t, fmt.Sprintf(keepAliveDoc, ka), nil); probs.HasErrors() {
+			t.Errorf("keep_alive %s: unexpected errors %v", ka, probs)
+		}
+	}
+}
