@@ -113,3 +113,89 @@ func TestCheck_KeepAliveFitsMQTT(t *testing.T) {
 		}
 	}
 }
+
+const twoReceiversDoc = `version: 1
+bridge: {id: test}
+receivers:
+  - {id: a, type: mqtt, options: {broker_urls: ["%s"]%s}, topics: [{topic: a/#}]}
+  - {id: b, type: mqtt, options: {broker_urls: ["%s"]%s}, topics: [{topic: b/#}]}
+senders:
+  - {id: out, type: stdout}
+routes:
+  - {id: a, receiver: a, topic: a/#, sender: out, delivery_mode: direct_hold, policy: {on_expired: drop, on_permanent_failure: drop}}
+  - {id: b, receiver: b, topic: b/#, sender: out, delivery_mode: direct_hold, policy: {on_expired: drop, on_permanent_failure: drop}}
+`
+
+// TestCheck_MQTTReceiversNeedTheirOwnClientID: two mqtt receivers with
+// one client id (both defaulting to gobridge-BRIDGE_ID) on one broker
+// share one session at the broker: with Mosquitto 2.0.11, receiver b,
+// subscribed to b/# only, got the messages of a/# (and b's routes would
+// have acknowledged and discarded them as unrouted), and each connection
+// kicked the other off. check reports it; other brokers or ids are fine.
+func TestCheck_MQTTReceiversNeedTheirOwnClientID(t *testing.T) {
+	cases := []struct {
+		urlA, optA, urlB, optB string
+		want                   bool
+	}{
+		{"tcp://broker:1883", "", "tcp://broker:1883", "", true},  // both gobridge-test
+		{"tcp://broker:1883", "", "mqtt://Broker:1883", "", true}, // the same broker, spelt otherwise
+		{"tcp://broker:1883", ", client_id: x", "ws://broker:1883/mqtt", ", client_id: x", true},
+		{"tcp://broker:1883", "", "tcp://broker:1883", ", client_id: b", false},
+		{"tcp://broker:1883", "", "tcp://other:1883", "", false},
+	}
+	for _, tc := range cases {
+		_, probs := load(t, fmt.Sprintf(twoReceiversDoc, tc.urlA, tc.optA, tc.urlB, tc.optB), nil)
+		var got []string
+		for _, p := range probs {
+			if p.Rule == "client-id" {
+				got = append(got, p.String())
+			}
+		}
+		if tc.want && (len(got) != 1 || !strings.Contains(got[0], "receivers[1].options.client_id") || !probs.HasErrors()) {
+			t.Errorf("%+v: client-id problems %q, want one error at receivers[1].options.client_id", tc, got)
+		}
+		if !tc.want && len(got) > 0 {
+			t.Errorf("%+v: unexpected %q", tc, got)
+		}
+	}
+}
+
+// TestCheck_BrokerURLNeedsAPort: paho dials a broker URL's host as written
+// and takes no default port, so tcp://broker failed every connection
+// ("missing port in address") after check passed it. ws:// and wss://
+// default to 80 and 443.
+func TestCheck_BrokerURLNeedsAPort(t *testing.T) {
+	for url, want := range map[string]bool{
+		"tcp://broker": true, "ssl://broker": true, "mqtts://[::1]": true, "tcp://broker:": true,
+		"tcp://broker:1883": false, "ws://broker/mqtt": false, "wss://broker": false,
+	} {
+		_, probs := load(t, fmt.Sprintf(twoReceiversDoc, url, "", "tcp://other:1883", ""), nil)
+		got := probs.ErrorUnder("receivers[0].options.broker_urls[0]")
+		if got != want {
+			t.Errorf("%s: error at broker_urls[0] = %v, want %v (%v)", url, got, want, probs)
+		}
+	}
+}
+
+// TestCheck_MQTTTLSNeedsATLSBrokerURL: the MQTT client uses the tls
+// settings only for ssl://, tls://, mqtts:// and wss:// brokers; with only
+// tcp:// URLs it connected in plain text, the password included, and check
+// said "config ok".
+func TestCheck_MQTTTLSNeedsATLSBrokerURL(t *testing.T) {
+	const tls = ", tls: {insecure_skip_verify: true}"
+	for _, tc := range []struct {
+		url, opt string
+		want     bool
+	}{
+		{"tcp://broker:1883", tls, true},
+		{"ws://broker:8080/mqtt", tls, true},
+		{"ssl://broker:8883", tls, false},
+		{"wss://broker/mqtt", tls, false},
+		{"tcp://broker:1883", "", false},
+	} {
+		_, probs := load(t, fmt.Sprintf(twoReceiversDoc, tc.url, tc.opt+", client_id: a", "tcp://other:1883", ""), nil)
+		if got := probs.ErrorUnder("receivers[0].options.tls"); got != tc.want {
+			t.Errorf("%s%s: error at receivers[0].options.tls = %v, want %v (%v)", tc.url, tc.opt, got, tc.want, probs)
+		}
+	}
+}
