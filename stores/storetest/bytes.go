@@ -39,4 +39,13 @@ func (s suite) bytes(t *testing.T) {
 	if again := fx.append(r)[0]; again.Seq != 0 {
 		t.Fatalf("re-append after delivery was inserted (seq %d), want absorbed", again.Seq)
 	}
+
+	// Coalescing finds the older record of such a key, and only it.
+	older, newer, other := fx.rec(), fx.rec(), fx.rec()
+	older.Envelope.ID, newer.Envelope.ID, other.Envelope.ID = "old-\xff", "new-\xff", "other-\xff"
+	older.CoalesceKey, newer.CoalesceKey, other.CoalesceKey = "ck-\xff", "ck-\xff", "ck-\xfe"
+	newer.Envelope.ReceivedAt = at(time.Second)
+	fx.append(older, other)
+	fx.append(newer)
+	wantIDs(t, "claimable after coalescing", ids(fx.claim(0, le, 10)), other.Envelope.ID, newer.Envelope.ID)
 }
