@@ -312,6 +312,15 @@ func (p *partition) schedule(rec stores.Record, now time.Time) {
 			it.expires = now.Round(0).Add(ttl)
 		}
 	}
+	if rec.Raw && r.Prepare != nil {
+		// Its ordering key comes from the processors: run them before it
+		// takes its place behind its key. A failure or a filter is settled
+		// when it reaches the head (prepare).
+		env := rec.Envelope.Clone()
+		if drop, err := r.Prepare(env); err == nil && !drop {
+			it.env, it.prepared = env, true
+		}
+	}
 	switch old := p.sched.add(it, now); old {
 	case nil:
 	case it: // a newer message of its coalesce key is held

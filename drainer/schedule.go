@@ -40,8 +40,9 @@ const (
 	sending              // taken to send
 )
 
-// key is the ordering key of it ("" when it has none).
-func (it *item) key() string { return it.rec.Envelope.Key }
+// key is the ordering key of it ("" when it has none): of what is sent, so
+// that a Raw record, stored without one, has the key its processors render.
+func (it *item) key() string { return it.env.Key }
 
 // schedule orders the records a partition holds: per ordering key one at a
 // time, in the order they were added (Seq order: see partition.absorb),

@@ -99,6 +99,7 @@ func (p *partition) prepare(it *item, now time.Time) bool {
 		p.settle(it, stores.Done, "filtered", ResultFiltered, now)
 		return false
 	}
+	env.Key = it.key() // its place in the schedule, taken unprepared
 	it.env, it.prepared = env, true
 	return true
 }

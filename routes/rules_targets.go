@@ -56,7 +56,11 @@ func (c *Config) checkSQSHeaders(add func(Problem), path string, r RouteConfig, 
 			continue
 		}
 		for _, n := range slices.Sorted(maps.Keys(p.Headers)) {
-			if why := SQSAttributeNameProblem(n); why != "" && n != "" {
+			why := SQSAttributeNameProblem(n)
+			if n == SQSIDAttribute {
+				why = "the name is reserved for the envelope ID, which would replace the header's value"
+			}
+			if why != "" && n != "" {
 				pp := fmt.Sprintf("%s.processors[%d].headers", path, j)
 				add(c.Errorf(pp, "sqs-attributes", "%s: header %q cannot be a message attribute of the sqs sender %q, which sends every header as one: %s", pp, n, s.ID, why))
 			}

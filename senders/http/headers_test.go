@@ -110,3 +110,32 @@ func TestNew_RefusesWhatFailsEveryMessage(t *testing.T) {
 	// Tab is allowed, with or without a placeholder.
 	newSender(t, routes.SenderOptions{URL: "http://127.0.0.1:65535/in", Headers: map[string]string{"X-A": "a\t{topic}"}})
 }
+
+// An ID from idempotency_key.from with a line break or another control
+// character cannot be an Idempotency-Key header: net/http refuses such a
+// request before sending it. That is the message's failure (permanent,
+// naming the header), never a target error that is retried forever and
+// marks the sender down; the next message goes through.
+func TestSender_IDWithAControlCharacterIsPermanent(t *testing.T) {
+	srv, got := recorder(t, func(w nethttp.ResponseWriter, r *nethttp.Request) { w.WriteHeader(nethttp.StatusNoContent) })
+	s := newSender(t, routes.SenderOptions{URL: srv.URL})
+	for _, id := range []string{"a\nb", "a\r\nX-Evil: 1", "nul\x00", "del\x7f"} {
+		e := reading(4)
+		e.ID = id
+		err := sendOne(t, s, e)
+		if c, _ := senders.Classify(err); c != senders.Fatal || !strings.Contains(fmt.Sprint(err), "Idempotency-Key") {
+			t.Fatalf("ID %q: class %v (%v), want Fatal naming Idempotency-Key", id, c, err)
+		}
+	}
+	if n := len(got); n != 0 {
+		t.Fatalf("%d requests for IDs with control characters, want none", n)
+	}
+	e := reading(4)
+	e.ID = "tab\tand-ünïcode"
+	if err := sendOne(t, s, e); err != nil {
+		t.Fatalf("an ID with a tab and non-ASCII: %v", err)
+	}
+	if r := <-got; r.header.Get("Idempotency-Key") != e.ID {
+		t.Fatalf("Idempotency-Key %q, want %q", r.header.Get("Idempotency-Key"), e.ID)
+	}
+}

@@ -225,6 +225,9 @@ func (s *Sender) request(ctx context.Context, e *message.Envelope) (*nethttp.Req
 	if len(e.ID) > MaxHeaderValueBytes { // idempotency_key.from can make it
 		return nil, fmt.Errorf("header Idempotency-Key (the message ID): the value is %d bytes, more than %d", len(e.ID), MaxHeaderValueBytes)
 	}
+	if !httpguts.ValidHeaderFieldValue(e.ID) { // so can idempotency_key.from
+		return nil, errors.New("header Idempotency-Key (the message ID): the value holds a control character other than tab")
+	}
 	req.Header.Set("Idempotency-Key", e.ID)
 	return req, nil
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -90,10 +91,15 @@ func nanos(t time.Time) int64 {
 }
 
 // av is the attribute value of a string, number, time (Unix ns), bool or
-// []byte.
+// []byte. A string that is not UTF-8 (message data: an ID, key or header
+// value from an HTTP ingest header) is binary, which getS reads back: the
+// SDK would send each of its invalid bytes as U+FFFD.
 func av(v any) types.AttributeValue {
 	switch v := v.(type) {
 	case string:
+		if !utf8.ValidString(v) {
+			return &types.AttributeValueMemberB{Value: []byte(v)}
+		}
 		return &types.AttributeValueMemberS{Value: v}
 	case int64:
 		return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
@@ -141,8 +147,11 @@ func expr(kv []any, exprs ...string) (map[string]string, item) {
 }
 
 func getS(it item, k string) string {
-	if v, ok := it[k].(*types.AttributeValueMemberS); ok {
+	switch v := it[k].(type) {
+	case *types.AttributeValueMemberS:
 		return v.Value
+	case *types.AttributeValueMemberB: // a string that is not UTF-8 (av)
+		return string(v.Value)
 	}
 	return ""
 }

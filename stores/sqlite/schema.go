@@ -1,11 +1,16 @@
 package sqlite
 
 import (
+	"cmp"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gobridge/gobridge/stores"
 )
@@ -126,7 +131,7 @@ func scanRecord(rows *sql.Rows) (stores.Record, error) {
 		r.PayloadLen = int(p)
 	}
 	if headers.Valid {
-		if err := json.Unmarshal([]byte(headers.String), &r.Envelope.Headers); err != nil {
+		if r.Envelope.Headers, err = decodeHeaders(headers.String); err != nil {
 			return r, fmt.Errorf("decode headers of %s: %w", r.Envelope.ID, err)
 		}
 	}
@@ -137,4 +142,43 @@ func scanRecord(rows *sql.Rows) (stores.Record, error) {
 	r.CreatedAt, r.Envelope.ReceivedAt, r.ExpiresAt = fromNanos(created), fromNanos(received), fromNanos(expires)
 	r.FirstAttemptAt, r.NextAttemptAt, r.DeadAt = fromNanos(first), fromNanos(next), fromNanos(deadAt)
 	return r, nil
+}
+
+// encodeHeaders is the headers column of h: a JSON object, or, when a name
+// or value is not UTF-8 (which JSON would turn into U+FFFD: an HTTP ingest
+// header may hold any byte), a JSON array of name, value, ... in base64.
+// NULL for no headers.
+func encodeHeaders(h map[string]string) (any, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	var pairs [][]byte
+	for k, v := range h {
+		pairs = append(pairs, []byte(k), []byte(v))
+	}
+	var b []byte
+	var err error
+	if slices.ContainsFunc(pairs, func(p []byte) bool { return !utf8.Valid(p) }) {
+		b, err = json.Marshal(pairs)
+	} else {
+		b, err = json.Marshal(h)
+	}
+	return string(b), err
+}
+
+// decodeHeaders reads what encodeHeaders wrote.
+func decodeHeaders(s string) (map[string]string, error) {
+	if !strings.HasPrefix(s, "[") {
+		var h map[string]string
+		return h, json.Unmarshal([]byte(s), &h)
+	}
+	var pairs [][]byte
+	if err := json.Unmarshal([]byte(s), &pairs); err != nil || len(pairs)%2 != 0 {
+		return nil, cmp.Or(err, errors.New("an odd number of names and values"))
+	}
+	h := make(map[string]string, len(pairs)/2)
+	for i := 0; i < len(pairs); i += 2 {
+		h[string(pairs[i])] = string(pairs[i+1])
+	}
+	return h, nil
 }

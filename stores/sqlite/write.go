@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -262,13 +261,9 @@ func (w *write) insert(rs []stores.Record, at int) error {
 		} else if err := w.lease(r, &w.tokens[at+i]); err != nil {
 			return err
 		}
-		var headers any
-		if len(r.Envelope.Headers) > 0 {
-			h, err := json.Marshal(r.Envelope.Headers)
-			if err != nil {
-				return err
-			}
-			headers = string(h)
+		headers, err := encodeHeaders(r.Envelope.Headers)
+		if err != nil {
+			return err
 		}
 		s.seq++
 		e := &r.Envelope

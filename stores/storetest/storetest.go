@@ -41,6 +41,7 @@ func Run(t *testing.T, f Features, newStore func(t *testing.T) stores.Store) {
 	t.Run("Stats", s.stats)
 	t.Run("Leases", s.leases)
 	t.Run("Concurrency", s.concurrency)
+	t.Run("Bytes", s.bytes)
 	if f.Reopen != nil {
 		t.Run("Reopen", s.reopen)
 	}
