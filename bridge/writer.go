@@ -252,7 +252,7 @@ func (w *writer) writeOnce(reserve bool) (n, appends int) {
 		switch {
 		case errs[i] != nil || rec.Seq == 0: // refused, or already there: no room taken
 			stored = nil
-		case rec.State == stores.Dead && orig.State != stores.Dead: // kept as a truncated dead letter instead
+		case rec.State == stores.Dead: // a dead letter (made at ingest, or the record truncated): counted as dead-lettered
 		default:
 			w.metrics.persisted.WithLabelValues(rec.Route).Inc()
 		}
