@@ -360,7 +360,9 @@ func (w *writer) bisect(recs []stores.Record, errs []error) {
 		return
 	}
 	log.Warn("record refused by the store: kept as a truncated dead letter", "error", err)
-	w.metrics.deadLettered.WithLabelValues(rec.Route).Inc()
+	if rec.State != stores.Dead { // a dead letter made at ingest is counted by its maker
+		w.metrics.deadLettered.WithLabelValues(rec.Route).Inc()
+	}
 	*rec = b.Append[0]
 	rec.Token = 0
 }
