@@ -254,6 +254,8 @@ func (o *observer) Delivered(out drainer.Outcome) {
 		} else {
 			m.deadLettered.WithLabelValues(out.Route).Inc()
 		}
+	case drainer.ResultFiltered: // a requeued ingest dead letter, at drain
+		m.filtered.WithLabelValues(out.Route).Inc()
 	case drainer.ResultStale:
 		m.stale.WithLabelValues(out.Route).Inc()
 	}
