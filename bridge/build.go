@@ -234,7 +234,7 @@ func (b *Bridge) newGroup(s *session) {
 		Session: s.id, Partitions: s.partitions, BatchSize: s.batch,
 		Window: max(4*s.batch, 1024), Poll: s.poll, Routes: s.routes,
 		Owner: b.owner, LeaseTTL: b.cfg.Bridge.LeaseTTL.D(), ShutdownTimeout: b.cfg.Bridge.ShutdownTimeout.D(),
-		AbandonGrace: 2 * time.Second, Logger: b.base, Observer: &observer{b: b},
+		AbandonGrace: 2 * time.Second, Logger: b.base, Observer: &observer{b: b, s: s},
 	}, b.store, b.writer)
 }
 

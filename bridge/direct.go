@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gobridge/gobridge/drainer"
 	"github.com/gobridge/gobridge/message"
 	"github.com/gobridge/gobridge/receivers"
 	"github.com/gobridge/gobridge/senders"
@@ -284,12 +285,18 @@ func (b *Bridge) sendDirect(r *route, env *message.Envelope, timeout time.Durati
 	start := time.Now()
 	err := r.sender.Send(ctx, []*message.Envelope{env})[0]
 	cancel()
-	r.sendSeconds.Observe(time.Since(start).Seconds())
-	r.health.Record(env.ID, err, time.Now(), r.policy.Backoff.Ceiling)
+	now := time.Now()
+	r.sendSeconds.Observe(now.Sub(start).Seconds())
+	r.health.Record(env.ID, err, now, r.policy.Backoff.Ceiling)
 	class, retryAfter := senders.Classify(err)
 	if class == senders.OK {
 		r.sent.Inc()
-		b.lastSent.Store(r.session, time.Now())
+		b.lastSent.Store(r.session, now)
+		if r.hold == nil { // direct_or_outbox: the console shows its direct deliveries with its drainer's
+			b.journal.Sent(r.session, now)
+			b.journal.Delivered(drainer.Outcome{Session: r.session, Route: r.id, ID: env.ID,
+				Result: drainer.ResultOK, Attempt: 1, Latency: now.Sub(start), At: now})
+		}
 	}
 	return class, retryAfter, err
 }

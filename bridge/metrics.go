@@ -228,7 +228,10 @@ func (c receiverCollector) Collect(ch chan<- prometheus.Metric) {
 
 // observer turns drainer events into metrics, stall-detection state and
 // the delivery journal's entries.
-type observer struct{ b *Bridge }
+type observer struct {
+	b *Bridge
+	s *session // whose drainer reports
+}
 
 var _ drainer.Observer = (*observer)(nil)
 
@@ -244,8 +247,15 @@ func (o *observer) Delivered(out drainer.Outcome) {
 		m.deadLettered.WithLabelValues(out.Route).Inc()
 	case drainer.ResultDropped:
 		m.dropped.WithLabelValues(out.Route).Inc()
-	case drainer.ResultExpired:
+	case drainer.ResultExpired: // and settled by on_expired
 		m.expired.WithLabelValues(out.Route).Inc()
+		if o.s.routes[out.Route].Policy.DropExpired {
+			m.dropped.WithLabelValues(out.Route).Inc()
+		} else {
+			m.deadLettered.WithLabelValues(out.Route).Inc()
+		}
+	case drainer.ResultFiltered: // a requeued ingest dead letter, at drain
+		m.filtered.WithLabelValues(out.Route).Inc()
 	case drainer.ResultStale:
 		m.stale.WithLabelValues(out.Route).Inc()
 	}

@@ -252,7 +252,7 @@ func (w *writer) writeOnce(reserve bool) (n, appends int) {
 		switch {
 		case errs[i] != nil || rec.Seq == 0: // refused, or already there: no room taken
 			stored = nil
-		case rec.State == stores.Dead && orig.State != stores.Dead: // kept as a truncated dead letter instead
+		case rec.State == stores.Dead: // a dead letter (made at ingest, or the record truncated): counted as dead-lettered
 		default:
 			w.metrics.persisted.WithLabelValues(rec.Route).Inc()
 		}
@@ -360,7 +360,9 @@ func (w *writer) bisect(recs []stores.Record, errs []error) {
 		return
 	}
 	log.Warn("record refused by the store: kept as a truncated dead letter", "error", err)
-	w.metrics.deadLettered.WithLabelValues(rec.Route).Inc()
+	if rec.State != stores.Dead { // a dead letter made at ingest is counted by its maker
+		w.metrics.deadLettered.WithLabelValues(rec.Route).Inc()
+	}
 	*rec = b.Append[0]
 	rec.Token = 0
 }
