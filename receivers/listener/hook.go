@@ -113,8 +113,13 @@ func (h *hook) OnPacketEncode(_ *mochi.Client, pk packets.Packet) packets.Packet
 // OnPublish ($SYS/..., a bare $share/GROUP), which would hold a QoS 1/2
 // publisher's in-flight slot forever: OnPublish acknowledges it as denied,
 // then mochi gets it as QoS 0 and drops it. (A topic with a wildcard is a
-// protocol error that closes the connection.)
+// protocol error that closes the connection.) It also caps the session
+// expiry an MQTT 5 DISCONNECT sets: mochi caps it in the CONNECT only, so a
+// DISCONNECT asking for 0xFFFFFFFF kept the session for good.
 func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Disconnect {
+		pk.Properties.SessionExpiryInterval = min(pk.Properties.SessionExpiryInterval, uint32(h.l.o.SessionExpiry/time.Second))
+	}
 	if pk.FixedHeader.Type == packets.Publish && !cl.Net.Inline && !mochi.IsValidFilter(pk.TopicName, true) &&
 		!strings.ContainsAny(pk.TopicName, "+#") {
 		_, _ = h.OnPublish(cl, pk)
