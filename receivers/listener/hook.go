@@ -35,18 +35,29 @@ func (h *hook) Provides(b byte) bool {
 // does a client ID whose session (connected or not) belongs to another
 // identity.
 func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
-	a := h.l.access.Load()
-	identity, ok := a.authenticate(string(pk.Connect.Username), pk.Connect.Password, certName(cl))
-	why := "bad credentials"
-	if w := pk.Connect.WillTopic; ok && pk.Connect.WillFlag && (w == "" || !mochi.IsValidFilter(w, true) || !a.acl(identity).mayPublish(w)) {
-		ok, why = false, "will topic not allowed"
+	var identity, why string
+	var ok bool
+	for {
+		a := h.l.access.Load()
+		identity, ok = a.authenticate(string(pk.Connect.Username), pk.Connect.Password, certName(cl))
+		why = "bad credentials"
+		if w := pk.Connect.WillTopic; ok && pk.Connect.WillFlag && (w == "" || !mochi.IsValidFilter(w, true) || !a.acl(identity).mayPublish(w)) {
+			ok, why = false, "will topic not allowed"
+		}
+		// SetUsers swaps the users under mu and then checks the claims: a
+		// client admitted under the old users is among them, or is
+		// authenticated again here.
+		h.l.mu.Lock()
+		if h.l.access.Load() == a {
+			break
+		}
+		h.l.mu.Unlock()
 	}
 	// mochi hands a session (its subscriptions and the messages queued for
 	// it) to whoever connects with its client ID: another identity would
 	// read what its own ACL refuses, and kick the owner off. Check and
 	// claim are one step: until mochi registers the session, the claim
 	// stands for it.
-	h.l.mu.Lock()
 	existing, held := h.l.srv.Clients.Get(cl.ID)
 	if c := h.l.claims[cl.ID]; c != nil && !c.Closed() {
 		existing, held = c, true

@@ -31,7 +31,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,9 +214,11 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Listener, error)
 
 // SetUsers replaces the users, the anonymous ACL and AllowAnonymous while
 // the listener runs (a config reload), validated as New does; on error
-// nothing changes. The new ACLs apply from the next PUBLISH or SUBSCRIBE on.
-// A client is disconnected, to authenticate again, only when its user was
-// removed or its password changed, or anonymous access ended.
+// nothing changes. The new ACLs apply from the next PUBLISH or SUBSCRIBE on,
+// and to wills: a connected client's will that its new ACL refuses is
+// dropped. A client is disconnected, to authenticate again, only when its
+// user was removed or its password changed, or anonymous access ended (a
+// CONNECT in progress included); its will is dropped.
 func (l *Listener) SetUsers(users []User, anonymous ACL, allowAnonymous bool) error {
 	o := l.o
 	o.Users, o.Anonymous, o.AllowAnonymous = users, anonymous, allowAnonymous
@@ -222,18 +226,29 @@ func (l *Listener) SetUsers(users []User, anonymous ACL, allowAnonymous bool) er
 	if err != nil {
 		return err
 	}
-	was := l.access.Swap(acc)
 	select {
 	case <-l.ready: // l.srv is set
 	default:
+		l.access.Store(acc)
 		return nil
 	}
-	for _, cl := range l.srv.Clients.GetAll() {
+	l.mu.Lock() // see OnConnectAuthenticate
+	was := l.access.Swap(acc)
+	clients := slices.Collect(maps.Values(l.claims))
+	l.mu.Unlock()
+	for _, cl := range append(clients, slices.Collect(maps.Values(l.srv.Clients.GetAll()))...) {
+		if cl.Net.Inline || cl.Closed() {
+			continue
+		}
 		id := string(cl.Properties.Username)
 		old, now := was.users[id], acc.users[id]
 		gone := id == "" && !acc.anonymous ||
 			old != nil && (now == nil || now.Password != old.Password || now.PasswordHash != old.PasswordHash)
-		if gone && !cl.Net.Inline && !cl.Closed() {
+		if will := cl.Properties.Will.TopicName; atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 && (gone || !acc.acl(id).mayPublish(will)) {
+			l.log.Info("will dropped: the client's publish ACL no longer allows it", "username", id, "remote", cl.Net.Remote, "topic", will)
+			atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
+		}
+		if gone {
 			l.log.Info("disconnecting a client whose credentials changed", "username", id, "remote", cl.Net.Remote)
 			_ = l.srv.DisconnectClient(cl, packets.ErrNotAuthorized)
 		}
