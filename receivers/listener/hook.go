@@ -126,10 +126,21 @@ func (h *hook) OnPacketEncode(_ *mochi.Client, pk packets.Packet) packets.Packet
 // then mochi gets it as QoS 0 and drops it. (A topic with a wildcard is a
 // protocol error that closes the connection.) It also caps the session
 // expiry an MQTT 5 DISCONNECT sets: mochi caps it in the CONNECT only, so a
-// DISCONNECT asking for 0xFFFFFFFF kept the session for good.
+// DISCONNECT asking for 0xFFFFFFFF kept the session for good. And it
+// answers a resent QoS 2 message (DUP) that was taken and awaits its PUBREL
+// with a plain PUBREC, then lets mochi drop it: mochi answered MQTT 5
+// publishers PUBREC 0x91 (packet identifier in use), a failure for a
+// message gobridge had taken.
 func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	if pk.FixedHeader.Type == packets.Disconnect {
 		pk.Properties.SessionExpiryInterval = min(pk.Properties.SessionExpiryInterval, uint32(h.l.o.SessionExpiry/time.Second))
+	}
+	if pk.FixedHeader.Type == packets.Publish && pk.FixedHeader.Qos == 2 && pk.FixedHeader.Dup && !cl.Net.Inline {
+		if in, ok := cl.State.Inflight.Get(pk.PacketID); ok && in.FixedHeader.Type == packets.Pubrec {
+			_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: pk.PacketID})
+			pk.TopicName, pk.FixedHeader.Qos, pk.PacketID = mochi.SysPrefix, 0, 0 // not a topic to publish to: dropped
+			return pk, nil
+		}
 	}
 	if pk.FixedHeader.Type == packets.Publish && !cl.Net.Inline && !mochi.IsValidFilter(pk.TopicName, true) &&
 		!strings.ContainsAny(pk.TopicName, "+#") {
