@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 
@@ -44,8 +45,8 @@ func ParseLine(line []byte) (Line, error) {
 	if err := dec.Decode(&wl); err != nil {
 		return Line{}, fmt.Errorf("not a JSON object of the batch form: %w", err)
 	}
-	if _, err := dec.Token(); err == nil {
-		return Line{}, errors.New("more than one JSON value on the line")
+	if _, err := dec.Token(); err != io.EOF {
+		return Line{}, errors.New("text after the JSON object on the line")
 	}
 	switch {
 	case wl.Topic == nil:

@@ -210,3 +210,30 @@ func TestReceiver_BatchErrorsAreClipped(t *testing.T) {
 		t.Fatalf("a batch of %d bytes answered with %d bytes", body.Len(), len(raw))
 	}
 }
+
+// TestReceiver_BatchLineWithTextAfterItsObjectFails: a line is one JSON
+// object (README: "one JSON object a line"; ParseLine: "anything after the
+// object" is an error). Text after the object that is no JSON value (a
+// stray brace, two objects glued by garbage, a truncated second object)
+// passed: only a second valid value was refused.
+func TestReceiver_BatchLineWithTextAfterItsObjectFails(t *testing.T) {
+	t.Parallel()
+	sink := newSettlingSink(receivers.OutcomeCommitted, false)
+	b := setup(t, Options{}, sink)
+	lines := []string{
+		`{"topic":"plant/a","payload":1}}`,
+		`{"topic":"plant/a","payload":2} x`,
+		`{"topic":"plant/a","payload":3}{"topic":"plant/b","pay`,
+		`{"topic":"plant/a","payload":4}, {"topic":"plant/b","payload":5}`,
+		`{"topic":"plant/a","payload":6} `, // trailing white space is no text
+	}
+	st, a, _ := postBatch(t, b.url, strings.Join(lines, "\n"))
+	if st != http.StatusOK || len(a.Results) != len(lines) {
+		t.Fatalf("answer %d %+v", st, a)
+	}
+	for i, r := range a.Results {
+		if want := map[bool]int{true: 200, false: 400}[i == len(lines)-1]; r.Status != want {
+			t.Errorf("line %d (%s): %+v, want status %d", i+1, lines[i], r, want)
+		}
+	}
+}

@@ -133,6 +133,12 @@ func (r *Receiver) readBody(ctx context.Context, w http.ResponseWriter, req *htt
 		answerError(w, http.StatusServiceUnavailable, fmt.Sprintf("no room within max_inflight_bytes (%d) in time", r.o.MaxInflightBytes))
 		return nil, nil, false
 	}
+	// The server's deadlines run from the request's start: a body that
+	// waited for room would fail to arrive (a 400 for a sound request), or
+	// its answer to be written. It gets them afresh from here.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(r.o.ReadTimeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(r.o.WriteTimeout))
 	body, err := readAll(http.MaxBytesReader(w, req.Body, int64(limit)), limit, want)
 	if err != nil {
 		r.win.Release(want)

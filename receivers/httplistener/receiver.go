@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -163,6 +164,7 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Receiver, error)
 	if o.WriteTimeout <= o.SettleTimeout {
 		return nil, fmt.Errorf("%w: receiver %q: WriteTimeout (%s) must exceed SettleTimeout (%s)", ErrConfig, o.ID, o.WriteTimeout, o.SettleTimeout)
 	}
+	o.Headers = slices.Clone(o.Headers) // the caller's config stays as written
 	for i, h := range o.Headers {
 		o.Headers[i] = http.CanonicalHeaderKey(h)
 	}

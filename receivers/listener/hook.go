@@ -35,18 +35,29 @@ func (h *hook) Provides(b byte) bool {
 // does a client ID whose session (connected or not) belongs to another
 // identity.
 func (h *hook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
-	a := h.l.access.Load()
-	identity, ok := a.authenticate(string(pk.Connect.Username), pk.Connect.Password, certName(cl))
-	why := "bad credentials"
-	if w := pk.Connect.WillTopic; ok && pk.Connect.WillFlag && (w == "" || !mochi.IsValidFilter(w, true) || !a.acl(identity).mayPublish(w)) {
-		ok, why = false, "will topic not allowed"
+	var identity, why string
+	var ok bool
+	for {
+		a := h.l.access.Load()
+		identity, ok = a.authenticate(string(pk.Connect.Username), pk.Connect.Password, certName(cl))
+		why = "bad credentials"
+		if w := pk.Connect.WillTopic; ok && pk.Connect.WillFlag && (w == "" || !mochi.IsValidFilter(w, true) || !a.acl(identity).mayPublish(w)) {
+			ok, why = false, "will topic not allowed"
+		}
+		// SetUsers swaps the users under mu and then checks the claims: a
+		// client admitted under the old users is among them, or is
+		// authenticated again here.
+		h.l.mu.Lock()
+		if h.l.access.Load() == a {
+			break
+		}
+		h.l.mu.Unlock()
 	}
 	// mochi hands a session (its subscriptions and the messages queued for
 	// it) to whoever connects with its client ID: another identity would
 	// read what its own ACL refuses, and kick the owner off. Check and
 	// claim are one step: until mochi registers the session, the claim
 	// stands for it.
-	h.l.mu.Lock()
 	existing, held := h.l.srv.Clients.Get(cl.ID)
 	if c := h.l.claims[cl.ID]; c != nil && !c.Closed() {
 		existing, held = c, true
@@ -113,8 +124,24 @@ func (h *hook) OnPacketEncode(_ *mochi.Client, pk packets.Packet) packets.Packet
 // OnPublish ($SYS/..., a bare $share/GROUP), which would hold a QoS 1/2
 // publisher's in-flight slot forever: OnPublish acknowledges it as denied,
 // then mochi gets it as QoS 0 and drops it. (A topic with a wildcard is a
-// protocol error that closes the connection.)
+// protocol error that closes the connection.) It also caps the session
+// expiry an MQTT 5 DISCONNECT sets: mochi caps it in the CONNECT only, so a
+// DISCONNECT asking for 0xFFFFFFFF kept the session for good. And it
+// answers a resent QoS 2 message (DUP) that was taken and awaits its PUBREL
+// with a plain PUBREC, then lets mochi drop it: mochi answered MQTT 5
+// publishers PUBREC 0x91 (packet identifier in use), a failure for a
+// message gobridge had taken.
 func (h *hook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Disconnect {
+		pk.Properties.SessionExpiryInterval = min(pk.Properties.SessionExpiryInterval, uint32(h.l.o.SessionExpiry/time.Second))
+	}
+	if pk.FixedHeader.Type == packets.Publish && pk.FixedHeader.Qos == 2 && pk.FixedHeader.Dup && !cl.Net.Inline {
+		if in, ok := cl.State.Inflight.Get(pk.PacketID); ok && in.FixedHeader.Type == packets.Pubrec {
+			_ = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, PacketID: pk.PacketID})
+			pk.TopicName, pk.FixedHeader.Qos, pk.PacketID = mochi.SysPrefix, 0, 0 // not a topic to publish to: dropped
+			return pk, nil
+		}
+	}
 	if pk.FixedHeader.Type == packets.Publish && !cl.Net.Inline && !mochi.IsValidFilter(pk.TopicName, true) &&
 		!strings.ContainsAny(pk.TopicName, "+#") {
 		_, _ = h.OnPublish(cl, pk)

@@ -31,7 +31,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,9 +214,11 @@ func New(o Options, sink receivers.Sink, logger *slog.Logger) (*Listener, error)
 
 // SetUsers replaces the users, the anonymous ACL and AllowAnonymous while
 // the listener runs (a config reload), validated as New does; on error
-// nothing changes. The new ACLs apply from the next PUBLISH or SUBSCRIBE on.
-// A client is disconnected, to authenticate again, only when its user was
-// removed or its password changed, or anonymous access ended.
+// nothing changes. The new ACLs apply from the next PUBLISH or SUBSCRIBE on,
+// to wills (a connected client's will that its new ACL refuses is dropped)
+// and to what sessions hold queued (dropped when the new ACL refuses it). A client is disconnected, to authenticate again, only when its
+// user was removed or its password changed, or anonymous access ended (a
+// CONNECT in progress included); its will is dropped.
 func (l *Listener) SetUsers(users []User, anonymous ACL, allowAnonymous bool) error {
 	o := l.o
 	o.Users, o.Anonymous, o.AllowAnonymous = users, anonymous, allowAnonymous
@@ -222,23 +226,56 @@ func (l *Listener) SetUsers(users []User, anonymous ACL, allowAnonymous bool) er
 	if err != nil {
 		return err
 	}
-	was := l.access.Swap(acc)
 	select {
 	case <-l.ready: // l.srv is set
 	default:
+		l.access.Store(acc)
 		return nil
 	}
-	for _, cl := range l.srv.Clients.GetAll() {
+	l.mu.Lock() // see OnConnectAuthenticate
+	was := l.access.Swap(acc)
+	clients := slices.Collect(maps.Values(l.claims))
+	l.mu.Unlock()
+	for _, cl := range append(clients, slices.Collect(maps.Values(l.srv.Clients.GetAll()))...) {
+		if cl.Net.Inline {
+			continue
+		}
 		id := string(cl.Properties.Username)
+		if n := l.dropQueued(cl, acc.acl(id)); n > 0 {
+			l.log.Info("queued messages dropped: the client's subscribe ACL no longer allows them", "username", id, "client", cl.ID, "count", n)
+		}
+		if cl.Closed() {
+			continue
+		}
 		old, now := was.users[id], acc.users[id]
 		gone := id == "" && !acc.anonymous ||
 			old != nil && (now == nil || now.Password != old.Password || now.PasswordHash != old.PasswordHash)
-		if gone && !cl.Net.Inline && !cl.Closed() {
+		if will := cl.Properties.Will.TopicName; atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 && (gone || !acc.acl(id).mayPublish(will)) {
+			l.log.Info("will dropped: the client's publish ACL no longer allows it", "username", id, "remote", cl.Net.Remote, "topic", will)
+			atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
+		}
+		if gone {
 			l.log.Info("disconnecting a client whose credentials changed", "username", id, "remote", cl.Net.Remote)
 			_ = l.srv.DisconnectClient(cl, packets.ErrNotAuthorized)
 		}
 	}
 	return nil
+}
+
+// dropQueued drops the messages queued for cl (a persistent session while
+// its client is away; messages not yet acknowledged) on topics acl does not
+// let it subscribe to, as a SetUsers narrowed it, and returns how many.
+// Those with a topic alias for a topic are kept: the topic is not known.
+func (l *Listener) dropQueued(cl *mochi.Client, acl *ACL) (n int) {
+	for _, pk := range cl.State.Inflight.GetAll(false) {
+		if pk.FixedHeader.Type == packets.Publish && pk.TopicName != "" && !acl.maySubscribe(pk.TopicName) &&
+			cl.State.Inflight.Delete(pk.PacketID) {
+			cl.State.Inflight.IncreaseSendQuota()
+			atomic.AddInt64(&l.srv.Info.Inflight, -1)
+			n++
+		}
+	}
+	return n
 }
 
 // Run listens and serves publishers until ctx is done, then closes every

@@ -179,3 +179,22 @@ func TestListener_ExpiredSessionLeavesNoSubscription(t *testing.T) {
 		t.Fatal("the expired session's subscription is still in the topic index")
 	}
 }
+
+// TestListener_DisconnectCannotExtendSessionExpiry: an MQTT 5 client may
+// set its session expiry again in its DISCONNECT. mochi caps it at
+// session_expiry in the CONNECT only: a DISCONNECT asking for 0xFFFFFFFF
+// kept the session, its subscriptions and its queue for good.
+func TestListener_DisconnectCannotExtendSessionExpiry(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testsink.New(true), func(o *Options) {
+		o.SessionExpiry = time.Second
+		o.Users = []User{{Username: "press-1", Password: "pw", ACL: ACL{Subscribe: []string{"factory/#"}}}}
+	})
+	c, _ := client5(t, b, 1)
+	forever := uint32(0xFFFFFFFF)
+	if err := c.Disconnect(&paho5.Disconnect{Properties: &paho5.DisconnectProperties{SessionExpiryInterval: &forever}}); err != nil {
+		t.Fatal(err)
+	}
+	id := "v5-" + strings.ReplaceAll(t.Name(), "/", "-")
+	testsink.Eventually(t, "the session expired after session_expiry (1s)", func() bool { _, ok := b.l.srv.Clients.Get(id); return !ok })
+}
