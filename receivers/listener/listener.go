@@ -250,10 +250,6 @@ func (l *Listener) SetUsers(users []User, anonymous ACL, allowAnonymous bool) er
 		old, now := was.users[id], acc.users[id]
 		gone := id == "" && !acc.anonymous ||
 			old != nil && (now == nil || now.Password != old.Password || now.PasswordHash != old.PasswordHash)
-		if will := cl.Properties.Will.TopicName; atomic.LoadUint32(&cl.Properties.Will.Flag) == 1 && (gone || !acc.acl(id).mayPublish(will)) {
-			l.log.Info("will dropped: the client's publish ACL no longer allows it", "username", id, "remote", cl.Net.Remote, "topic", will)
-			atomic.StoreUint32(&cl.Properties.Will.Flag, 0)
-		}
 		if gone {
 			l.log.Info("disconnecting a client whose credentials changed", "username", id, "remote", cl.Net.Remote)
 			_ = l.srv.DisconnectClient(cl, packets.ErrNotAuthorized)

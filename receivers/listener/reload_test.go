@@ -1,111 +1,14 @@
 package listener
 
 import (
-	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	paho5 "github.com/eclipse/paho.golang/paho"
 	paho "github.com/eclipse/paho.mqtt.golang"
-	mochi "github.com/mochi-mqtt/server/v2"
 
 	"github.com/gobridge/gobridge/receivers/internal/testsink"
 )
-
-// disconnects is a mochi hook that sends the client ID of every client
-// whose connection ended, after mochi published its will (if any).
-type disconnects struct {
-	mochi.HookBase
-	c chan string
-}
-
-func (d *disconnects) ID() string           { return "disconnects" }
-func (d *disconnects) Provides(b byte) bool { return b == mochi.OnDisconnect }
-func (d *disconnects) OnDisconnect(cl *mochi.Client, _ error, _ bool) {
-	d.c <- cl.ID
-}
-
-// wait waits until the client id's connection has ended.
-func (d *disconnects) wait(t *testing.T, id string) {
-	t.Helper()
-	for {
-		select {
-		case got := <-d.c:
-			if got == id {
-				return
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s still connected after 10s", id)
-		}
-	}
-}
-
-// withWill connects an MQTT 5 client of user (password pw) with a will
-// on topic, and returns its connection: closing it ends the client without
-// a DISCONNECT, so its will is due.
-func withWill(t *testing.T, b *bundle, user, topic string) net.Conn {
-	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "tcp://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	c := paho5.NewClient(paho5.ClientConfig{Conn: conn, ClientID: user})
-	if _, err := c.Connect(ctx, &paho5.Connect{ClientID: user, KeepAlive: 30, CleanStart: true,
-		Username: user, UsernameFlag: true, Password: []byte("pw"), PasswordFlag: true,
-		WillMessage: &paho5.WillMessage{Topic: topic, QoS: 1, Payload: []byte("will of " + user)}}); err != nil {
-		t.Fatalf("connect %s: %v", user, err)
-	}
-	return conn
-}
-
-// TestListener_SetUsersDropsWillsTheNewACLRefuses: a will is a publication
-// made when its client goes. After a reload removed its user, or narrowed
-// its publish ACL so that the will's topic is outside it, the will must not
-// reach subscribers: the removed user's will was published as SetUsers
-// disconnected it, and the narrowed one's when its connection dropped.
-func TestListener_SetUsersDropsWillsTheNewACLRefuses(t *testing.T) {
-	t.Parallel()
-	viewer := User{Username: "viewer", Password: "pw", ACL: ACL{Publish: []string{}, Subscribe: []string{"factory/#"}}}
-	sink := testsink.New(true)
-	l, err := New(Options{ID: "edge", Listen: "127.0.0.1:0", Topics: []string{"factory/#"}, Users: []User{
-		viewer, {Username: "removed", Password: "pw"}, {Username: "narrowed", Password: "pw"}, {Username: "kept", Password: "pw"},
-	}}, sink, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := &disconnects{c: make(chan string, 100)}
-	l.extraHooks = append(l.extraHooks, gone)
-	b := start(t, l, sink, nil)
-
-	got := make(chan string, 10)
-	sub := publisher(t, b.url, func(o *paho.ClientOptions) { o.SetUsername("viewer").SetPassword("pw") })
-	waitToken(t, sub.Subscribe("factory/#", 1, func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) }))
-	withWill(t, b, "removed", "factory/removed/state")
-	narrowed := withWill(t, b, "narrowed", "factory/narrowed/state")
-	kept := withWill(t, b, "kept", "factory/kept/state")
-
-	if err := b.l.SetUsers([]User{viewer, {Username: "narrowed", Password: "pw", ACL: ACL{Publish: []string{"factory/narrowed/data/#"}}},
-		{Username: "kept", Password: "pw"}}, ACL{}, false); err != nil {
-		t.Fatal(err)
-	}
-	gone.wait(t, "removed")
-	narrowed.Close()
-	gone.wait(t, "narrowed")
-	kept.Close() // its will is still allowed: the viewer gets it, after any will published before it
-	select {
-	case m := <-got:
-		if m != "will of kept" {
-			t.Fatalf("the viewer got %q first: a will its client's ACL no longer allows", m)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the kept user's will did not arrive within 10s")
-	}
-}
 
 // TestListener_SetUsersReachesAConnectInProgress: a client authenticated
 // under the old users whose session mochi has not registered yet (a
