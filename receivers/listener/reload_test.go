@@ -18,16 +18,7 @@ import (
 // name that is no user (the receiver's topics).
 func TestListener_SetUsersReachesAConnectInProgress(t *testing.T) {
 	t.Parallel()
-	sink := testsink.New(true)
-	l, err := New(Options{ID: "edge", Listen: "127.0.0.1:0", Topics: []string{"factory/#"}, Users: []User{
-		{Username: "viewer", Password: "pw"}, {Username: "press", Password: "pw"},
-	}}, sink, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gate{held: make(chan struct{}), release: make(chan struct{})}
-	l.extraHooks = append(l.extraHooks, g)
-	b := start(t, l, sink, nil)
+	b, g := gatedListener(t)
 
 	lost := make(chan struct{})
 	connected := make(chan paho.Token, 1)

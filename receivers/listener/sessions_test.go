@@ -38,16 +38,7 @@ func (g *gate) OnSessionEstablish(cl *mochi.Client, _ packets.Packet) {
 // the later one took the other's session over.
 func TestListener_SessionClaimIsAtomic(t *testing.T) {
 	t.Parallel()
-	sink := testsink.New(true)
-	l, err := New(Options{ID: "edge", Listen: "127.0.0.1:0", Topics: []string{"factory/#"}, Users: []User{
-		{Username: "viewer", Password: "pw"}, {Username: "press", Password: "pw"},
-	}}, sink, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gate{held: make(chan struct{}), release: make(chan struct{})}
-	l.extraHooks = append(l.extraHooks, g)
-	b := start(t, l, sink, nil)
+	b, g := gatedListener(t)
 	clientID := "contested-" + strings.ReplaceAll(t.Name(), "/", "-")
 	as := func(user string) func(*paho.ClientOptions) {
 		return func(o *paho.ClientOptions) {
@@ -197,4 +188,20 @@ func TestListener_DisconnectCannotExtendSessionExpiry(t *testing.T) {
 	}
 	id := "v5-" + strings.ReplaceAll(t.Name(), "/", "-")
 	testsink.Eventually(t, "the session expired after session_expiry (1s)", func() bool { _, ok := b.l.srv.Clients.Get(id); return !ok })
+}
+
+// gatedListener starts a listener of users viewer and press (password pw)
+// on factory/# whose CONNECTs wait at the gate it returns.
+func gatedListener(t *testing.T) (*bundle, *gate) {
+	t.Helper()
+	sink := testsink.New(true)
+	l, err := New(Options{ID: "edge", Listen: "127.0.0.1:0", Topics: []string{"factory/#"}, Users: []User{
+		{Username: "viewer", Password: "pw"}, {Username: "press", Password: "pw"},
+	}}, sink, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{held: make(chan struct{}), release: make(chan struct{})}
+	l.extraHooks = append(l.extraHooks, g)
+	return start(t, l, sink, nil), g
 }
